@@ -1,0 +1,92 @@
+# ca: the CUDA Agent system as a Unix toolkit.
+#
+#   make              build bin/ca-* and lib/libca.a
+#   make check        CPU test suite (what CI runs); ends with "N passed, N failed"
+#   make check-gpu    GPU tests (skip with a message without a GPU)
+#   make asan         the CPU suite under AddressSanitizer and UBSan
+#   make bench        throughput benchmarks (no GPU)
+#   make deps         install missing build/test dependencies (Debian, PyPI)
+#   make install      PREFIX=/usr/local DESTDIR=
+
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+SHAREDIR ?= $(PREFIX)/share/ca
+CC ?= cc
+CFLAGS ?= -O2 -g
+BUILD ?= build
+BIN ?= bin
+LIBCA ?= lib/libca.a
+
+CA_CFLAGS = -std=c17 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter -Ilib $(CFLAGS)
+LDLIBS = -ljq -lz -lm -lpthread
+
+LIB_SRC := $(wildcard lib/*.c)
+LIB_OBJ := $(LIB_SRC:lib/%.c=$(BUILD)/lib/%.o)
+LIB_HDR := $(wildcard lib/*.h)
+CMDS := $(patsubst cmd/%.c,$(BIN)/%,$(wildcard cmd/ca-*.c))
+UNITS := $(patsubst tests/unit/%.c,$(BIN)/test-%,$(wildcard tests/unit/*.c))
+
+# Optional parts, detected once and reported in one line each.
+NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)),)
+CUPTI_H := $(firstword $(wildcard $(CUDA_HOME)/extras/CUPTI/include/cupti.h $(CUDA_HOME)/targets/x86_64-linux/include/cupti.h $(CUDA_HOME)/include/cupti.h))
+
+.PHONY: all check check-gpu asan bench deps install clean config lint
+.SUFFIXES:
+
+all: config $(LIBCA) $(CMDS) $(UNITS)
+
+config:
+	@echo "cuda: $(if $(NVCC),nvcc at $(NVCC),not found; GPU build parts disabled)"
+	@echo "cupti: $(if $(CUPTI_H),header at $(CUPTI_H),not found; kernel tracing disabled)"
+
+$(BUILD)/lib/%.o: lib/%.c $(LIB_HDR)
+	@mkdir -p $(@D)
+	$(CC) $(CA_CFLAGS) -c -o $@ $<
+
+$(LIBCA): $(LIB_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@
+	ar rcs $@ $(LIB_OBJ)
+
+$(BIN)/ca-%: cmd/ca-%.c $(LIBCA) $(LIB_HDR)
+	@mkdir -p $(@D)
+	$(CC) $(CA_CFLAGS) $(LDFLAGS) -o $@ $< $(LIBCA) $(LDLIBS)
+
+$(BIN)/test-%: tests/unit/%.c $(LIBCA) $(LIB_HDR)
+	@mkdir -p $(@D)
+	$(CC) $(CA_CFLAGS) $(LDFLAGS) -o $@ $< $(LIBCA) $(LDLIBS)
+
+check: all
+	@CA_BIN=$(CURDIR)/$(BIN) sh tests/run.sh tests/t[0-9]*.sh
+
+check-gpu: all
+	@CA_BIN=$(CURDIR)/$(BIN) sh tests/run.sh tests/gpu/t[0-9]*.sh
+
+asan:
+	$(MAKE) BUILD=build-asan BIN=bin-asan LIBCA=build-asan/libca.a \
+		CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+		LDFLAGS="-fsanitize=address,undefined" check
+
+lint:
+	@for m in man/*.[157]; do mandoc -Tlint -Wwarning $$m || exit 1; done; echo "man pages: mandoc -Tlint clean"
+
+bench: all
+	sh bench/bench-stream.sh
+
+deps:
+	sh scripts/install-deps
+
+install: all
+	mkdir -p $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(SHAREDIR)
+	cp $(CMDS) $(DESTDIR)$(BINDIR)/
+	for f in scripts/ca-*; do [ -f "$$f" ] && cp "$$f" $(DESTDIR)$(BINDIR)/; done; true
+	cp man/*.1 $(DESTDIR)$(MANDIR)/man1/
+	cp man/*.5 $(DESTDIR)$(MANDIR)/man5/
+	cp man/*.7 $(DESTDIR)$(MANDIR)/man7/
+	cp -R skills lib/py $(DESTDIR)$(SHAREDIR)/
+	if [ -d scripts/slurm ]; then cp -R scripts/slurm $(DESTDIR)$(SHAREDIR)/; fi
+
+clean:
+	rm -rf $(BUILD) build-asan $(BIN) bin-asan $(LIBCA)

@@ -1,0 +1,110 @@
+/* err: see err.h. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+
+static const char *program_name = "ca";
+
+void ca_err_init(const char *argv0)
+{
+	const char *slash = strrchr(argv0, '/');
+	program_name = slash ? slash + 1 : argv0;
+}
+
+const char *ca_err_prog(void) { return program_name; }
+
+static void vwarn(int errnum, const char *fmt, va_list ap)
+{
+	char buf[4096];
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	if (errnum)
+		fprintf(stderr, "%s: %s: %s\n", program_name, buf, strerror(errnum));
+	else
+		fprintf(stderr, "%s: %s\n", program_name, buf);
+}
+
+void ca_err_warn(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vwarn(0, fmt, ap);
+	va_end(ap);
+}
+
+void ca_err_warn_sys(const char *fmt, ...)
+{
+	int saved = errno;
+	va_list ap;
+	va_start(ap, fmt);
+	vwarn(saved, fmt, ap);
+	va_end(ap);
+}
+
+void ca_err_die(int status, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vwarn(0, fmt, ap);
+	va_end(ap);
+	fflush(stdout);
+	exit(status);
+}
+
+void ca_err_die_sys(int status, const char *fmt, ...)
+{
+	int saved = errno;
+	va_list ap;
+	va_start(ap, fmt);
+	vwarn(saved, fmt, ap);
+	va_end(ap);
+	fflush(stdout);
+	exit(status);
+}
+
+void *ca_xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (!p)
+		ca_err_die(CA_EXIT_SYSTEM, "out of memory allocating %zu bytes", n);
+	return p;
+}
+
+void *ca_xcalloc(size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size ? size : 1);
+	if (!p)
+		ca_err_die(CA_EXIT_SYSTEM, "out of memory allocating %zu x %zu bytes", n, size);
+	return p;
+}
+
+void *ca_xrealloc(void *p, size_t n)
+{
+	void *q = realloc(p, n ? n : 1);
+	if (!q)
+		ca_err_die(CA_EXIT_SYSTEM, "out of memory allocating %zu bytes", n);
+	return q;
+}
+
+char *ca_xstrdup(const char *s)
+{
+	size_t n = strlen(s) + 1;
+	return memcpy(ca_xmalloc(n), s, n);
+}
+
+int ca_err_finish(int status)
+{
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		ca_err_warn_sys("write error on stdout");
+		return CA_EXIT_SYSTEM;
+	}
+	return status;
+}
+
+int ca_err_worst(int a, int b)
+{
+	/* Signal-derived statuses (128+n) are the most serious of all. */
+	return a > b ? a : b;
+}

@@ -1,0 +1,47 @@
+/*
+ * err: diagnostics and exit statuses shared by every ca command.
+ *
+ * Messages go to stderr as "ca-NAME: where: reason"; data never goes there.
+ * The exit statuses are defined here once and listed in every man page.
+ */
+#ifndef CA_ERR_H
+#define CA_ERR_H
+
+#include <stdarg.h>
+#include <stdnoreturn.h>
+
+enum {
+	CA_EXIT_OK = 0,        /* everything succeeded */
+	CA_EXIT_NEGATIVE = 1,  /* a negative answer: a candidate failed */
+	CA_EXIT_USAGE = 2,     /* bad command line */
+	CA_EXIT_DATA = 3,      /* bad input data (malformed records) */
+	CA_EXIT_SYSTEM = 4,    /* I/O, system or CUDA failure; worth retrying */
+};
+
+/* Set once from main(): the program name used as message prefix. */
+void ca_err_init(const char *argv0);
+const char *ca_err_prog(void);
+
+/* "ca-foo: message" on stderr. */
+void ca_err_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Same, with ": strerror(errno)" appended. */
+void ca_err_warn_sys(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+noreturn void ca_err_die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+noreturn void ca_err_die_sys(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Allocation that cannot fail: dies with CA_EXIT_SYSTEM on exhaustion. */
+void *ca_xmalloc(size_t n);
+void *ca_xcalloc(size_t n, size_t size);
+void *ca_xrealloc(void *p, size_t n);
+char *ca_xstrdup(const char *s);
+
+/*
+ * Flush stdout and report failure (for example ENOSPC on /dev/full):
+ * returns CA_EXIT_SYSTEM if writing failed, else the status given.
+ */
+int ca_err_finish(int status);
+
+/* Combine statuses: the most serious one wins (4 > 3 > 2 > 1 > 0). */
+int ca_err_worst(int a, int b);
+
+#endif

@@ -1,0 +1,75 @@
+/*
+ * ndjson: the record stream every ca command reads and writes.
+ *
+ * Reading: records come from stdin or from the files named on the command
+ * line ("-" is stdin); gzip-compressed input is read transparently. The
+ * reader tracks file name and line number for messages. Empty lines are
+ * skipped. Lines may be arbitrarily long (limited by memory and by libjq's
+ * int lengths, about 2 GB).
+ *
+ * Writing: one compact JSON object per line on stdout, buffered unless
+ * ca_ndjson_set_unbuffered(1) (the -u option) asks for a flush per record.
+ *
+ * Ownership follows libjq: functions taking a jv consume it unless their
+ * comment says "borrows".
+ */
+#ifndef CA_NDJSON_H
+#define CA_NDJSON_H
+
+#include <stddef.h>
+#include <jv.h>
+
+struct ca_ndjson_reader;
+
+/* Open a reader over files[0..nfiles); nfiles == 0 reads stdin. */
+struct ca_ndjson_reader *ca_ndjson_open(int nfiles, char **files);
+void ca_ndjson_close(struct ca_ndjson_reader *r);
+
+enum {
+	CA_NDJSON_EOF = 0,     /* no more input */
+	CA_NDJSON_RECORD = 1,  /* *out holds a JSON object */
+	CA_NDJSON_BAD = 2,     /* *out holds a string: why the line was rejected */
+};
+/* Read the next non-empty line. */
+int ca_ndjson_next(struct ca_ndjson_reader *r, jv *out);
+/* Where the last line came from ("stdin" or the file name) and its number. */
+const char *ca_ndjson_name(const struct ca_ndjson_reader *r);
+long ca_ndjson_line(const struct ca_ndjson_reader *r);
+/* The raw text of the last line read (without newline), valid until the next call. */
+const char *ca_ndjson_text(const struct ca_ndjson_reader *r, size_t *len);
+/* Worst status met while opening or reading files (CA_EXIT_SYSTEM on I/O errors). */
+int ca_ndjson_status(const struct ca_ndjson_reader *r);
+
+/* Output. */
+void ca_ndjson_set_unbuffered(int on);
+void ca_ndjson_set_progress(int on);  /* progress lines on stderr */
+/* Write one record (consumed) as a line on stdout; -1 if stdout failed. */
+int ca_ndjson_write(jv record);
+/* Write raw bytes of one already-serialised record plus newline. */
+int ca_ndjson_write_raw(const char *text, size_t len);
+
+/*
+ * The record loop every filter command uses: for each record call fn,
+ * which returns the output record (consumed by the loop) and may raise
+ * *status. Malformed lines become {"error": {...}} records plus a
+ * diagnostic, and status CA_EXIT_DATA. Returns the final exit status,
+ * stdout errors included (see ca_err_finish).
+ */
+typedef jv (*ca_record_fn)(jv record, void *ctx, int *status);
+int ca_ndjson_map(int nfiles, char **files, ca_record_fn fn, void *ctx);
+
+/* The error record for a malformed line: {"error": {"file":..., "line": N, "message": ...}}. */
+jv ca_ndjson_error_record(const char *file, long line, const char *message);
+
+/* Report "ca-NAME: FILE:LINE: message" for the record just read. */
+void ca_ndjson_warn(const struct ca_ndjson_reader *r, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Inside a ca_record_fn: report a problem with the current record as FILE:LINE. */
+void ca_ndjson_record_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Count one processed record for the progress line (called by ca_ndjson_map). */
+void ca_ndjson_progress_tick(void);
+void ca_ndjson_progress_done(void);
+
+#endif
