@@ -18,7 +18,7 @@ BUILD ?= build
 BIN ?= bin
 LIBCA ?= lib/libca.a
 
-CA_CFLAGS = -std=c17 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter -Ilib $(CFLAGS)
+CA_CFLAGS = -std=c17 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation -Ilib $(CFLAGS)
 LDLIBS = -ljq -lz -lm -lpthread
 
 LIB_SRC := $(wildcard lib/*.c)
