@@ -1,0 +1,659 @@
+/* proc: see proc.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "proc.h"
+
+extern char **environ;
+
+double ca_proc_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void ca_proc_init(struct ca_proc *p, const char *const *argv)
+{
+	memset(p, 0, sizeof *p);
+	p->argv = argv;
+	p->in = p->out = p->err = -1;
+	p->new_group = 1;
+	p->pidfd = -1;
+}
+
+void ca_buf_free(struct ca_buf *b)
+{
+	free(b->data);
+	b->data = NULL;
+	b->len = b->dropped = 0;
+}
+
+static void buf_append(struct ca_buf *b, const char *data, size_t n, size_t cap)
+{
+	size_t room = b->len < cap ? cap - b->len : 0;
+	size_t keep = n < room ? n : room;
+	b->dropped += n - keep;
+	if (!b->data) {
+		b->data = ca_xmalloc(keep + 1);
+		b->data[0] = '\0';
+	}
+	if (keep == 0)
+		return;
+	b->data = ca_xrealloc(b->data, b->len + keep + 1);
+	memcpy(b->data + b->len, data, keep);
+	b->len += keep;
+	b->data[b->len] = '\0';
+}
+
+/* The value of PATH in env (or our own), for the lookup before fork. */
+static const char *env_path(const char *const *env)
+{
+	if (!env)
+		return getenv("PATH");
+	for (size_t i = 0; env[i]; i++)
+		if (strncmp(env[i], "PATH=", 5) == 0)
+			return env[i] + 5;
+	return NULL;
+}
+
+static int is_executable(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+/* A malloc'd path for argv[0], or NULL with errno ENOENT. */
+static char *find_program(const char *name, const char *const *env)
+{
+	if (strchr(name, '/'))
+		return ca_xstrdup(name);
+	const char *path = env_path(env);
+	if (!path || !*path)
+		path = "/usr/local/bin:/usr/bin:/bin";
+	size_t nlen = strlen(name);
+	for (const char *dir = path;;) {
+		const char *colon = strchr(dir, ':');
+		size_t dlen = colon ? (size_t)(colon - dir) : strlen(dir);
+		char *candidate = ca_xmalloc(dlen + nlen + 3);
+		if (dlen == 0)
+			snprintf(candidate, dlen + nlen + 3, "./%s", name);
+		else
+			snprintf(candidate, dlen + nlen + 3, "%.*s/%s", (int)dlen, dir, name);
+		if (is_executable(candidate))
+			return candidate;
+		free(candidate);
+		if (!colon)
+			break;
+		dir = colon + 1;
+	}
+	errno = ENOENT;
+	return NULL;
+}
+
+static void close_fd(int *fd)
+{
+	if (*fd >= 0) {
+		close(*fd);
+		*fd = -1;
+	}
+}
+
+/* Make fd the child's descriptor target; async-signal-safe. */
+static int child_dup(int fd, int target)
+{
+	if (fd == target)
+		return fcntl(fd, F_SETFD, 0);
+	return dup2(fd, target) < 0 ? -1 : 0;
+}
+
+static void child_close_others(int keep)
+{
+	/* close_range (Linux 5.9) in two spans around the error pipe. */
+	if (keep > 3 && syscall(SYS_close_range, 3U, (unsigned)keep - 1, 0U) != 0)
+		goto slow;
+	if (syscall(SYS_close_range, (unsigned)keep + 1, ~0U, 0U) != 0)
+		goto slow;
+	return;
+slow:;
+	struct rlimit rl;
+	long max = 4096;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 65536)
+		max = (long)rl.rlim_cur;
+	for (long fd = 3; fd < max; fd++)
+		if (fd != keep)
+			close((int)fd);
+}
+
+/* Runs in the child between fork and exec: async-signal-safe calls only. */
+static void child_exec(const struct ca_proc *p, const char *path, char *const *envp,
+		int fd_in, int fd_out, int fd_err, int errpipe, pid_t parent)
+{
+	sigset_t none;
+	struct sigaction dfl;
+	memset(&dfl, 0, sizeof dfl);
+	dfl.sa_handler = SIG_DFL;
+	for (int s = 1; s < NSIG; s++)
+		sigaction(s, &dfl, NULL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	if (p->new_group)
+		setpgid(0, 0);
+	if (p->die_with_parent) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(127);
+	}
+	if ((fd_in >= 0 && child_dup(fd_in, 0) != 0) || (fd_out >= 0 && child_dup(fd_out, 1) != 0))
+		goto fail;
+	if (fd_err == -2) {
+		if (dup2(1, 2) < 0)
+			goto fail;
+	} else if (fd_err >= 0 && child_dup(fd_err, 2) != 0) {
+		goto fail;
+	}
+	if (p->cwd && chdir(p->cwd) != 0)
+		goto fail;
+	if (!p->keep_fds)
+		child_close_others(errpipe);
+	execve(path, (char *const *)p->argv, envp);
+fail:;
+	int e = errno;
+	ssize_t w = write(errpipe, &e, sizeof e);
+	(void)w;
+	_exit(127);
+}
+
+int ca_proc_start(struct ca_proc *p)
+{
+	int pipes[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
+	int devnull = -1, errpipe[2] = {-1, -1}, saved;
+	int child_fd[3] = {-1, -1, -1};
+	enum ca_proc_io modes[3] = {p->in_mode, p->out_mode, p->err_mode};
+	int given[3] = {p->in, p->out, p->err};
+	char *path;
+
+	if (!p->argv || !p->argv[0]) {
+		errno = EINVAL;
+		return -1;
+	}
+	path = find_program(p->argv[0], p->env);
+	if (!path)
+		return -1;
+	p->timed_out = 0;
+	p->signal = 0;
+	p->status = 0;
+	for (int i = 0; i < 3; i++) {
+		switch (modes[i]) {
+		case CA_PROC_INHERIT: break;
+		case CA_PROC_PIPE:
+			if (pipe2(pipes[i], O_CLOEXEC) != 0)
+				goto fail;
+			child_fd[i] = i == 0 ? pipes[i][0] : pipes[i][1];
+			break;
+		case CA_PROC_NULL:
+			if (devnull < 0 && (devnull = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0)
+				goto fail;
+			child_fd[i] = devnull;
+			break;
+		case CA_PROC_FD:
+			if (given[i] < 0) {
+				errno = EBADF;
+				goto fail;
+			}
+			child_fd[i] = given[i];
+			break;
+		case CA_PROC_TO_STDOUT:
+			if (i != 2) {
+				errno = EINVAL;
+				goto fail;
+			}
+			child_fd[i] = -2;
+			break;
+		}
+	}
+	if (pipe2(errpipe, O_CLOEXEC) != 0)
+		goto fail;
+
+	char *const *envp = p->env ? (char *const *)p->env : environ;
+	pid_t parent = getpid();
+	p->start_time = ca_proc_now();
+	pid_t pid = fork();
+	if (pid < 0)
+		goto fail;
+	if (pid == 0)
+		child_exec(p, path, envp, child_fd[0], child_fd[1], child_fd[2], errpipe[1], parent);
+
+	p->pid = pid;
+	if (p->new_group)
+		setpgid(pid, pid);  /* also done by the child: whichever runs first wins the race */
+	close(errpipe[1]);
+	int child_errno = 0;
+	ssize_t n;
+	while ((n = read(errpipe[0], &child_errno, sizeof child_errno)) < 0 && errno == EINTR)
+		;
+	close(errpipe[0]);
+	free(path);
+	path = NULL;
+	if (n == (ssize_t)sizeof child_errno) {
+		/* exec failed: reap the child and report its errno. */
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		p->pid = 0;
+		errno = child_errno;
+		goto fail_pipes;
+	}
+	for (int i = 0; i < 3; i++) {
+		if (modes[i] != CA_PROC_PIPE)
+			continue;
+		close(i == 0 ? pipes[i][0] : pipes[i][1]);
+	}
+	p->in = modes[0] == CA_PROC_PIPE ? pipes[0][1] : modes[0] == CA_PROC_FD ? p->in : -1;
+	p->out = modes[1] == CA_PROC_PIPE ? pipes[1][0] : modes[1] == CA_PROC_FD ? p->out : -1;
+	p->err = modes[2] == CA_PROC_PIPE ? pipes[2][0] : modes[2] == CA_PROC_FD ? p->err : -1;
+	if (devnull >= 0)
+		close(devnull);
+	p->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (p->pidfd >= 0)
+		fcntl(p->pidfd, F_SETFD, FD_CLOEXEC);
+	return 0;
+
+fail:
+	saved = errno;
+	if (errpipe[1] >= 0)
+		close(errpipe[1]);
+	if (errpipe[0] >= 0)
+		close(errpipe[0]);
+	errno = saved;
+fail_pipes:
+	saved = errno;
+	for (int i = 0; i < 3; i++) {
+		close_fd(&pipes[i][0]);
+		close_fd(&pipes[i][1]);
+	}
+	if (devnull >= 0)
+		close(devnull);
+	free(path);
+	errno = saved;
+	return -1;
+}
+
+int ca_proc_wait_exit(struct ca_proc *p, double timeout_s)
+{
+	if (p->pid <= 0)
+		return 1;
+	double deadline = ca_proc_now() + timeout_s;
+	for (;;) {
+		siginfo_t info;
+		memset(&info, 0, sizeof info);
+		if (waitid(P_PID, (id_t)p->pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == p->pid)
+			return 1;
+		double left = deadline - ca_proc_now();
+		if (timeout_s >= 0 && left <= 0)
+			return 0;
+		if (p->pidfd >= 0) {
+			struct pollfd pfd = {.fd = p->pidfd, .events = POLLIN};
+			int ms = timeout_s < 0 ? -1 : (int)(left * 1000) + 1;
+			if (poll(&pfd, 1, ms) < 0 && errno != EINTR)
+				return 0;
+		} else {
+			struct timespec ts = {0, 2000000};
+			nanosleep(&ts, NULL);
+		}
+	}
+}
+
+void ca_proc_kill(struct ca_proc *p, int sig)
+{
+	if (p->pid <= 0)
+		return;
+	if (p->new_group)
+		kill(-p->pid, sig);
+	kill(p->pid, sig);
+}
+
+int ca_proc_finish(struct ca_proc *p)
+{
+	if (p->in_mode == CA_PROC_PIPE)
+		close_fd(&p->in);
+	if (p->out_mode == CA_PROC_PIPE)
+		close_fd(&p->out);
+	if (p->err_mode == CA_PROC_PIPE)
+		close_fd(&p->err);
+	if (p->pid <= 0)
+		return p->status;
+	if (!p->timed_out && p->timeout_s > 0) {
+		double left = p->start_time + p->timeout_s - ca_proc_now();
+		if (!ca_proc_wait_exit(p, left > 0 ? left : 0))
+			p->timed_out = 1;
+	}
+	if (p->timed_out)
+		ca_proc_kill(p, SIGKILL);
+	int st = 0;
+	struct rusage ru;
+	memset(&ru, 0, sizeof ru);
+	while (wait4(p->pid, &st, 0, &ru) < 0) {
+		if (errno != EINTR) {
+			st = 0x7f00;  /* lost: treat as exit 127 */
+			break;
+		}
+	}
+	p->wall_s = ca_proc_now() - p->start_time;
+	p->max_rss_kb = ru.ru_maxrss;
+	/* Group members left behind by a timed-out leader die with it. */
+	if (p->timed_out && p->new_group)
+		kill(-p->pid, SIGKILL);
+	p->pid = 0;
+	close_fd(&p->pidfd);
+	if (WIFSIGNALED(st)) {
+		p->signal = WTERMSIG(st);
+		p->status = p->timed_out && p->signal == SIGKILL ? CA_PROC_TIMEOUT_STATUS : 128 + p->signal;
+	} else {
+		p->timed_out = 0;
+		p->status = WEXITSTATUS(st);
+	}
+	return p->status;
+}
+
+int ca_proc_run(struct ca_proc *p)
+{
+	if (ca_proc_start(p) != 0)
+		return -1;
+	return ca_proc_finish(p);
+}
+
+/*
+ * write() to a pipe whose reader may be gone, without dying of SIGPIPE and
+ * without touching the process-wide disposition: block it in this thread,
+ * and swallow the one our write raised.
+ */
+static ssize_t write_nosigpipe(int fd, const void *data, size_t n)
+{
+	sigset_t pipe_set, old, pending;
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	sigpending(&pending);
+	int was_pending = sigismember(&pending, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+	ssize_t w = write(fd, data, n);
+	int saved = errno;
+	if (w < 0 && errno == EPIPE && !was_pending) {
+		struct timespec zero = {0, 0};
+		while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR)
+			;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	errno = saved;
+	return w;
+}
+
+static void set_nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+/* Read what is available on *fd into b; closes *fd at end of file. */
+static void drain(int *fd, struct ca_buf *b, size_t cap)
+{
+	char chunk[65536];
+	for (;;) {
+		ssize_t n = read(*fd, chunk, sizeof chunk);
+		if (n > 0) {
+			buf_append(b, chunk, (size_t)n, cap);
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return;
+		close_fd(fd);
+		return;
+	}
+}
+
+int ca_proc_capture(struct ca_proc *p, const char *input, size_t input_len,
+		struct ca_buf *out, struct ca_buf *err, size_t cap)
+{
+	p->in_mode = input ? CA_PROC_PIPE : CA_PROC_NULL;
+	if (out)
+		p->out_mode = CA_PROC_PIPE;
+	if (err)
+		p->err_mode = CA_PROC_PIPE;
+	if (out)
+		buf_append(out, "", 0, cap);
+	if (err)
+		buf_append(err, "", 0, cap);
+	if (ca_proc_start(p) != 0)
+		return -1;
+	size_t written = 0;
+	if (p->in >= 0) {
+		set_nonblock(p->in);
+		if (input_len == 0)
+			close_fd(&p->in);
+	}
+	if (out)
+		set_nonblock(p->out);
+	if (err)
+		set_nonblock(p->err);
+	int exited = 0;
+	for (;;) {
+		struct pollfd pfd[4];
+		int n = 0, i_in = -1, i_out = -1, i_err = -1, i_pid = -1;
+		if (p->in >= 0) {
+			i_in = n;
+			pfd[n++] = (struct pollfd){.fd = p->in, .events = POLLOUT};
+		}
+		if (out && p->out >= 0) {
+			i_out = n;
+			pfd[n++] = (struct pollfd){.fd = p->out, .events = POLLIN};
+		}
+		if (err && p->err >= 0) {
+			i_err = n;
+			pfd[n++] = (struct pollfd){.fd = p->err, .events = POLLIN};
+		}
+		if (i_out < 0 && i_err < 0 && i_in < 0)
+			break;
+		if (exited) {
+			/* The child is gone: take what it left in the pipes, ignore descendants. */
+			if (i_out >= 0)
+				drain(&p->out, out, cap);
+			if (i_err >= 0)
+				drain(&p->err, err, cap);
+			break;
+		}
+		if (p->pidfd >= 0) {
+			i_pid = n;
+			pfd[n++] = (struct pollfd){.fd = p->pidfd, .events = POLLIN};
+		}
+		int ms = -1;
+		if (p->timeout_s > 0) {
+			double left = p->start_time + p->timeout_s - ca_proc_now();
+			if (left <= 0) {
+				p->timed_out = 1;
+				break;
+			}
+			ms = (int)(left * 1000) + 1;
+		}
+		if (p->pidfd < 0 && (ms < 0 || ms > 50))
+			ms = 50;  /* no pidfd: look at the child now and then */
+		int r = poll(pfd, (nfds_t)n, ms);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (i_in >= 0 && pfd[i_in].revents) {
+			ssize_t w = write_nosigpipe(p->in, input + written, input_len - written);
+			if (w > 0)
+				written += (size_t)w;
+			if ((w < 0 && errno != EAGAIN && errno != EINTR) || written == input_len)
+				close_fd(&p->in);
+		}
+		if (i_out >= 0 && pfd[i_out].revents)
+			drain(&p->out, out, cap);
+		if (i_err >= 0 && pfd[i_err].revents)
+			drain(&p->err, err, cap);
+		if ((i_pid >= 0 && pfd[i_pid].revents) || (p->pidfd < 0 && ca_proc_wait_exit(p, 0)))
+			exited = 1;
+	}
+	return ca_proc_finish(p);
+}
+
+char *ca_proc_output(const char *const *argv, double timeout_s, size_t cap, int *status)
+{
+	struct ca_proc p;
+	struct ca_buf out = {0};
+	ca_proc_init(&p, argv);
+	p.timeout_s = timeout_s;
+	p.err_mode = CA_PROC_NULL;
+	int st = ca_proc_capture(&p, NULL, 0, &out, NULL, cap);
+	if (status)
+		*status = st;
+	if (st < 0) {
+		ca_buf_free(&out);
+		return NULL;
+	}
+	return out.data;
+}
+
+void ca_coproc_init(struct ca_coproc *c, const char *const *argv)
+{
+	memset(c, 0, sizeof *c);
+	ca_proc_init(&c->proc, argv);
+	c->max_line = (size_t)256 << 20;
+}
+
+int ca_coproc_start_prepared(struct ca_coproc *c)
+{
+	c->proc.in_mode = CA_PROC_PIPE;
+	c->proc.out_mode = CA_PROC_PIPE;
+	c->len = 0;
+	c->eof = 0;
+	return ca_proc_start(&c->proc);
+}
+
+int ca_coproc_start(struct ca_coproc *c, const char *const *argv, const char *const *env, const char *cwd)
+{
+	ca_coproc_init(c, argv);
+	c->proc.env = env;
+	c->proc.cwd = cwd;
+	return ca_coproc_start_prepared(c);
+}
+
+int ca_coproc_write(struct ca_coproc *c, const char *line, size_t len)
+{
+	if (c->proc.in < 0) {
+		errno = EPIPE;
+		return -1;
+	}
+	int newline = len == 0 || line[len - 1] != '\n';
+	while (len > 0 || newline) {
+		const char *data = len > 0 ? line : "\n";
+		size_t n = len > 0 ? len : 1;
+		ssize_t w = write_nosigpipe(c->proc.in, data, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		if (len > 0) {
+			line += w;
+			len -= (size_t)w;
+		} else {
+			newline = 0;
+		}
+	}
+	return 0;
+}
+
+char *ca_coproc_read_line(struct ca_coproc *c, double timeout_s, size_t *len)
+{
+	double deadline = ca_proc_now() + timeout_s;
+	size_t scanned = 0;
+	for (;;) {
+		char *nl = c->len > scanned ? memchr(c->buf + scanned, '\n', c->len - scanned) : NULL;
+		if (nl) {
+			size_t n = (size_t)(nl - c->buf);
+			char *line = ca_xmalloc(n + 1);
+			memcpy(line, c->buf, n);
+			line[n] = '\0';
+			memmove(c->buf, nl + 1, c->len - n - 1);
+			c->len -= n + 1;
+			if (len)
+				*len = n;
+			return line;
+		}
+		scanned = c->len;
+		if (c->len > c->max_line) {
+			errno = EMSGSIZE;
+			return NULL;
+		}
+		if (c->eof || c->proc.out < 0) {
+			errno = EPIPE;
+			return NULL;
+		}
+		int ms = -1;
+		if (timeout_s >= 0) {
+			double left = deadline - ca_proc_now();
+			if (left <= 0) {
+				errno = ETIMEDOUT;
+				return NULL;
+			}
+			ms = (int)(left * 1000) + 1;
+		}
+		struct pollfd pfd = {.fd = c->proc.out, .events = POLLIN};
+		int r = poll(&pfd, 1, ms);
+		if (r < 0 && errno != EINTR)
+			return NULL;
+		if (r <= 0)
+			continue;
+		if (c->cap - c->len < 65536) {
+			c->cap = c->cap ? c->cap * 2 : 131072;
+			c->buf = ca_xrealloc(c->buf, c->cap);
+		}
+		ssize_t n = read(c->proc.out, c->buf + c->len, c->cap - c->len);
+		if (n < 0) {
+			if (errno == EINTR || errno == EAGAIN)
+				continue;
+			return NULL;
+		}
+		if (n == 0)
+			c->eof = 1;
+		c->len += (size_t)n;
+	}
+}
+
+int ca_coproc_alive(struct ca_coproc *c)
+{
+	return c->proc.pid > 0 && !ca_proc_wait_exit(&c->proc, 0);
+}
+
+int ca_coproc_close(struct ca_coproc *c, double grace_s)
+{
+	close_fd(&c->proc.in);
+	if (c->proc.pid > 0 && !ca_proc_wait_exit(&c->proc, grace_s))
+		c->proc.timed_out = 1;
+	c->proc.timeout_s = 0;
+	int status = ca_proc_finish(&c->proc);
+	free(c->buf);
+	c->buf = NULL;
+	c->len = c->cap = 0;
+	return status;
+}

@@ -1,0 +1,237 @@
+/* Unit tests for lib/proc: statuses, timeouts, capture caps, coprocesses. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proc.h"
+
+static int failures;
+
+#define CHECK(cond) do { \
+	if (!(cond)) { \
+		fprintf(stderr, "test-proc: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+		failures++; \
+	} \
+} while (0)
+
+static int run(const char *const *argv, double timeout_s, struct ca_proc *p)
+{
+	ca_proc_init(p, argv);
+	p->timeout_s = timeout_s;
+	return ca_proc_run(p);
+}
+
+static void test_statuses(void)
+{
+	struct ca_proc p;
+	const char *t[] = {"true", NULL}, *f[] = {"false", NULL};
+	const char *killed[] = {"sh", "-c", "kill -9 $$", NULL};
+	const char *code[] = {"sh", "-c", "exit 42", NULL};
+	const char *missing[] = {"ca-no-such-program-here", NULL};
+	const char *notexec[] = {"/etc/passwd", NULL};
+	CHECK(run(t, 0, &p) == 0);
+	CHECK(run(f, 0, &p) == 1);
+	CHECK(run(code, 0, &p) == 42);
+	CHECK(run(killed, 0, &p) == 137 && p.signal == 9 && !p.timed_out);
+	errno = 0;
+	CHECK(run(missing, 0, &p) == -1 && errno == ENOENT);
+	errno = 0;
+	CHECK(run(notexec, 0, &p) == -1 && errno == EACCES);
+}
+
+/* Alive and not a zombie (an orphan may wait a moment for its reaper). */
+static int process_lives(pid_t pid)
+{
+	char path[64], state = 0;
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	FILE *fp = fopen(path, "r");
+	if (!fp)
+		return 0;
+	int ok = fscanf(fp, "%*d (%*[^)]) %c", &state) == 1;
+	fclose(fp);
+	return ok && state != 'Z' && state != 'X';
+}
+
+static void test_timeout(void)
+{
+	struct ca_proc p;
+	/* The shell ignores TERM and leaves a child in its group: both must die. */
+	const char *stubborn[] = {"sh", "-c", "trap '' TERM; sleep 30 & echo $! > pid.txt; sleep 30", NULL};
+	char dir[] = "/tmp/ca-test-proc.XXXXXX";
+	CHECK(mkdtemp(dir) != NULL);
+	ca_proc_init(&p, stubborn);
+	p.cwd = dir;
+	p.timeout_s = 0.5;
+	double t0 = ca_proc_now();
+	int status = ca_proc_run(&p);
+	double took = ca_proc_now() - t0;
+	CHECK(status == 124 && p.timed_out);
+	CHECK(took < 2.0 && p.wall_s >= 0.45);
+	char path[128];
+	snprintf(path, sizeof path, "%s/pid.txt", dir);
+	FILE *fp = fopen(path, "r");
+	long bg = 0;
+	CHECK(fp && fscanf(fp, "%ld", &bg) == 1);
+	if (fp)
+		fclose(fp);
+	usleep(100000);
+	CHECK(bg > 0 && !process_lives((pid_t)bg));
+	unlink(path);
+	rmdir(dir);
+}
+
+static void test_capture(void)
+{
+	struct ca_proc p;
+	struct ca_buf out = {0}, err = {0};
+	const char *echo[] = {"sh", "-c", "echo hello; echo oops >&2; exit 3", NULL};
+	ca_proc_init(&p, echo);
+	CHECK(ca_proc_capture(&p, NULL, 0, &out, &err, 1024) == 3);
+	CHECK(out.data && strcmp(out.data, "hello\n") == 0);
+	CHECK(err.data && strcmp(err.data, "oops\n") == 0);
+	ca_buf_free(&out);
+	ca_buf_free(&err);
+
+	/* 50 MB of output kept to 1000 bytes; the rest counted, not stored. */
+	const char *flood[] = {"head", "-c", "50000000", "/dev/zero", NULL};
+	ca_proc_init(&p, flood);
+	CHECK(ca_proc_capture(&p, NULL, 0, &out, NULL, 1000) == 0);
+	CHECK(out.len == 1000 && out.dropped == 50000000 - 1000);
+	ca_buf_free(&out);
+
+	/* Input larger than a pipe buffer, echoed back. */
+	size_t n = 1 << 20;
+	char *input = malloc(n);
+	for (size_t i = 0; i < n; i++)
+		input[i] = (char)('a' + i % 26);
+	const char *cat[] = {"cat", NULL};
+	ca_proc_init(&p, cat);
+	CHECK(ca_proc_capture(&p, input, n, &out, NULL, 2 * n) == 0);
+	CHECK(out.len == n && memcmp(out.data, input, n) == 0);
+	ca_buf_free(&out);
+	free(input);
+
+	/* A reader that quits early must not kill us with SIGPIPE. */
+	const char *quit[] = {"true", NULL};
+	char big[300000];
+	memset(big, 'x', sizeof big);
+	ca_proc_init(&p, quit);
+	CHECK(ca_proc_capture(&p, big, sizeof big, &out, NULL, 100) == 0);
+	ca_buf_free(&out);
+
+	/* A background descendant holding the pipe open does not hang us. */
+	const char *bg[] = {"sh", "-c", "echo done; sleep 5 &", NULL};
+	ca_proc_init(&p, bg);
+	p.new_group = 0;
+	double t0 = ca_proc_now();
+	CHECK(ca_proc_capture(&p, NULL, 0, &out, NULL, 100) == 0);
+	CHECK(ca_proc_now() - t0 < 2 && out.data && strcmp(out.data, "done\n") == 0);
+	ca_buf_free(&out);
+
+	/* Timeout while capturing. */
+	const char *slow[] = {"sh", "-c", "echo start; sleep 20", NULL};
+	ca_proc_init(&p, slow);
+	p.timeout_s = 0.3;
+	CHECK(ca_proc_capture(&p, NULL, 0, &out, NULL, 100) == 124);
+	CHECK(out.data && strcmp(out.data, "start\n") == 0);
+	ca_buf_free(&out);
+}
+
+static void test_env_cwd(void)
+{
+	const char *env[] = {"FOO=bar", "PATH=/usr/bin:/bin", NULL};
+	const char *argv[] = {"env", NULL};
+	struct ca_proc p;
+	struct ca_buf out = {0};
+	ca_proc_init(&p, argv);
+	p.env = env;
+	CHECK(ca_proc_capture(&p, NULL, 0, &out, NULL, 1000) == 0);
+	CHECK(out.data && strcmp(out.data, "FOO=bar\nPATH=/usr/bin:/bin\n") == 0);
+	ca_buf_free(&out);
+
+	const char *pwd[] = {"pwd", NULL};
+	ca_proc_init(&p, pwd);
+	p.cwd = "/";
+	CHECK(ca_proc_capture(&p, NULL, 0, &out, NULL, 1000) == 0);
+	CHECK(out.data && strcmp(out.data, "/\n") == 0);
+	ca_buf_free(&out);
+
+	int status = -1;
+	const char *echo[] = {"echo", "x", NULL};
+	char *s = ca_proc_output(echo, 5, 100, &status);
+	CHECK(s && strcmp(s, "x\n") == 0 && status == 0);
+	free(s);
+
+	/* Our other descriptors do not leak into children. */
+	int fds[2];
+	CHECK(pipe(fds) == 0);
+	char cmd[64];
+	snprintf(cmd, sizeof cmd, "test -e /proc/self/fd/%d", fds[1]);
+	const char *leak[] = {"sh", "-c", cmd, NULL};
+	ca_proc_init(&p, leak);
+	CHECK(ca_proc_run(&p) == 1);
+	close(fds[0]);
+	close(fds[1]);
+}
+
+static void test_coproc(void)
+{
+	struct ca_coproc c;
+	const char *cat[] = {"cat", NULL};
+	CHECK(ca_coproc_start(&c, cat, NULL, NULL) == 0);
+	CHECK(ca_coproc_write(&c, "one", 3) == 0);
+	CHECK(ca_coproc_write(&c, "two\n", 4) == 0);
+	size_t len = 0;
+	char *l = ca_coproc_read_line(&c, 5, &len);
+	CHECK(l && strcmp(l, "one") == 0 && len == 3);
+	free(l);
+	l = ca_coproc_read_line(&c, 5, NULL);
+	CHECK(l && strcmp(l, "two") == 0);
+	free(l);
+	errno = 0;
+	double t0 = ca_proc_now();
+	CHECK(ca_coproc_read_line(&c, 0.2, NULL) == NULL && errno == ETIMEDOUT);
+	CHECK(ca_proc_now() - t0 < 1);
+	CHECK(ca_coproc_alive(&c));
+	CHECK(ca_coproc_close(&c, 5) == 0);
+
+	/* A worker that dies: reads fail with EPIPE, writes do not kill us. */
+	const char *die[] = {"sh", "-c", "read x; echo got $x; exit 7", NULL};
+	CHECK(ca_coproc_start(&c, die, NULL, NULL) == 0);
+	CHECK(ca_coproc_write(&c, "a", 1) == 0);
+	l = ca_coproc_read_line(&c, 5, NULL);
+	CHECK(l && strcmp(l, "got a") == 0);
+	free(l);
+	errno = 0;
+	CHECK(ca_coproc_read_line(&c, 5, NULL) == NULL && errno == EPIPE);
+	usleep(50000);
+	CHECK(!ca_coproc_alive(&c));
+	int w = ca_coproc_write(&c, "b", 1);
+	CHECK(w == -1 && errno == EPIPE);
+	CHECK(ca_coproc_close(&c, 5) == 7);
+
+	/* A worker that ignores EOF is killed after the grace period. */
+	const char *stuck[] = {"sh", "-c", "trap '' TERM; sleep 30", NULL};
+	CHECK(ca_coproc_start(&c, stuck, NULL, NULL) == 0);
+	t0 = ca_proc_now();
+	CHECK(ca_coproc_close(&c, 0.2) == 124);
+	CHECK(ca_proc_now() - t0 < 2);
+}
+
+int main(void)
+{
+	test_statuses();
+	test_timeout();
+	test_capture();
+	test_env_cwd();
+	test_coproc();
+	if (failures) {
+		fprintf(stderr, "test-proc: %d checks failed\n", failures);
+		return 1;
+	}
+	puts("test-proc: all checks passed");
+	return 0;
+}
