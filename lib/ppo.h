@@ -1,0 +1,116 @@
+/*
+ * ppo: the loss arithmetic of the training steps (owner: RL steps, issue 7):
+ * the clipped PPO surrogate, the critic's value loss, the KL penalties,
+ * the loss aggregation modes, and the gradient of each loss with respect
+ * to the per-token log-probs or values it was computed from. The policy
+ * engine's backward consumes those gradients as per-token weights, so the
+ * commands ca-sft-step, ca-value-step and ca-ppo-step never differentiate
+ * through the loss themselves. GAE and whitening live in rl.h.
+ *
+ * The definitions are verl's (trainer/ppo/core_algos.py: agg_loss,
+ * compute_policy_loss_vanilla, compute_value_loss, kl_penalty), with torch's
+ * autograd rules at the kinks (clamp passes the gradient on its closed
+ * interval; maximum and minimum split it in half on exact ties), so a loss
+ * and its gradient agree with verl's to rounding. Deliberate differences:
+ *   - an empty mask gives a loss of 0 and a gradient of 0 (verl's
+ *     masked_mean gives 0 too, thanks to its 1e-8; its seq-mean-token-mean
+ *     divides 0 by 0 for a sequence without agent tokens, which ca
+ *     leaves out of the sequence count instead);
+ *   - dual clip and value clipping are options (verl always applies them,
+ *     with clip_ratio_c = 3 and cliprange_value = 0.5); "off" is infinity;
+ *   - a mini-batch is aggregated as a whole, as verl does with one
+ *     micro-batch per mini-batch.
+ *
+ * Arrays are double and packed: the tokens of all sequences of a batch
+ * one after the other, sequence s owning [start[s], start[s+1]). Masks
+ * follow rl.h: mask[i] != 0 marks a token the policy generated (the only
+ * tokens any loss sees); a NULL mask means all 1. No function allocates.
+ */
+#ifndef CA_PPO_H
+#define CA_PPO_H
+
+#include <stddef.h>
+
+/* verl's masked_mean adds this to its denominator. */
+#define CA_PPO_MEAN_EPS 1e-8
+/* verl clamps log(ratio) to [-20, 20] before exp. */
+#define CA_PPO_LOG_RATIO_LIMIT 20.0
+
+enum ca_ppo_agg {
+	CA_PPO_TOKEN_MEAN,           /* sum over tokens / (tokens + 1e-8) */
+	CA_PPO_SEQ_MEAN_TOKEN_MEAN,  /* mean over sequences of each one's token mean */
+	CA_PPO_SEQ_MEAN_TOKEN_SUM,   /* mean over sequences of each one's token sum */
+};
+/* "token-mean", "seq-mean-token-mean", "seq-mean-token-sum"; -1 if unknown. */
+int ca_ppo_agg_parse(const char *name);
+const char *ca_ppo_agg_name(int agg);
+
+/*
+ * Every aggregation mode is linear in the per-token losses: agg(l) =
+ * sum_i weights[i] * l[i]. Fill weights[0..start[nseq]) (0 on masked
+ * tokens) and return the number of mask-1 tokens. The same weights are
+ * dagg/dl, which is how every gradient below is formed.
+ */
+size_t ca_ppo_agg_weights(int agg, size_t nseq, const size_t *start, const unsigned char *mask,
+	double *weights);
+/* sum_i weights[i] * x[i]: the aggregate of any per-token quantity (entropy, KL). */
+double ca_ppo_aggregate(size_t n, const double *weights, const double *x);
+
+/* The clipped surrogate's bounds: ratio clipped to [1 - low, 1 + high]. */
+struct ca_ppo_clip {
+	double low;    /* verl clip_ratio_low (0.2 by default) */
+	double high;   /* verl clip_ratio_high (0.28 by default in ca, as the paper) */
+	double dual;   /* verl clip_ratio_c, > 1; INFINITY turns dual clip off */
+};
+
+/* Per-batch statistics of the policy loss; means are verl's masked means. */
+struct ca_ppo_policy_stats {
+	double loss;            /* the aggregated surrogate (pg_loss) */
+	double clipfrac;        /* verl pg_clipfrac: share of tokens where the clipped term won */
+	double clipfrac_upper;  /* ... of those, ratio > 1 + high with advantage > 0 */
+	double clipfrac_lower;  /* ... ratio < 1 - low with advantage < 0 */
+	double dualclip_frac;   /* verl pg_clipfrac_lower: dual clip active (advantage < 0) */
+	double approx_kl;       /* verl ppo_kl: masked mean of old - new log-prob (clamped) */
+	double ratio_min, ratio_max;  /* over mask-1 tokens; 1 and 1 when there are none */
+	size_t tokens;          /* mask-1 tokens */
+};
+
+/*
+ * verl's compute_policy_loss_vanilla over n tokens, aggregated with
+ * weights (from ca_ppo_agg_weights; they also carry the mask). Returns the
+ * loss; grad (may be NULL) gets dloss/dlogp[i]; stats may be NULL.
+ */
+double ca_ppo_policy_loss(size_t n, const double *logp, const double *old_logp,
+	const double *advantages, const unsigned char *mask, const double *weights,
+	const struct ca_ppo_clip *clip, double *grad, struct ca_ppo_policy_stats *stats);
+
+/*
+ * verl's compute_value_loss: 0.5 * agg(max((V - R)^2, (Vclip - R)^2)) with
+ * Vclip = V clipped to [old - clip, old + clip]; clip = INFINITY (or
+ * old_values NULL) is the plain 0.5 * agg((V - R)^2). grad (may be NULL)
+ * gets dloss/dV[i]; *clipfrac (may be NULL) the masked mean of the
+ * clipped term winning.
+ */
+double ca_ppo_value_loss(size_t n, const double *values, const double *returns,
+	const double *old_values, const unsigned char *mask, const double *weights, double clip,
+	double *grad, double *clipfrac);
+
+/*
+ * The negative log-likelihood of SFT / RFT: -agg(logp); grad[i] = -weights[i].
+ */
+double ca_ppo_nll_loss(size_t n, const double *logp, const double *weights, double *grad);
+
+/* verl's kl_penalty types between the policy and a reference policy. */
+enum ca_ppo_kl {
+	CA_PPO_KL_K1,       /* "kl" or "k1": logp - ref */
+	CA_PPO_KL_ABS,      /* "abs": |logp - ref| */
+	CA_PPO_KL_MSE,      /* "mse" or "k2": 0.5 (logp - ref)^2 */
+	CA_PPO_KL_LOW_VAR,  /* "low_var_kl" or "k3": exp(ref - logp) - (ref - logp) - 1, clamped */
+};
+int ca_ppo_kl_parse(const char *name);
+const char *ca_ppo_kl_name(int kind);
+/* Per-token penalty into kl[i]; grad (may be NULL) gets dkl[i]/dlogp[i]. */
+void ca_ppo_kl_penalty(int kind, size_t n, const double *logp, const double *ref_logp,
+	double *kl, double *grad);
+
+#endif
