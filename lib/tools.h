@@ -1,0 +1,60 @@
+/*
+ * tools: the agent's tools, confined to one workspace directory (owner: D).
+ *
+ * ca-agent answers a policy's tool calls through this module: bash (a
+ * shell session whose working directory and exported variables persist
+ * from one command to the next; each command runs in ca-sandbox with a
+ * time limit and its output truncated), bash_output and kill_bash for
+ * background commands, read, write (refuses to overwrite a file it has
+ * not read first), edit (one unique string replacement), multiedit
+ * (several edits, all or nothing), glob and grep.
+ *
+ * Every path a file tool touches is resolved with symlinks followed and
+ * must stay inside the workspace; the files named protected (the task's
+ * model.py, the skill) may be read but never written through the tools.
+ * Observations are plain text: what the agent sees. A failed call returns
+ * an observation starting with "error: " and sets *is_error.
+ */
+#ifndef CA_TOOLS_H
+#define CA_TOOLS_H
+
+#include <stddef.h>
+#include <jv.h>
+
+struct ca_tools_config {
+	const char *workspace;          /* directory the agent works in (must exist) */
+	const char *state_dir;          /* private directory outside it for job logs */
+	const char *const *protected;   /* workspace-relative paths, NULL-terminated */
+	/*
+	 * The confinement prefix for shell commands, NULL-terminated, without
+	 * --dir/--time/--: for example {"ca-sandbox", "--mem", "8192", NULL}.
+	 * NULL runs commands unconfined (tests and debugging only).
+	 */
+	const char *const *sandbox;
+	double command_time_s;          /* default and maximum seconds per bash command */
+	double job_time_s;              /* limit for background commands */
+	size_t max_output;              /* bytes of output shown per observation */
+};
+
+struct ca_tools;
+
+struct ca_tools *ca_tools_new(const struct ca_tools_config *config);
+/* Kills background commands still running. */
+void ca_tools_free(struct ca_tools *tools);
+
+/*
+ * Run tool name with its arguments (an object; borrowed). Returns the
+ * observation (malloc'd); *is_error is 1 when the call failed.
+ */
+char *ca_tools_call(struct ca_tools *tools, const char *name, jv arguments, int *is_error);
+
+/* 1 when name is one of the tools. */
+int ca_tools_known(const char *name);
+
+/* The tools' schema in OpenAI function-calling form: an array of {"type": "function", ...}. */
+jv ca_tools_schema(void);
+
+/* Shorten text to at most max bytes, keeping the head and saying how much went (malloc'd). */
+char *ca_tools_truncate(const char *text, size_t len, size_t max);
+
+#endif
