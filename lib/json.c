@@ -1,5 +1,7 @@
 /* json: see json.h. */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "err.h"
@@ -75,4 +77,424 @@ char *ca_json_strdup(jv obj, const char *key)
 jv ca_json_num_or_null(double x)
 {
 	return isfinite(x) ? jv_number(x) : jv_null();
+}
+
+/* ---- the fast path over raw text ---- */
+
+enum { SCAN_MAX_DEPTH = 200 };
+
+struct scanner {
+	const char *p, *end;
+	int depth;
+};
+
+static void scan_space(struct scanner *s)
+{
+	while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
+		s->p++;
+}
+
+static int is_hex(char c)
+{
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* A string at s->p; sets *escaped when it holds a backslash. */
+static int scan_string(struct scanner *s, int *escaped)
+{
+	*escaped = 0;
+	if (s->p >= s->end || *s->p != '"')
+		return -1;
+	s->p++;
+	while (s->p < s->end) {
+		unsigned char c = (unsigned char)*s->p;
+		if (c == '"') {
+			s->p++;
+			return 0;
+		}
+		if (c < 0x20 || c > 0x7f)
+			return -1;
+		if (c == '\\') {
+			*escaped = 1;
+			if (s->end - s->p < 2)
+				return -1;
+			char e = s->p[1];
+			if (e == 'u') {
+				if (s->end - s->p < 6 || !is_hex(s->p[2]) || !is_hex(s->p[3]) || !is_hex(s->p[4]) || !is_hex(s->p[5]))
+					return -1;
+				/* Surrogates need pairing rules the scanner leaves to jv. */
+				if ((s->p[2] == 'd' || s->p[2] == 'D') && strchr("89abcdefABCDEF", s->p[3]))
+					return -1;
+				s->p += 6;
+			} else if (strchr("\"\\/bfnrt", e) && e) {
+				s->p += 2;
+			} else {
+				return -1;
+			}
+			continue;
+		}
+		s->p++;
+	}
+	return -1;
+}
+
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+static int scan_number(struct scanner *s)
+{
+	const char *p = s->p, *e = s->end;
+	if (p < e && *p == '-')
+		p++;
+	if (p >= e || !is_digit(*p))
+		return -1;
+	if (*p == '0')
+		p++;
+	else
+		while (p < e && is_digit(*p))
+			p++;
+	if (p < e && *p == '.') {
+		p++;
+		if (p >= e || !is_digit(*p))
+			return -1;
+		while (p < e && is_digit(*p))
+			p++;
+	}
+	if (p < e && (*p == 'e' || *p == 'E')) {
+		p++;
+		if (p < e && (*p == '+' || *p == '-'))
+			p++;
+		if (p >= e || !is_digit(*p))
+			return -1;
+		while (p < e && is_digit(*p))
+			p++;
+	}
+	s->p = p;
+	return 0;
+}
+
+static int scan_literal(struct scanner *s, const char *word)
+{
+	size_t n = strlen(word);
+	if ((size_t)(s->end - s->p) < n || memcmp(s->p, word, n) != 0)
+		return -1;
+	s->p += n;
+	return 0;
+}
+
+static int scan_value(struct scanner *s);
+
+static int scan_container(struct scanner *s, char open)
+{
+	char close = open == '{' ? '}' : ']';
+	int escaped;
+	if (++s->depth > SCAN_MAX_DEPTH)
+		return -1;
+	s->p++;
+	scan_space(s);
+	if (s->p < s->end && *s->p == close) {
+		s->p++;
+		s->depth--;
+		return 0;
+	}
+	for (;;) {
+		if (open == '{') {
+			if (scan_string(s, &escaped) != 0)
+				return -1;
+			scan_space(s);
+			if (s->p >= s->end || *s->p != ':')
+				return -1;
+			s->p++;
+			scan_space(s);
+		}
+		if (scan_value(s) != 0)
+			return -1;
+		scan_space(s);
+		if (s->p >= s->end)
+			return -1;
+		if (*s->p == ',') {
+			s->p++;
+			scan_space(s);
+			continue;
+		}
+		if (*s->p != close)
+			return -1;
+		s->p++;
+		s->depth--;
+		return 0;
+	}
+}
+
+static int scan_value(struct scanner *s)
+{
+	int escaped;
+	if (s->p >= s->end)
+		return -1;
+	switch (*s->p) {
+	case '{': case '[': return scan_container(s, *s->p);
+	case '"': return scan_string(s, &escaped);
+	case 't': return scan_literal(s, "true");
+	case 'f': return scan_literal(s, "false");
+	case 'n': return scan_literal(s, "null");
+	default: return scan_number(s);
+	}
+}
+
+int ca_json_scan_object(const char *text, size_t len, const char *const *keys, size_t nkeys,
+	struct ca_json_span *spans, size_t *close)
+{
+	struct scanner s = {text, text + len, 1};
+	int escaped;
+	for (size_t i = 0; i < nkeys; i++)
+		spans[i] = (struct ca_json_span){NULL, 0};
+	scan_space(&s);
+	if (s.p >= s.end || *s.p != '{')
+		return -1;
+	s.p++;
+	scan_space(&s);
+	if (s.p < s.end && *s.p == '}')
+		goto closed;
+	for (;;) {
+		const char *key = s.p + 1;
+		if (scan_string(&s, &escaped) != 0 || escaped)
+			return -1;
+		size_t keylen = (size_t)(s.p - 1 - key);
+		scan_space(&s);
+		if (s.p >= s.end || *s.p != ':')
+			return -1;
+		s.p++;
+		scan_space(&s);
+		const char *value = s.p;
+		if (scan_value(&s) != 0)
+			return -1;
+		for (size_t i = 0; i < nkeys; i++) {
+			if (strlen(keys[i]) == keylen && memcmp(keys[i], key, keylen) == 0) {
+				if (spans[i].start)
+					return -1;
+				spans[i] = (struct ca_json_span){value, (size_t)(s.p - value)};
+			}
+		}
+		scan_space(&s);
+		if (s.p >= s.end)
+			return -1;
+		if (*s.p == ',') {
+			s.p++;
+			scan_space(&s);
+			continue;
+		}
+		if (*s.p != '}')
+			return -1;
+		break;
+	}
+closed:
+	*close = (size_t)(s.p - text);
+	s.p++;
+	scan_space(&s);
+	return s.p == s.end ? 0 : -1;
+}
+
+/* Exact powers of ten: every 10^k for k <= 22 is a double. */
+static const double exact_pow10[] = {
+	1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+	1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+};
+
+double ca_json_strtod(const char *text, char **end)
+{
+	/*
+	 * Clinger's fast path: with at most 15 significant digits and a
+	 * decimal exponent of at most 22, digits and 10^k are exact doubles
+	 * and one IEEE multiplication or division rounds correctly.
+	 */
+	const char *p = text;
+	int negative = 0, digits = 0, scale = 0;
+	unsigned long long mantissa = 0;
+	if (*p == '-') {
+		negative = 1;
+		p++;
+	}
+	if (!is_digit(*p))
+		return strtod(text, end);
+	while (is_digit(*p)) {
+		if (mantissa || *p != '0')
+			digits++;
+		mantissa = mantissa * 10 + (unsigned)(*p - '0');
+		p++;
+		if (digits > 15)
+			return strtod(text, end);
+	}
+	if (*p == '.') {
+		p++;
+		if (!is_digit(*p))
+			return strtod(text, end);
+		while (is_digit(*p)) {
+			if (mantissa || *p != '0')
+				digits++;
+			mantissa = mantissa * 10 + (unsigned)(*p - '0');
+			scale--;
+			p++;
+			if (digits > 15)
+				return strtod(text, end);
+		}
+	}
+	if (*p == 'e' || *p == 'E')
+		return strtod(text, end);
+	if (scale < -22)
+		return strtod(text, end);
+	double x = (double)mantissa;
+	if (scale < 0)
+		x /= exact_pow10[-scale];
+	*end = (char *)p;
+	return negative ? -x : x;
+}
+
+long ca_json_number_array(struct ca_json_span span, double **items, size_t *cap)
+{
+	const char *p = span.start, *end = span.start + span.len;
+	long n = 0;
+	if (!p || p >= end || *p != '[')
+		return -1;
+	p++;
+	while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+		p++;
+	if (p < end && *p == ']')
+		return 0;
+	for (;;) {
+		/* The span was validated by the scanner and is followed by more text, so strtod stops inside it. */
+		char *stop;
+		if (p >= end || !(is_digit(*p) || *p == '-'))
+			return -1;
+		double x = ca_json_strtod(p, &stop);
+		if (stop == p || stop > end || !isfinite(x))
+			return -1;
+		if ((size_t)n == *cap) {
+			*cap = *cap ? *cap * 2 : 1024;
+			*items = ca_xrealloc(*items, *cap * sizeof **items);
+		}
+		(*items)[n++] = x;
+		p = stop;
+		while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+			p++;
+		if (p < end && *p == ',') {
+			p++;
+			while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+				p++;
+			continue;
+		}
+		if (p < end && *p == ']' && p + 1 == end)
+			return n;
+		return -1;
+	}
+}
+
+/* Exact long double powers of ten: 5^27 < 2^64, so 10^k is exact up to k = 27. */
+static const long double exact_pow10l[] = {
+	1e0L, 1e1L, 1e2L, 1e3L, 1e4L, 1e5L, 1e6L, 1e7L, 1e8L, 1e9L, 1e10L, 1e11L, 1e12L, 1e13L,
+	1e14L, 1e15L, 1e16L, 1e17L, 1e18L, 1e19L, 1e20L, 1e21L, 1e22L, 1e23L, 1e24L, 1e25L, 1e26L, 1e27L,
+};
+
+/* |x| * 10^k in long double (one rounding, 2^-64 relative), |k| <= 27. */
+static long double scale10(double x, int k)
+{
+	return k >= 0 ? (long double)fabs(x) * exact_pow10l[k] : (long double)fabs(x) / exact_pow10l[-k];
+}
+
+/* Lay out the decimal digits * 10^(e10 - ndigits + 1) as %g would. */
+static size_t layout(char *buf, int negative, unsigned long long digits, int ndigits, int e10)
+{
+	char d[24];
+	size_t len = 0;
+	while (ndigits > 1 && digits % 10 == 0) {
+		digits /= 10;
+		ndigits--;
+	}
+	for (int i = ndigits - 1; i >= 0; i--) {
+		d[i] = (char)('0' + digits % 10);
+		digits /= 10;
+	}
+	if (negative)
+		buf[len++] = '-';
+	if (e10 >= 0 && e10 < 17) {
+		for (int i = 0; i <= e10; i++)
+			buf[len++] = i < ndigits ? d[i] : '0';
+		if (ndigits > e10 + 1) {
+			buf[len++] = '.';
+			for (int i = e10 + 1; i < ndigits; i++)
+				buf[len++] = d[i];
+		}
+	} else if (e10 < 0 && e10 >= -5) {
+		buf[len++] = '0';
+		buf[len++] = '.';
+		for (int i = 0; i < -e10 - 1; i++)
+			buf[len++] = '0';
+		for (int i = 0; i < ndigits; i++)
+			buf[len++] = d[i];
+	} else {
+		buf[len++] = d[0];
+		if (ndigits > 1) {
+			buf[len++] = '.';
+			for (int i = 1; i < ndigits; i++)
+				buf[len++] = d[i];
+		}
+		len += (size_t)snprintf(buf + len, 8, "e%+03d", e10);
+	}
+	return len;
+}
+
+size_t ca_json_format_double(double x, char *buf)
+{
+	if (!isfinite(x)) {
+		memcpy(buf, "null", 4);
+		return 4;
+	}
+	if (x == 0) {
+		buf[0] = '0';
+		return 1;
+	}
+	if (fabs(x) < 1e15 && x == (double)(long long)x) {
+		char tmp[24];
+		long long v = (long long)x;
+		unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+		size_t n = 0, len = 0;
+		while (u) {
+			tmp[n++] = (char)('0' + u % 10);
+			u /= 10;
+		}
+		if (v < 0)
+			buf[len++] = '-';
+		while (n)
+			buf[len++] = tmp[--n];
+		return len;
+	}
+	/*
+	 * 17 significant digits always identify a double. We get them from
+	 * |x| * 10^(16 - e10) in 80-bit long double: the scaling is exact or
+	 * off by 2^-64 relative, so the rounded 17-digit integer is within
+	 * 0.5 + 0.01 units of the exact decimal, and a unit is at most 1e-16
+	 * of |x|: still inside half an ulp (>= 1.1e-16 / 2 of |x|), so the
+	 * text reads back as x. Outside the exact range of powers, snprintf.
+	 * First, 15 digits are tried and checked exactly (Clinger's fast
+	 * path), which gives the short form of values like 0.86.
+	 */
+	int e10 = (int)floor(log10(fabs(x)));
+	if (e10 < -11 || e10 > 11)
+		return (size_t)snprintf(buf, 32, "%.17g", x);
+	long double scaled = scale10(x, 16 - e10);
+	if (scaled >= 1e17L) {
+		e10++;
+		scaled = scale10(x, 16 - e10);
+	} else if (scaled < 1e16L) {
+		e10--;
+		scaled = scale10(x, 16 - e10);
+	}
+	unsigned long long d15 = (unsigned long long)llrintl(scaled / 100);
+	int m = e10 - 14;
+	if (d15 < 1000000000000000ULL && m >= -22 && m <= 22) {
+		double y = m < 0 ? (double)d15 / exact_pow10[-m] : (double)d15 * exact_pow10[m];
+		if (y == fabs(x))
+			return layout(buf, x < 0, d15, 15, e10);
+	}
+	unsigned long long d17 = (unsigned long long)llrintl(scaled);
+	if (d17 >= 100000000000000000ULL)
+		return (size_t)snprintf(buf, 32, "%.17g", x);
+	return layout(buf, x < 0, d17, 17, e10);
 }

@@ -24,4 +24,40 @@ char *ca_json_strdup(jv obj, const char *key);
 /* jv number, or null when x is not finite (JSON has no NaN/Inf). */
 jv ca_json_num_or_null(double x);
 
+/*
+ * The fast path over raw record text, for commands that touch a few
+ * numeric fields of large records (ca-gae): validate the line without
+ * building jv values, find the spans of some top-level fields, and pass
+ * the rest of the text through. libjq stays the reference: whenever the
+ * scanner is unsure it says so, and the caller parses with jv instead.
+ */
+struct ca_json_span {
+	const char *start;  /* first byte of the value, NULL when the key is absent */
+	size_t len;
+};
+/*
+ * Check that text[0..len) is one JSON object (RFC 8259 grammar, optional
+ * surrounding white space) and fill spans[i] with the value of top-level
+ * key keys[i]. Returns 0 and sets *close to the offset of the object's
+ * closing brace; returns -1 ("use jv") when the text is not valid JSON or
+ * holds anything the scanner does not decide itself: a byte above 0x7f,
+ * an escape in a top-level key, a wanted key twice, nesting deeper than
+ * 200 levels.
+ */
+int ca_json_scan_object(const char *text, size_t len, const char *const *keys, size_t nkeys,
+	struct ca_json_span *spans, size_t *close);
+/*
+ * Parse a span holding an array of numbers into *items (grown with
+ * ca_xrealloc; *cap is its capacity). Returns the count, or -1 when the
+ * span is not an array of finite numbers. Correctly rounded, as strtod.
+ */
+long ca_json_number_array(struct ca_json_span span, double **items, size_t *cap);
+/* A JSON number from text: strtod's result, faster for short decimals. */
+double ca_json_strtod(const char *text, char **end);
+/*
+ * Write x as JSON text that reads back as exactly x (buf holds at least
+ * 32 bytes; no NUL is written); returns the length. Not finite: "null".
+ */
+size_t ca_json_format_double(double x, char *buf);
+
 #endif

@@ -14,6 +14,9 @@
 
 enum { CHUNK = 1 << 20 };
 
+/* The reader whose position ca_ndjson_record_warn reports: the last opened. */
+static struct ca_ndjson_reader *current_reader;
+
 struct ca_ndjson_reader {
 	char **files;
 	int nfiles, index;
@@ -41,6 +44,7 @@ struct ca_ndjson_reader *ca_ndjson_open(int nfiles, char **files)
 	r->index = -1;
 	r->cap = CHUNK;
 	r->buf = ca_xmalloc(r->cap + 1);
+	current_reader = r;
 	return r;
 }
 
@@ -48,6 +52,8 @@ void ca_ndjson_close(struct ca_ndjson_reader *r)
 {
 	if (!r)
 		return;
+	if (current_reader == r)
+		current_reader = NULL;
 	if (r->gz)
 		gzclose(r->gz);
 	free(r->buf);
@@ -160,7 +166,7 @@ static int blank(const char *s, size_t n)
 	return 1;
 }
 
-int ca_ndjson_next(struct ca_ndjson_reader *r, jv *out)
+int ca_ndjson_next_text(struct ca_ndjson_reader *r, const char **text, size_t *len)
 {
 	for (;;) {
 		if (!r->gz && !open_next(r))
@@ -172,31 +178,47 @@ int ca_ndjson_next(struct ca_ndjson_reader *r, jv *out)
 		}
 		if (blank(r->linep, r->linelen))
 			continue;
-		if (r->linelen > 0x7fffffff) {
-			*out = jv_string("line too long for the JSON parser (over 2 GB)");
-			return CA_NDJSON_BAD;
-		}
-		jv v = jv_parse_sized(r->linep, (int)r->linelen);
-		if (!jv_is_valid(v)) {
-			jv msg = jv_invalid_get_msg(v);
-			if (jv_get_kind(msg) == JV_KIND_STRING) {
-				*out = jv_string_fmt("malformed JSON: %s", jv_string_value(msg));
-				jv_free(msg);
-			} else {
-				jv_free(msg);
-				*out = jv_string("malformed JSON");
-			}
-			return CA_NDJSON_BAD;
-		}
-		if (jv_get_kind(v) != JV_KIND_OBJECT) {
-			const char *kind = jv_kind_name(jv_get_kind(v));
-			jv_free(v);
-			*out = jv_string_fmt("record is a JSON %s, not an object", kind);
-			return CA_NDJSON_BAD;
-		}
-		*out = v;
+		*text = r->linep;
+		*len = r->linelen;
 		return CA_NDJSON_RECORD;
 	}
+}
+
+int ca_ndjson_parse(const char *text, size_t len, jv *out)
+{
+	if (len > 0x7fffffff) {
+		*out = jv_string("line too long for the JSON parser (over 2 GB)");
+		return CA_NDJSON_BAD;
+	}
+	jv v = jv_parse_sized(text, (int)len);
+	if (!jv_is_valid(v)) {
+		jv msg = jv_invalid_get_msg(v);
+		if (jv_get_kind(msg) == JV_KIND_STRING) {
+			*out = jv_string_fmt("malformed JSON: %s", jv_string_value(msg));
+			jv_free(msg);
+		} else {
+			jv_free(msg);
+			*out = jv_string("malformed JSON");
+		}
+		return CA_NDJSON_BAD;
+	}
+	if (jv_get_kind(v) != JV_KIND_OBJECT) {
+		const char *kind = jv_kind_name(jv_get_kind(v));
+		jv_free(v);
+		*out = jv_string_fmt("record is a JSON %s, not an object", kind);
+		return CA_NDJSON_BAD;
+	}
+	*out = v;
+	return CA_NDJSON_RECORD;
+}
+
+int ca_ndjson_next(struct ca_ndjson_reader *r, jv *out)
+{
+	const char *text;
+	size_t len;
+	if (ca_ndjson_next_text(r, &text, &len) == CA_NDJSON_EOF)
+		return CA_NDJSON_EOF;
+	return ca_ndjson_parse(text, len, out);
 }
 
 const char *ca_ndjson_name(const struct ca_ndjson_reader *r) { return r->name ? r->name : "stdin"; }
@@ -278,8 +300,6 @@ void ca_ndjson_progress_done(void)
 		fprintf(stderr, "%s: %ld records, done\n", ca_err_prog(), progress_count);
 }
 
-static struct ca_ndjson_reader *current_reader;
-
 void ca_ndjson_record_warn(const char *fmt, ...)
 {
 	char buf[4096];
@@ -293,10 +313,18 @@ void ca_ndjson_record_warn(const char *fmt, ...)
 		ca_err_warn("%s", buf);
 }
 
+jv ca_ndjson_record_error(jv record, const char *message)
+{
+	const char *name = current_reader ? ca_ndjson_name(current_reader) : "stdin";
+	long line = current_reader ? ca_ndjson_line(current_reader) : 0;
+	ca_ndjson_record_warn("%s", message);
+	jv e = jv_object_get(ca_ndjson_error_record(name, line, message), jv_string("error"));
+	return jv_object_set(record, jv_string("error"), e);
+}
+
 int ca_ndjson_map(int nfiles, char **files, ca_record_fn fn, void *ctx)
 {
 	struct ca_ndjson_reader *r = ca_ndjson_open(nfiles, files);
-	current_reader = r;
 	int status = CA_EXIT_OK;
 	jv v;
 	int kind;
@@ -321,7 +349,6 @@ int ca_ndjson_map(int nfiles, char **files, ca_record_fn fn, void *ctx)
 	}
 	ca_ndjson_progress_done();
 	status = ca_err_worst(status, ca_ndjson_status(r));
-	current_reader = NULL;
 	ca_ndjson_close(r);
 	return ca_err_finish(status);
 }

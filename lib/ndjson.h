@@ -32,6 +32,15 @@ enum {
 };
 /* Read the next non-empty line. */
 int ca_ndjson_next(struct ca_ndjson_reader *r, jv *out);
+/*
+ * The same in two steps, for commands with a fast path over the raw text:
+ * the next non-empty line (CA_NDJSON_RECORD or CA_NDJSON_EOF; *text is
+ * NUL-terminated and valid until the next call), then the parse of any
+ * text as a record (CA_NDJSON_RECORD with the object, or CA_NDJSON_BAD
+ * with the reason as a string).
+ */
+int ca_ndjson_next_text(struct ca_ndjson_reader *r, const char **text, size_t *len);
+int ca_ndjson_parse(const char *text, size_t len, jv *out);
 /* Where the last line came from ("stdin" or the file name) and its number. */
 const char *ca_ndjson_name(const struct ca_ndjson_reader *r);
 long ca_ndjson_line(const struct ca_ndjson_reader *r);
@@ -67,6 +76,12 @@ void ca_ndjson_warn(const struct ca_ndjson_reader *r, const char *fmt, ...)
 
 /* Inside a ca_record_fn: report a problem with the current record as FILE:LINE. */
 void ca_ndjson_record_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/*
+ * For a record a command cannot process (bad field values): report it as
+ * above and return the record (consumed) with "error": {"file", "line",
+ * "message"} added, the same shape as a malformed line's error record.
+ */
+jv ca_ndjson_record_error(jv record, const char *message);
 
 /* Count one processed record for the progress line (called by ca_ndjson_map). */
 void ca_ndjson_progress_tick(void);
