@@ -1,0 +1,270 @@
+/*
+ * ca-logprob: add per-token log-probs (policy checkpoint) or values (critic
+ * checkpoint) to token records.
+ *
+ * Records are packed into batches of about --batch-tokens tokens and run
+ * through one forward pass each; attention never crosses records. This is
+ * how PPO's old log-probs and the critic's values are produced.
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "json.h"
+#include "model.h"
+#include "ndjson.h"
+#include "opt.h"
+
+static const char usage_text[] =
+	"usage: ca-logprob [-hu] [--batch-tokens N] [--entropy] [--progress] -m DIR [file ...]\n";
+
+struct pending {
+	jv record;          /* the input record (owned) */
+	int *tokens;
+	int n;
+	char *where;        /* "FILE:LINE" for messages */
+	char *error;        /* set when the record cannot be scored */
+};
+
+struct state {
+	struct ca_model *model;
+	int entropy;
+	long batch_tokens;
+	struct pending *items;
+	int nitems, cap;
+	long ntokens;
+	int status;
+};
+
+/* Parse the record's "tokens" array; returns NULL with *why set on failure. */
+static int *parse_tokens(jv record, int *n, const char **why)
+{
+	jv toks = ca_json_get(record, "tokens");
+	if (jv_get_kind(toks) != JV_KIND_ARRAY) {
+		jv_free(toks);
+		*why = "record has no tokens array";
+		return NULL;
+	}
+	int len = jv_array_length(jv_copy(toks));
+	if (len == 0) {
+		jv_free(toks);
+		*why = "tokens array is empty";
+		return NULL;
+	}
+	int *out = ca_xmalloc(sizeof(int) * (size_t)len);
+	for (int i = 0; i < len; i++) {
+		jv t = jv_array_get(jv_copy(toks), i);
+		double x = jv_get_kind(t) == JV_KIND_NUMBER ? jv_number_value(t) : -1;
+		jv_free(t);
+		if (!(x >= 0 && x < 2147483647.0) || x != floor(x)) {
+			jv_free(toks);
+			free(out);
+			*why = "tokens must be non-negative integers";
+			return NULL;
+		}
+		out[i] = (int)x;
+	}
+	jv_free(toks);
+	*n = len;
+	return out;
+}
+
+static jv float_array(const float *x, int n, int first_null)
+{
+	jv a = jv_array();
+	for (int i = 0; i < n; i++)
+		a = jv_array_append(a, i == 0 && first_null ? jv_null() : ca_json_num_or_null(x[i]));
+	return a;
+}
+
+static jv failed(struct pending *p, const char *why, int *status)
+{
+	ca_err_warn("%s: %s", p->where, why);
+	*status = ca_err_worst(*status, CA_EXIT_DATA);
+	jv r = jv_object_set(p->record, jv_string("logprob_error"), jv_string(why));
+	p->record = jv_invalid();
+	return r;
+}
+
+/* Score every pending record (those without errors) in one forward pass, then write them all. */
+static int flush(struct state *s)
+{
+	const struct ca_model_config *c = &s->model->cfg;
+	int T = 0, nseq = 0;
+	for (int i = 0; i < s->nitems; i++) {
+		struct pending *p = &s->items[i];
+		if (p->error)
+			continue;
+		for (int j = 0; j < p->n; j++)
+			if (p->tokens[j] >= c->vocab_size) {
+				p->error = ca_xstrdup("token outside the model's vocabulary");
+				break;
+			}
+		if (!p->error && p->n > c->max_positions)
+			p->error = ca_xstrdup("sequence longer than max_position_embeddings");
+		if (!p->error) {
+			T += p->n;
+			nseq++;
+		}
+	}
+	float *logprobs = NULL, *entropy = NULL, *values = NULL;
+	char why[CA_MODEL_WHY] = "";
+	int ok = 1;
+	if (T > 0) {
+		int *tokens = ca_xmalloc(sizeof(int) * (size_t)T), *targets = ca_xmalloc(sizeof(int) * (size_t)T);
+		int *lens = ca_xmalloc(sizeof(int) * (size_t)nseq);
+		int t = 0, k = 0;
+		for (int i = 0; i < s->nitems; i++) {
+			struct pending *p = &s->items[i];
+			if (p->error)
+				continue;
+			lens[k++] = p->n;
+			for (int j = 0; j < p->n; j++, t++) {
+				tokens[t] = p->tokens[j];
+				targets[t] = j + 1 < p->n ? p->tokens[j + 1] : -1;
+			}
+		}
+		struct ca_batch b = {.T = T, .tokens = tokens, .nseq = nseq, .seq_len = lens};
+		if (c->critic) {
+			values = ca_xmalloc(sizeof(float) * (size_t)T);
+		} else {
+			logprobs = ca_xmalloc(sizeof(float) * (size_t)T);
+			if (s->entropy)
+				entropy = ca_xmalloc(sizeof(float) * (size_t)T);
+		}
+		ok = ca_model_forward(s->model, &b, targets, logprobs, entropy, values, 0, why) == 0;
+		free(tokens);
+		free(targets);
+		free(lens);
+	}
+	int rc = 0;
+	for (int i = 0, t = 0; i < s->nitems; i++) {
+		struct pending *p = &s->items[i];
+		jv out;
+		if (p->error) {
+			out = failed(p, p->error, &s->status);
+		} else if (!ok) {
+			out = failed(p, why, &s->status);
+		} else if (c->critic) {
+			out = jv_object_set(p->record, jv_string("values"), float_array(values + t, p->n, 0));
+			p->record = jv_invalid();
+			t += p->n;
+		} else {
+			/* logprobs[j] scores tokens[j]: it was computed at position j - 1. */
+			float *shifted = ca_xmalloc(sizeof(float) * (size_t)p->n);
+			shifted[0] = 0;
+			for (int j = 1; j < p->n; j++)
+				shifted[j] = logprobs[t + j - 1];
+			out = jv_object_set(p->record, jv_string("logprobs"), float_array(shifted, p->n, 1));
+			if (entropy) {
+				for (int j = 1; j < p->n; j++)
+					shifted[j] = entropy[t + j - 1];
+				out = jv_object_set(out, jv_string("entropy"), float_array(shifted, p->n, 1));
+			}
+			free(shifted);
+			p->record = jv_invalid();
+			t += p->n;
+		}
+		if (rc == 0 && ca_ndjson_write(out) != 0)
+			rc = -1;
+		else if (rc != 0)
+			jv_free(out);
+		ca_ndjson_progress_tick();
+		free(p->tokens);
+		free(p->where);
+		free(p->error);
+	}
+	free(logprobs);
+	free(entropy);
+	free(values);
+	s->nitems = 0;
+	s->ntokens = 0;
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"batch-tokens", required_argument, NULL, 'b'},
+		{"entropy", no_argument, NULL, 'e'},
+		{"help", no_argument, NULL, 'h'},
+		{"model", required_argument, NULL, 'm'},
+		{"progress", no_argument, NULL, 'P'},
+		{"unbuffered", no_argument, NULL, 'u'},
+		{NULL, 0, NULL, 0},
+	};
+	struct state s = {.batch_tokens = 2048};
+	const char *dir = NULL;
+	int unbuffered = 0, c;
+	ca_err_init(argv[0]);
+	while ((c = getopt_long(argc, argv, "hm:u", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'b': s.batch_tokens = ca_opt_long("--batch-tokens", optarg, 1, 1L << 30); break;
+		case 'e': s.entropy = 1; break;
+		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
+		case 'm': dir = optarg; break;
+		case 'P': ca_ndjson_set_progress(1); break;
+		case 'u': unbuffered = 1; ca_ndjson_set_unbuffered(1); break;
+		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		}
+	}
+	if (!dir) {
+		ca_err_warn("-m DIR is required");
+		fputs(usage_text, stderr);
+		ca_opt_bad_usage();
+	}
+	char why[CA_MODEL_WHY];
+	s.model = ca_model_load(dir, why);
+	if (!s.model)
+		ca_err_die(CA_EXIT_DATA, "%s", why);
+	if (s.entropy && s.model->cfg.critic)
+		ca_err_die(CA_EXIT_USAGE, "--entropy needs a policy checkpoint, %s is a critic", dir);
+
+	struct ca_ndjson_reader *r = ca_ndjson_open(argc - optind, argv + optind);
+	jv v;
+	int kind, rc = 0;
+	while (rc == 0 && (kind = ca_ndjson_next(r, &v)) != CA_NDJSON_EOF) {
+		if (kind == CA_NDJSON_BAD) {
+			/* Keep the order of records: score what came before first. */
+			rc = flush(&s);
+			ca_ndjson_warn(r, "%s", jv_string_value(v));
+			jv e = ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(v));
+			jv_free(v);
+			s.status = ca_err_worst(s.status, CA_EXIT_DATA);
+			if (rc == 0 && ca_ndjson_write(e) != 0)
+				rc = -1;
+			continue;
+		}
+		if (s.nitems == s.cap)
+			s.items = ca_xrealloc(s.items, sizeof *s.items * (size_t)(s.cap = s.cap ? 2 * s.cap : 16));
+		struct pending *p = &s.items[s.nitems++];
+		memset(p, 0, sizeof *p);
+		p->record = v;
+		char where[512];
+		snprintf(where, sizeof where, "%s:%ld", ca_ndjson_name(r), ca_ndjson_line(r));
+		p->where = ca_xstrdup(where);
+		const char *bad = NULL;
+		p->tokens = parse_tokens(v, &p->n, &bad);
+		if (!p->tokens)
+			p->error = ca_xstrdup(bad);
+		else
+			s.ntokens += p->n;
+		if (unbuffered || s.ntokens >= s.batch_tokens)
+			rc = flush(&s);
+	}
+	if (rc == 0)
+		rc = flush(&s);
+	ca_ndjson_progress_done();
+	if (rc != 0) {
+		ca_err_warn_sys("write error on stdout");
+		s.status = CA_EXIT_SYSTEM;
+	}
+	s.status = ca_err_worst(s.status, ca_ndjson_status(r));
+	ca_ndjson_close(r);
+	free(s.items);
+	ca_model_free(s.model);
+	return ca_err_finish(s.status);
+}

@@ -1,0 +1,551 @@
+/* model: loading, saving and the optimizer; see model.h. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "err.h"
+#include "model.h"
+#include "nn.h"
+#include "paths.h"
+#include "safetensors.h"
+
+void ca_model_acts_free(struct ca_model_acts *a);  /* model_forward.c */
+
+static void set_why(char why[CA_MODEL_WHY], const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_why(char why[CA_MODEL_WHY], const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, CA_MODEL_WHY, fmt, ap);
+	va_end(ap);
+}
+
+static char *read_text(const char *path, size_t *len)
+{
+	FILE *fp = fopen(path, "rb");
+	if (!fp)
+		return NULL;
+	size_t cap = 4096, n = 0, got;
+	char *buf = ca_xmalloc(cap);
+	while ((got = fread(buf + n, 1, cap - n, fp)) > 0)
+		if ((n += got) == cap)
+			buf = ca_xrealloc(buf, cap *= 2);
+	int bad = ferror(fp);
+	fclose(fp);
+	if (bad) {
+		free(buf);
+		return NULL;
+	}
+	*len = n;
+	return buf;
+}
+
+/* Integer field of the config; def when absent; -1 with why when invalid. */
+static int cfg_int(jv cfg, const char *key, int def, int *out, char why[CA_MODEL_WHY])
+{
+	jv v = jv_object_get(jv_copy(cfg), jv_string(key));
+	if (jv_get_kind(v) == JV_KIND_NULL || !jv_is_valid(v)) {
+		jv_free(v);
+		if (def < 0) {
+			set_why(why, "config.json: %s is missing", key);
+			return -1;
+		}
+		*out = def;
+		return 0;
+	}
+	double x = jv_get_kind(v) == JV_KIND_NUMBER ? jv_number_value(v) : -1;
+	jv_free(v);
+	if (!(x >= 0 && x <= INT_MAX) || x != floor(x)) {
+		set_why(why, "config.json: %s is not a non-negative integer", key);
+		return -1;
+	}
+	*out = (int)x;
+	return 0;
+}
+
+static double cfg_num(jv cfg, const char *key, double def)
+{
+	jv v = jv_object_get(jv_copy(cfg), jv_string(key));
+	double x = jv_get_kind(v) == JV_KIND_NUMBER ? jv_number_value(v) : def;
+	jv_free(v);
+	return x;
+}
+
+static int cfg_bool(jv cfg, const char *key, int def)
+{
+	jv v = jv_object_get(jv_copy(cfg), jv_string(key));
+	int b = jv_get_kind(v) == JV_KIND_TRUE ? 1 : jv_get_kind(v) == JV_KIND_FALSE ? 0 : def;
+	jv_free(v);
+	return b;
+}
+
+static int parse_config(struct ca_model_config *c, jv cfg, char why[CA_MODEL_WHY])
+{
+	jv type = jv_object_get(jv_copy(cfg), jv_string("model_type"));
+	snprintf(c->model_type, sizeof c->model_type, "%s",
+		 jv_get_kind(type) == JV_KIND_STRING ? jv_string_value(type) : "");
+	jv_free(type);
+	int is_qwen2 = strcmp(c->model_type, "qwen2") == 0;
+	if (!is_qwen2 && strcmp(c->model_type, "llama") != 0) {
+		set_why(why, "config.json: model_type \"%s\" is not supported (qwen2, llama)", c->model_type);
+		return -1;
+	}
+	if (cfg_int(cfg, "vocab_size", -1, &c->vocab_size, why) < 0 ||
+	    cfg_int(cfg, "hidden_size", -1, &c->hidden_size, why) < 0 ||
+	    cfg_int(cfg, "intermediate_size", -1, &c->intermediate_size, why) < 0 ||
+	    cfg_int(cfg, "num_hidden_layers", -1, &c->num_layers, why) < 0 ||
+	    cfg_int(cfg, "num_attention_heads", -1, &c->num_heads, why) < 0 ||
+	    cfg_int(cfg, "num_key_value_heads", 0, &c->num_kv_heads, why) < 0 ||
+	    cfg_int(cfg, "head_dim", 0, &c->head_dim, why) < 0 ||
+	    cfg_int(cfg, "max_position_embeddings", 32768, &c->max_positions, why) < 0)
+		return -1;
+	if (c->num_kv_heads == 0)
+		c->num_kv_heads = c->num_heads;
+	if (c->num_heads == 0 || c->hidden_size == 0 || c->vocab_size == 0 ||
+	    c->num_heads % c->num_kv_heads != 0) {
+		set_why(why, "config.json: inconsistent head counts or sizes");
+		return -1;
+	}
+	if (c->head_dim == 0)
+		c->head_dim = c->hidden_size / c->num_heads;
+	if (c->head_dim % 2 != 0) {
+		set_why(why, "config.json: head_dim must be even for rotary embeddings");
+		return -1;
+	}
+	c->rms_norm_eps = (float)cfg_num(cfg, "rms_norm_eps", 1e-6);
+	/* transformers 5 nests rope_theta in rope_parameters; 4.x keeps it at the top. */
+	jv rope = jv_object_get(jv_copy(cfg), jv_string("rope_parameters"));
+	if (jv_get_kind(rope) != JV_KIND_OBJECT) {
+		jv_free(rope);
+		rope = jv_object_get(jv_copy(cfg), jv_string("rope_scaling"));
+	}
+	c->rope_theta = cfg_num(cfg, "rope_theta", 10000.0);
+	if (jv_get_kind(rope) == JV_KIND_OBJECT) {
+		c->rope_theta = cfg_num(rope, "rope_theta", c->rope_theta);
+		jv kind = jv_object_get(jv_copy(rope), jv_string("rope_type"));
+		if (jv_get_kind(kind) != JV_KIND_STRING) {
+			jv_free(kind);
+			kind = jv_object_get(jv_copy(rope), jv_string("type"));
+		}
+		int ok = jv_get_kind(kind) != JV_KIND_STRING || strcmp(jv_string_value(kind), "default") == 0;
+		if (!ok)
+			set_why(why, "config.json: rope type \"%s\" is not supported (default only)",
+				jv_string_value(kind));
+		jv_free(kind);
+		if (!ok) {
+			jv_free(rope);
+			return -1;
+		}
+	}
+	jv_free(rope);
+	jv act = jv_object_get(jv_copy(cfg), jv_string("hidden_act"));
+	int silu = jv_get_kind(act) != JV_KIND_STRING || strcmp(jv_string_value(act), "silu") == 0;
+	jv_free(act);
+	if (!silu) {
+		set_why(why, "config.json: hidden_act must be silu");
+		return -1;
+	}
+	if (cfg_bool(cfg, "mlp_bias", 0)) {
+		set_why(why, "config.json: mlp_bias is not supported");
+		return -1;
+	}
+	c->tied = cfg_bool(cfg, "tie_word_embeddings", is_qwen2 ? 0 : 0);
+	if (is_qwen2) {
+		c->qkv_bias = 1;
+	} else {
+		c->qkv_bias = c->o_bias = cfg_bool(cfg, "attention_bias", 0);
+	}
+	return 0;
+}
+
+static int add_tensor(struct ca_model *m, int cap, const char *name, int ndim, int64_t d0, int64_t d1)
+{
+	if (m->ntensors >= cap)
+		return -1;
+	struct ca_model_tensor *t = &m->tensors[m->ntensors++];
+	snprintf(t->name, sizeof t->name, "%s", name);
+	t->ndim = ndim;
+	t->shape[0] = d0;
+	t->shape[1] = ndim > 1 ? d1 : 1;
+	t->numel = (size_t)d0 * (size_t)(ndim > 1 ? d1 : 1);
+	t->offset = m->nparams;
+	m->nparams += t->numel;
+	return 0;
+}
+
+/* The tensor table of a configuration, in the order we keep and write them. */
+static void build_table(struct ca_model *m)
+{
+	const struct ca_model_config *c = &m->cfg;
+	int C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+	int QD = c->num_heads * c->head_dim, KD = c->num_kv_heads * c->head_dim;
+	int cap = 4 + 16 * c->num_layers;
+	m->tensors = ca_xcalloc((size_t)cap, sizeof *m->tensors);
+	char n[96];
+	add_tensor(m, cap, "model.embed_tokens.weight", 2, V, C);
+	for (int l = 0; l < c->num_layers; l++) {
+#define LAYER(suffix, ...) (snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix), add_tensor(m, cap, n, __VA_ARGS__))
+		LAYER("input_layernorm.weight", 1, C, 0);
+		LAYER("self_attn.q_proj.weight", 2, QD, C);
+		if (c->qkv_bias)
+			LAYER("self_attn.q_proj.bias", 1, QD, 0);
+		LAYER("self_attn.k_proj.weight", 2, KD, C);
+		if (c->qkv_bias)
+			LAYER("self_attn.k_proj.bias", 1, KD, 0);
+		LAYER("self_attn.v_proj.weight", 2, KD, C);
+		if (c->qkv_bias)
+			LAYER("self_attn.v_proj.bias", 1, KD, 0);
+		LAYER("self_attn.o_proj.weight", 2, C, QD);
+		if (c->o_bias)
+			LAYER("self_attn.o_proj.bias", 1, C, 0);
+		LAYER("post_attention_layernorm.weight", 1, C, 0);
+		LAYER("mlp.gate_proj.weight", 2, F, C);
+		LAYER("mlp.up_proj.weight", 2, F, C);
+		LAYER("mlp.down_proj.weight", 2, C, F);
+#undef LAYER
+	}
+	add_tensor(m, cap, "model.norm.weight", 1, C, 0);
+	if (c->critic) {
+		add_tensor(m, cap, "score.weight", 2, 1, C);
+		if (c->score_bias)
+			add_tensor(m, cap, "score.bias", 1, 1, 0);
+	} else if (!c->tied) {
+		add_tensor(m, cap, "lm_head.weight", 2, V, C);
+	}
+}
+
+const struct ca_model_tensor *ca_model_find(const struct ca_model *m, const char *name)
+{
+	for (int i = 0; i < m->ntensors; i++)
+		if (strcmp(m->tensors[i].name, name) == 0)
+			return &m->tensors[i];
+	return NULL;
+}
+
+static float *view(struct ca_model *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static float *view(struct ca_model *m, const char *fmt, ...)
+{
+	char name[96];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(name, sizeof name, fmt, ap);
+	va_end(ap);
+	const struct ca_model_tensor *t = ca_model_find(m, name);
+	return t ? m->params + t->offset : NULL;
+}
+
+static void bind_views(struct ca_model *m)
+{
+	const struct ca_model_config *c = &m->cfg;
+	m->embed = view(m, "model.embed_tokens.weight");
+	m->norm = view(m, "model.norm.weight");
+	m->lm_head = c->critic ? NULL : c->tied ? m->embed : view(m, "lm_head.weight");
+	m->score_w = view(m, "score.weight");
+	m->score_b = view(m, "score.bias");
+	m->layers = ca_xcalloc((size_t)c->num_layers, sizeof *m->layers);
+	for (int l = 0; l < c->num_layers; l++) {
+		struct ca_model_layer *L = &m->layers[l];
+		const char *p = "model.layers";
+		L->ln1 = view(m, "%s.%d.input_layernorm.weight", p, l);
+		L->wq = view(m, "%s.%d.self_attn.q_proj.weight", p, l);
+		L->bq = view(m, "%s.%d.self_attn.q_proj.bias", p, l);
+		L->wk = view(m, "%s.%d.self_attn.k_proj.weight", p, l);
+		L->bk = view(m, "%s.%d.self_attn.k_proj.bias", p, l);
+		L->wv = view(m, "%s.%d.self_attn.v_proj.weight", p, l);
+		L->bv = view(m, "%s.%d.self_attn.v_proj.bias", p, l);
+		L->wo = view(m, "%s.%d.self_attn.o_proj.weight", p, l);
+		L->bo = view(m, "%s.%d.self_attn.o_proj.bias", p, l);
+		L->ln2 = view(m, "%s.%d.post_attention_layernorm.weight", p, l);
+		L->wgate = view(m, "%s.%d.mlp.gate_proj.weight", p, l);
+		L->wup = view(m, "%s.%d.mlp.up_proj.weight", p, l);
+		L->wdown = view(m, "%s.%d.mlp.down_proj.weight", p, l);
+	}
+	int D = c->head_dim, P = c->max_positions;
+	m->rope_cos = ca_xmalloc(sizeof(float) * (size_t)P * (size_t)(D / 2));
+	m->rope_sin = ca_xmalloc(sizeof(float) * (size_t)P * (size_t)(D / 2));
+	ca_nn_rope_table(m->rope_cos, m->rope_sin, P, D, c->rope_theta);
+}
+
+void ca_model_free(struct ca_model *m)
+{
+	if (!m)
+		return;
+	jv_free(m->config_json);
+	free(m->source_dir);
+	free(m->tensors);
+	free(m->params);
+	free(m->grad);
+	free(m->adam_m);
+	free(m->adam_v);
+	free(m->layers);
+	free(m->rope_cos);
+	free(m->rope_sin);
+	ca_model_acts_free(m->acts);
+	free(m);
+}
+
+struct ca_model *ca_model_load(const char *dir, char why[CA_MODEL_WHY])
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	size_t len;
+	char *text = read_text(path, &len);
+	if (!text) {
+		set_why(why, "%s: %s", path, strerror(errno));
+		return NULL;
+	}
+	jv cfg = jv_parse_sized(text, (int)len);
+	free(text);
+	if (jv_get_kind(cfg) != JV_KIND_OBJECT) {
+		jv_free(cfg);
+		set_why(why, "%s: not a JSON object", path);
+		return NULL;
+	}
+	struct ca_model *m = ca_xcalloc(1, sizeof *m);
+	m->config_json = cfg;
+	m->source_dir = ca_xstrdup(dir);
+	if (parse_config(&m->cfg, cfg, why) < 0) {
+		ca_model_free(m);
+		return NULL;
+	}
+	char stwhy[CA_ST_WHY];
+	struct ca_st_dir *st = ca_st_dir_open(dir, stwhy);
+	if (!st) {
+		set_why(why, "%s", stwhy);
+		ca_model_free(m);
+		return NULL;
+	}
+	m->save_dtype = ca_st_dir_dtype(st);
+	/* The head is decided by what the checkpoint holds. */
+	const struct ca_st_tensor *score = ca_st_dir_find(st, "score.weight");
+	if (score) {
+		if (score->ndim != 2 || score->shape[0] != 1) {
+			set_why(why, "score.weight must have shape [1, hidden_size] (one value per token)");
+			ca_st_dir_close(st);
+			ca_model_free(m);
+			return NULL;
+		}
+		m->cfg.critic = 1;
+		m->cfg.score_bias = ca_st_dir_find(st, "score.bias") != NULL;
+	} else if (!m->cfg.tied && !ca_st_dir_find(st, "lm_head.weight")) {
+		set_why(why, "checkpoint has neither lm_head.weight nor score.weight and embeddings are not tied");
+		ca_st_dir_close(st);
+		ca_model_free(m);
+		return NULL;
+	}
+	build_table(m);
+	m->params = malloc(sizeof(float) * m->nparams);
+	if (!m->params) {
+		set_why(why, "cannot allocate %zu parameters", m->nparams);
+		ca_st_dir_close(st);
+		ca_model_free(m);
+		return NULL;
+	}
+	for (int i = 0; i < m->ntensors; i++) {
+		const struct ca_model_tensor *t = &m->tensors[i];
+		const struct ca_st_tensor *s = ca_st_dir_find(st, t->name);
+		if (!s) {
+			set_why(why, "checkpoint lacks tensor %s", t->name);
+			break;
+		}
+		int64_t s0 = s->ndim > 0 ? s->shape[0] : 1, s1 = s->ndim > 1 ? s->shape[1] : 1;
+		if (s->ndim != t->ndim || s0 != t->shape[0] || s1 != t->shape[1]) {
+			set_why(why, "tensor %s has shape [%lld, %lld], config says [%lld, %lld]", t->name,
+				(long long)s0, (long long)s1, (long long)t->shape[0], (long long)t->shape[1]);
+			break;
+		}
+		if (ca_st_to_f32(s, m->params + t->offset) < 0) {
+			set_why(why, "tensor %s: dtype %s is not a float type", t->name, s->dtype_name);
+			break;
+		}
+		if (i == m->ntensors - 1)
+			why[0] = 0;
+	}
+	ca_st_dir_close(st);
+	if (m->ntensors == 0 || why[0]) {
+		ca_model_free(m);
+		return NULL;
+	}
+	bind_views(m);
+	return m;
+}
+
+static int copy_file(const char *from, const char *to)
+{
+	size_t len;
+	char *text = read_text(from, &len);
+	if (!text)
+		return errno == ENOENT ? 0 : -1;
+	FILE *fp = fopen(to, "wb");
+	int rc = fp && fwrite(text, 1, len, fp) == len ? 0 : -1;
+	if (fp && fclose(fp) != 0)
+		rc = -1;
+	free(text);
+	return rc;
+}
+
+int ca_model_save(const struct ca_model *m, const char *dir, int dtype, size_t max_shard_bytes,
+		  char why[CA_MODEL_WHY])
+{
+	if (ca_paths_mkdirs(dir, 0777) < 0) {
+		set_why(why, "%s: %s", dir, strerror(errno));
+		return -1;
+	}
+	struct ca_st_out *out = ca_xcalloc((size_t)m->ntensors, sizeof *out);
+	for (int i = 0; i < m->ntensors; i++) {
+		const struct ca_model_tensor *t = &m->tensors[i];
+		out[i].name = t->name;
+		out[i].ndim = t->ndim;
+		out[i].shape[0] = t->shape[0];
+		out[i].shape[1] = t->shape[1];
+		out[i].data = m->params + t->offset;
+	}
+	char stwhy[CA_ST_WHY];
+	enum ca_st_dtype dt = dtype >= 0 ? (enum ca_st_dtype)dtype : (enum ca_st_dtype)m->save_dtype;
+	int rc = ca_st_write_dir(dir, m->ntensors, out, dt, max_shard_bytes, stwhy);
+	free(out);
+	if (rc < 0) {
+		set_why(why, "%s", stwhy);
+		return -1;
+	}
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	jv cfg = jv_copy(m->config_json);
+	const char *dtname = dt == CA_ST_BF16 ? "bfloat16" : dt == CA_ST_F16 ? "float16" : "float32";
+	if (jv_object_has(jv_copy(cfg), jv_string("torch_dtype")))
+		cfg = jv_object_set(cfg, jv_string("torch_dtype"), jv_string(dtname));
+	if (jv_object_has(jv_copy(cfg), jv_string("dtype")))
+		cfg = jv_object_set(cfg, jv_string("dtype"), jv_string(dtname));
+	jv text = jv_dump_string(cfg, JV_PRINT_PRETTY | JV_PRINT_SORTED);
+	FILE *fp = fopen(path, "w");
+	rc = fp && fputs(jv_string_value(text), fp) != EOF && fputc('\n', fp) != EOF ? 0 : -1;
+	if (fp && fclose(fp) != 0)
+		rc = -1;
+	jv_free(text);
+	if (rc < 0) {
+		set_why(why, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	static const char *const sidecars[] = {
+		"tokenizer.json", "tokenizer_config.json", "generation_config.json",
+		"special_tokens_map.json", "vocab.json", "merges.txt", "chat_template.jinja",
+	};
+	struct stat a, b;
+	if (m->source_dir && stat(m->source_dir, &a) == 0 && stat(dir, &b) == 0 &&
+	    (a.st_dev != b.st_dev || a.st_ino != b.st_ino)) {
+		for (size_t i = 0; i < sizeof sidecars / sizeof sidecars[0]; i++) {
+			char from[PATH_MAX], to[PATH_MAX];
+			snprintf(from, sizeof from, "%s/%s", m->source_dir, sidecars[i]);
+			snprintf(to, sizeof to, "%s/%s", dir, sidecars[i]);
+			if (copy_file(from, to) < 0) {
+				set_why(why, "%s: %s", to, strerror(errno));
+				return -1;
+			}
+		}
+	}
+	return 0;
+}
+
+void ca_model_zero_grad(struct ca_model *m)
+{
+	if (!m->grad)
+		m->grad = ca_xmalloc(sizeof(float) * m->nparams);
+	memset(m->grad, 0, sizeof(float) * m->nparams);
+}
+
+double ca_model_grad_norm(const struct ca_model *m)
+{
+	if (!m->grad)
+		return 0;
+	double s = 0;
+	for (size_t i = 0; i < m->nparams; i++)
+		s += (double)m->grad[i] * m->grad[i];
+	return sqrt(s);
+}
+
+double ca_model_adamw_step(struct ca_model *m, const struct ca_adamw *o)
+{
+	if (!m->grad)
+		ca_model_zero_grad(m);
+	if (!m->adam_m) {
+		m->adam_m = ca_xcalloc(m->nparams, sizeof(float));
+		m->adam_v = ca_xcalloc(m->nparams, sizeof(float));
+	}
+	double norm = ca_model_grad_norm(m);
+	/* As torch.nn.utils.clip_grad_norm_: scale by max / (norm + 1e-6) when above. */
+	float clip = 1.0f;
+	if (o->max_grad_norm > 0 && norm > o->max_grad_norm)
+		clip = (float)(o->max_grad_norm / (norm + 1e-6));
+	m->adam_step++;
+	double bc1 = 1.0 - pow(o->beta1, (double)m->adam_step);
+	double bc2 = 1.0 - pow(o->beta2, (double)m->adam_step);
+	float lr = (float)o->lr, b1 = (float)o->beta1, b2 = (float)o->beta2;
+	float step_size = (float)(o->lr / bc1);
+	float bc2_sqrt = (float)sqrt(bc2);
+	float decay = (float)(1.0 - o->lr * o->weight_decay);
+	for (size_t i = 0; i < m->nparams; i++) {
+		float g = m->grad[i] * clip;
+		float mi = m->adam_m[i] = b1 * m->adam_m[i] + (1.0f - b1) * g;
+		float vi = m->adam_v[i] = b2 * m->adam_v[i] + (1.0f - b2) * g * g;
+		float p = m->params[i] * decay;
+		m->params[i] = p - step_size * mi / (sqrtf(vi) / bc2_sqrt + (float)o->eps);
+	}
+	(void)lr;
+	return norm;
+}
+
+int ca_model_save_optimizer(const struct ca_model *m, const char *dir, char why[CA_MODEL_WHY])
+{
+	if (!m->adam_m) {
+		set_why(why, "no optimizer state to save");
+		return -1;
+	}
+	float step = (float)m->adam_step;
+	struct ca_st_out out[3] = {
+		{.name = "adam_m", .ndim = 1, .shape = {(int64_t)m->nparams}, .data = m->adam_m},
+		{.name = "adam_v", .ndim = 1, .shape = {(int64_t)m->nparams}, .data = m->adam_v},
+		{.name = "step", .ndim = 1, .shape = {1}, .data = &step},
+	};
+	char path[PATH_MAX], stwhy[CA_ST_WHY];
+	snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+	if (ca_st_write_file(path, 3, out, CA_ST_F32, stwhy) < 0) {
+		set_why(why, "%s", stwhy);
+		return -1;
+	}
+	return 0;
+}
+
+int ca_model_load_optimizer(struct ca_model *m, const char *dir, char why[CA_MODEL_WHY])
+{
+	char path[PATH_MAX], stwhy[CA_ST_WHY];
+	snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+	struct ca_st_file *f = ca_st_open(path, stwhy);
+	if (!f) {
+		set_why(why, "%s", stwhy);
+		return -1;
+	}
+	const struct ca_st_tensor *tm = ca_st_file_find(f, "adam_m"), *tv = ca_st_file_find(f, "adam_v"),
+				  *ts = ca_st_file_find(f, "step");
+	if (!tm || !tv || !ts || tm->numel != (int64_t)m->nparams || tv->numel != (int64_t)m->nparams ||
+	    ts->numel != 1 || tm->dtype != CA_ST_F32 || tv->dtype != CA_ST_F32 || ts->dtype != CA_ST_F32) {
+		set_why(why, "%s: does not match the model", path);
+		ca_st_close(f);
+		return -1;
+	}
+	if (!m->adam_m) {
+		m->adam_m = ca_xmalloc(sizeof(float) * m->nparams);
+		m->adam_v = ca_xmalloc(sizeof(float) * m->nparams);
+	}
+	ca_st_to_f32(tm, m->adam_m);
+	ca_st_to_f32(tv, m->adam_v);
+	float step;
+	ca_st_to_f32(ts, &step);
+	m->adam_step = (long)step;
+	ca_st_close(f);
+	return 0;
+}

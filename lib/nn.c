@@ -1,0 +1,367 @@
+/* nn: see nn.h. Plain loops; the inner products use 8-lane vectors. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+
+#include "nn.h"
+
+/* The vector helpers are static inline, so the AVX-ABI note does not apply. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+typedef float vec8 __attribute__((vector_size(32)));
+
+static inline vec8 load8(const float *p)
+{
+	vec8 v;
+	memcpy(&v, p, sizeof v);
+	return v;
+}
+
+#define store8(p, v) do { vec8 store8_v = (v); memcpy((p), &store8_v, sizeof store8_v); } while (0)
+
+static inline float hsum8_at(const vec8 *p)
+{
+	vec8 v = *p;
+	return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+}
+
+float ca_nn_dot(const float *a, const float *b, int n)
+{
+	vec8 acc0 = {0}, acc1 = {0};
+	int i = 0;
+	for (; i + 16 <= n; i += 16) {
+		acc0 += load8(a + i) * load8(b + i);
+		acc1 += load8(a + i + 8) * load8(b + i + 8);
+	}
+	for (; i + 8 <= n; i += 8)
+		acc0 += load8(a + i) * load8(b + i);
+	acc0 += acc1;
+	float s = hsum8_at(&acc0);
+	for (; i < n; i++)
+		s += a[i] * b[i];
+	return s;
+}
+
+void ca_nn_axpy(float *y, float a, const float *x, int n)
+{
+	vec8 av = {a, a, a, a, a, a, a, a};
+	int i = 0;
+	for (; i + 8 <= n; i += 8)
+		store8(y + i, load8(y + i) + av * load8(x + i));
+	for (; i < n; i++)
+		y[i] += a * x[i];
+}
+
+/* Four dot products of rows a0..a3 with one row w, sharing the loads of w. */
+static void dot4(float out[4], const float *a0, const float *a1, const float *a2,
+		 const float *a3, const float *w, int n)
+{
+	vec8 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+	int i = 0;
+	for (; i + 8 <= n; i += 8) {
+		vec8 wv = load8(w + i);
+		s0 += load8(a0 + i) * wv;
+		s1 += load8(a1 + i) * wv;
+		s2 += load8(a2 + i) * wv;
+		s3 += load8(a3 + i) * wv;
+	}
+	float r0 = hsum8_at(&s0), r1 = hsum8_at(&s1), r2 = hsum8_at(&s2), r3 = hsum8_at(&s3);
+	for (; i < n; i++) {
+		r0 += a0[i] * w[i];
+		r1 += a1[i] * w[i];
+		r2 += a2[i] * w[i];
+		r3 += a3[i] * w[i];
+	}
+	out[0] = r0, out[1] = r1, out[2] = r2, out[3] = r3;
+}
+
+enum { ROW_BLOCK = 4, COL_BLOCK = 64 };
+
+void ca_nn_linear_forward(float *out, const float *in, const float *weight, const float *bias,
+			  int T, int I, int O)
+{
+	/* Blocks of output columns keep their weight rows in cache across tokens. */
+	for (int ob = 0; ob < O; ob += COL_BLOCK) {
+		int oe = ob + COL_BLOCK < O ? ob + COL_BLOCK : O;
+		int t = 0;
+		for (; t + ROW_BLOCK <= T; t += ROW_BLOCK) {
+			const float *x = in + (size_t)t * I;
+			for (int o = ob; o < oe; o++) {
+				float r[4];
+				dot4(r, x, x + I, x + 2 * (size_t)I, x + 3 * (size_t)I,
+				     weight + (size_t)o * I, I);
+				float b = bias ? bias[o] : 0.0f;
+				for (int k = 0; k < ROW_BLOCK; k++)
+					out[(size_t)(t + k) * O + o] = r[k] + b;
+			}
+		}
+		for (; t < T; t++)
+			for (int o = ob; o < oe; o++)
+				out[(size_t)t * O + o] = ca_nn_dot(in + (size_t)t * I, weight + (size_t)o * I, I) +
+							 (bias ? bias[o] : 0.0f);
+	}
+}
+
+void ca_nn_linear_backward(float *din, float *dweight, float *dbias, const float *dout,
+			   const float *in, const float *weight, int T, int I, int O)
+{
+	if (din)
+		for (int t = 0; t < T; t++) {
+			const float *g = dout + (size_t)t * O;
+			float *d = din + (size_t)t * I;
+			for (int o = 0; o < O; o++)
+				if (g[o] != 0.0f)
+					ca_nn_axpy(d, g[o], weight + (size_t)o * I, I);
+		}
+	if (dweight) {
+		enum { TOKEN_BLOCK = 64 };
+		for (int tb = 0; tb < T; tb += TOKEN_BLOCK) {
+			int te = tb + TOKEN_BLOCK < T ? tb + TOKEN_BLOCK : T;
+			for (int o = 0; o < O; o++) {
+				float *dw = dweight + (size_t)o * I;
+				for (int t = tb; t < te; t++) {
+					float g = dout[(size_t)t * O + o];
+					if (g != 0.0f)
+						ca_nn_axpy(dw, g, in + (size_t)t * I, I);
+				}
+			}
+		}
+	}
+	if (dbias)
+		for (int t = 0; t < T; t++)
+			for (int o = 0; o < O; o++)
+				dbias[o] += dout[(size_t)t * O + o];
+}
+
+void ca_nn_rmsnorm_forward(float *out, float *rstd, const float *in, const float *weight,
+			   float eps, int T, int C)
+{
+	for (int t = 0; t < T; t++) {
+		const float *x = in + (size_t)t * C;
+		float *y = out + (size_t)t * C;
+		float ss = ca_nn_dot(x, x, C);
+		float r = 1.0f / sqrtf(ss / (float)C + eps);
+		rstd[t] = r;
+		for (int i = 0; i < C; i++)
+			y[i] = weight[i] * (x[i] * r);
+	}
+}
+
+void ca_nn_rmsnorm_backward(float *din, float *dweight, const float *dout, const float *in,
+			    const float *weight, const float *rstd, int T, int C)
+{
+	for (int t = 0; t < T; t++) {
+		const float *x = in + (size_t)t * C;
+		const float *g = dout + (size_t)t * C;
+		float *dx = din + (size_t)t * C;
+		float r = rstd[t];
+		/* y_i = w_i x_i r; dr/dx_j = -r^3 x_j / C */
+		double dot = 0;
+		for (int i = 0; i < C; i++) {
+			dweight[i] += g[i] * x[i] * r;
+			dot += (double)g[i] * weight[i] * x[i];
+		}
+		float k = (float)(dot * r * r * r / C);
+		for (int i = 0; i < C; i++)
+			dx[i] += g[i] * weight[i] * r - k * x[i];
+	}
+}
+
+void ca_nn_rope_table(float *cos_table, float *sin_table, int maxpos, int D, double theta)
+{
+	int half = D / 2;
+	for (int i = 0; i < half; i++) {
+		/* As transformers: inv_freq in fp32, angle = fp32(pos) * inv_freq in fp32. */
+		float inv_freq = (float)(1.0 / pow(theta, (double)(2 * i) / (double)D));
+		for (int p = 0; p < maxpos; p++) {
+			float angle = (float)p * inv_freq;
+			cos_table[(size_t)p * half + i] = cosf(angle);
+			sin_table[(size_t)p * half + i] = sinf(angle);
+		}
+	}
+}
+
+static void rope_rotate(float *x, const int *pos, const float *cos_table, const float *sin_table,
+			int T, int H, int D, float sign)
+{
+	int half = D / 2;
+	for (int t = 0; t < T; t++) {
+		const float *c = cos_table + (size_t)pos[t] * half;
+		const float *s = sin_table + (size_t)pos[t] * half;
+		for (int h = 0; h < H; h++) {
+			float *v = x + ((size_t)t * H + h) * D;
+			for (int i = 0; i < half; i++) {
+				float a = v[i], b = v[i + half];
+				v[i] = a * c[i] - sign * b * s[i];
+				v[i + half] = b * c[i] + sign * a * s[i];
+			}
+		}
+	}
+}
+
+void ca_nn_rope_forward(float *x, const int *pos, const float *cos_table, const float *sin_table,
+			int T, int H, int D)
+{
+	rope_rotate(x, pos, cos_table, sin_table, T, H, D, 1.0f);
+}
+
+void ca_nn_rope_backward(float *dx, const int *pos, const float *cos_table, const float *sin_table,
+			 int T, int H, int D)
+{
+	rope_rotate(dx, pos, cos_table, sin_table, T, H, D, -1.0f);
+}
+
+size_t ca_nn_attention_probs_size(const int *seq_start, int T, int NH)
+{
+	size_t n = 0;
+	for (int t = 0; t < T; t++)
+		n += (size_t)(t - seq_start[t] + 1);
+	return n * (size_t)NH;
+}
+
+void ca_nn_attention_forward(float *out, float *probs, const float *q, const float *k,
+			     const float *v, const int *seq_start, int T, int NH, int NKV, int D)
+{
+	int group = NH / NKV;
+	float scale = 1.0f / sqrtf((float)D);
+	size_t offset = 0;
+	for (int t = 0; t < T; t++) {
+		int s = seq_start[t], n = t - s + 1;
+		for (int h = 0; h < NH; h++) {
+			int g = h / group;
+			const float *qt = q + ((size_t)t * NH + h) * D;
+			float *p = probs + offset;
+			offset += (size_t)n;
+			float mx = -INFINITY;
+			for (int j = 0; j < n; j++) {
+				p[j] = ca_nn_dot(qt, k + ((size_t)(s + j) * NKV + g) * D, D) * scale;
+				if (p[j] > mx)
+					mx = p[j];
+			}
+			double sum = 0;
+			for (int j = 0; j < n; j++) {
+				p[j] = expf(p[j] - mx);
+				sum += p[j];
+			}
+			float inv = (float)(1.0 / sum);
+			float *o = out + ((size_t)t * NH + h) * D;
+			memset(o, 0, sizeof *o * (size_t)D);
+			for (int j = 0; j < n; j++) {
+				p[j] *= inv;
+				ca_nn_axpy(o, p[j], v + ((size_t)(s + j) * NKV + g) * D, D);
+			}
+		}
+	}
+}
+
+void ca_nn_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+			      const float *probs, const float *q, const float *k, const float *v,
+			      const int *seq_start, int T, int NH, int NKV, int D)
+{
+	int group = NH / NKV;
+	float scale = 1.0f / sqrtf((float)D);
+	size_t offset = 0;
+	int cap = 0;
+	float *dp = NULL;
+	for (int t = 0; t < T; t++)
+		if (t - seq_start[t] + 1 > cap)
+			cap = t - seq_start[t] + 1;
+	float stack[256];
+	dp = cap <= 256 ? stack : NULL;
+	if (!dp)
+		dp = ca_xmalloc(sizeof *dp * (size_t)cap);
+	for (int t = 0; t < T; t++) {
+		int s = seq_start[t], n = t - s + 1;
+		for (int h = 0; h < NH; h++) {
+			int g = h / group;
+			const float *p = probs + offset;
+			offset += (size_t)n;
+			const float *go = dout + ((size_t)t * NH + h) * D;
+			double pdp = 0;
+			for (int j = 0; j < n; j++) {
+				size_t kv = ((size_t)(s + j) * NKV + g) * D;
+				dp[j] = ca_nn_dot(go, v + kv, D);
+				pdp += (double)p[j] * dp[j];
+				ca_nn_axpy(dv + kv, p[j], go, D);
+			}
+			const float *qt = q + ((size_t)t * NH + h) * D;
+			float *dqt = dq + ((size_t)t * NH + h) * D;
+			for (int j = 0; j < n; j++) {
+				float ds = p[j] * (dp[j] - (float)pdp) * scale;
+				size_t kv = ((size_t)(s + j) * NKV + g) * D;
+				ca_nn_axpy(dqt, ds, k + kv, D);
+				ca_nn_axpy(dk + kv, ds, qt, D);
+			}
+		}
+	}
+	if (dp != stack)
+		free(dp);
+}
+
+void ca_nn_swiglu_forward(float *h, const float *gate, const float *up, int N)
+{
+	for (int i = 0; i < N; i++) {
+		float g = gate[i];
+		h[i] = g / (1.0f + expf(-g)) * up[i];
+	}
+}
+
+void ca_nn_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate,
+			   const float *up, int N)
+{
+	for (int i = 0; i < N; i++) {
+		float g = gate[i];
+		float sig = 1.0f / (1.0f + expf(-g));
+		float silu = g * sig;
+		dup[i] += dh[i] * silu;
+		dgate[i] += dh[i] * up[i] * sig * (1.0f + g * (1.0f - sig));
+	}
+}
+
+static float row_logsumexp(const float *z, int V)
+{
+	float mx = -INFINITY;
+	for (int j = 0; j < V; j++)
+		if (z[j] > mx)
+			mx = z[j];
+	double sum = 0;
+	for (int j = 0; j < V; j++)
+		sum += exp((double)(z[j] - mx));
+	return mx + (float)log(sum);
+}
+
+float ca_nn_logprob_row(const float *logits, int V, int target, float *entropy)
+{
+	float lse = row_logsumexp(logits, V);
+	if (entropy) {
+		double pz = 0;
+		for (int j = 0; j < V; j++)
+			pz += exp((double)(logits[j] - lse)) * logits[j];
+		*entropy = (float)(lse - pz);
+	}
+	return target >= 0 && target < V ? logits[target] - lse : 0.0f;
+}
+
+void ca_nn_logprob_row_backward(float *dlogits, const float *logits, int V, int target,
+				float dlogp, float dentropy)
+{
+	float lse = row_logsumexp(logits, V);
+	float H = 0;
+	if (dentropy != 0.0f) {
+		double pz = 0;
+		for (int j = 0; j < V; j++)
+			pz += exp((double)(logits[j] - lse)) * logits[j];
+		H = (float)(lse - pz);
+	}
+	for (int j = 0; j < V; j++) {
+		float logp = logits[j] - lse;
+		float p = expf(logp);
+		dlogits[j] = -dlogp * p + (dentropy != 0.0f ? -dentropy * p * (logp + H) : 0.0f);
+	}
+	if (target >= 0 && target < V)
+		dlogits[target] += dlogp;
+}

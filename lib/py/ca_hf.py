@@ -1,0 +1,291 @@
+"""ca_hf: the transformers side of the policy engine's tests (issue 6).
+
+Builds tiny random Qwen2/Llama checkpoints and tokenizers, and computes the
+reference numbers ca's C engine must reproduce: per-token log-probs,
+entropies and values, gradients of a weighted log-prob loss, an AdamW step,
+greedy generation, tokenizer encode/decode. Nothing here is used at run
+time by the C commands; tests call it as
+
+    python3 lib/py/ca_hf.py COMMAND [options]
+
+Token records (NDJSON, one per line): {"tokens": [ids...], "weights": [w...],
+"entropy_weights": [e...]} where weights/entropy_weights are optional and
+give the loss L = sum_t w[t]*logp[t] + e[t]*H[t] (logp[t] is the log-prob of
+tokens[t] given tokens[:t], so w[0] is ignored; H[t] the entropy of the
+distribution that predicts tokens[t]). For a critic L = sum_t w[t]*V[t].
+
+Commands:
+  make-model DIR [--tied] [--critic] [--arch qwen2|llama] [--layers N]
+             [--vocab N] [--seed S] [--dtype float32|bfloat16|float16]
+             [--shard-bytes N] [--std X]
+  logprob DIR < tokens.ndjson        -> {"logprobs": [...], "entropy": [...]}
+                                        or {"values": [...]} for a critic
+  grad DIR OUT.safetensors < tokens.ndjson   gradients of L, fp32
+  adamw DIR OUT_DIR --lr X --wd X --clip X < tokens.ndjson
+                                     one torch AdamW step on L, saved
+  generate DIR --max-new N < prompts.ndjson  greedy: {"completion": [ids]}
+  train-tokenizer DIR CORPUS [--vocab N] [--style qwen2|llama3]
+  encode DIR < texts.ndjson          {"text": s} -> {"ids": [...]}
+  decode DIR < ids.ndjson            {"ids": [...]} -> {"text": s}
+  unicode-table                      the C tables of \\p{L} and \\p{N} ranges
+"""
+import json
+import sys
+
+
+def read_records():
+    for line in sys.stdin:
+        line = line.strip()
+        if line:
+            yield json.loads(line)
+
+
+def write(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+
+
+def opt(args, name, default=None, kind=str):
+    if name in args:
+        i = args.index(name)
+        value = args[i + 1]
+        del args[i:i + 2]
+        return kind(value)
+    return default
+
+
+def flag(args, name):
+    if name in args:
+        args.remove(name)
+        return True
+    return False
+
+
+def make_model(args):
+    import torch
+    from transformers import (LlamaConfig, LlamaForCausalLM, LlamaForTokenClassification,
+                              Qwen2Config, Qwen2ForCausalLM, Qwen2ForTokenClassification)
+    tied = flag(args, "--tied")
+    critic = flag(args, "--critic")
+    arch = opt(args, "--arch", "qwen2")
+    layers = opt(args, "--layers", 2, int)
+    vocab = opt(args, "--vocab", 300, int)
+    seed = opt(args, "--seed", 1, int)
+    dtype = opt(args, "--dtype", "float32")
+    shard = opt(args, "--shard-bytes", None, int)
+    std = opt(args, "--std", 0.1, float)
+    hidden = opt(args, "--hidden", 64, int)
+    out = args[0]
+    torch.manual_seed(seed)
+    common = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+                  num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                  max_position_embeddings=512, tie_word_embeddings=tied, rms_norm_eps=1e-6,
+                  initializer_range=std, eos_token_id=vocab - 1, bos_token_id=None)
+    if arch == "qwen2":
+        cfg = Qwen2Config(rope_theta=1000000.0, **common)
+        cls = Qwen2ForTokenClassification if critic else Qwen2ForCausalLM
+    else:
+        cfg = LlamaConfig(rope_theta=500000.0, attention_bias=True, **common)
+        cls = LlamaForTokenClassification if critic else LlamaForCausalLM
+    if critic:
+        cfg.num_labels = 1
+    model = cls(cfg)
+    with torch.no_grad():
+        # Norm weights away from 1 and biases away from 0, so mistakes show.
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.2 * torch.randn_like(p))
+            elif name.endswith("bias"):
+                p.copy_(0.1 * torch.randn_like(p))
+    model = model.to(getattr(torch, dtype))
+    kw = {}
+    if shard:
+        kw["max_shard_size"] = shard
+    model.save_pretrained(out, **kw)
+
+
+def load(path):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
+    cfg = AutoConfig.from_pretrained(path)
+    critic = any(a.endswith("ForTokenClassification") for a in (cfg.architectures or []))
+    cls = AutoModelForTokenClassification if critic else AutoModelForCausalLM
+    model = cls.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    return model, critic
+
+
+def loss_terms(model, critic, rec):
+    """Per-record outputs and the loss L as a torch scalar."""
+    import torch
+    ids = torch.tensor([rec["tokens"]])
+    n = ids.shape[1]
+    out = model(input_ids=ids)
+    if critic:
+        values = out.logits[0, :, 0]
+        w = torch.tensor(rec.get("weights", [0.0] * n), dtype=torch.float32)
+        return {"values": values}, (w * values).sum()
+    logp_all = torch.log_softmax(out.logits[0].float(), dim=-1)  # [n, V]
+    logp = torch.zeros(n)
+    ent = torch.zeros(n)
+    logp[1:] = logp_all[:-1].gather(1, ids[0, 1:, None])[:, 0]
+    ent[1:] = -(logp_all[:-1].exp() * logp_all[:-1]).sum(-1)
+    w = torch.tensor(rec.get("weights", [0.0] * n), dtype=torch.float32)
+    e = torch.tensor(rec.get("entropy_weights", [0.0] * n), dtype=torch.float32)
+    loss = (w[1:] * logp[1:]).sum() + (e[1:] * ent[1:]).sum()
+    return {"logprobs": logp, "entropy": ent}, loss
+
+
+def logprob(args):
+    import torch
+    model, critic = load(args[0])
+    with torch.no_grad():
+        for rec in read_records():
+            outs, _ = loss_terms(model, critic, rec)
+            res = {k: v.tolist() for k, v in outs.items()}
+            if "logprobs" in res:
+                res["logprobs"][0] = None
+                res["entropy"][0] = None
+            write(res)
+
+
+def accumulate_grads(model, critic):
+    total = None
+    for rec in read_records():
+        _, loss = loss_terms(model, critic, rec)
+        total = loss if total is None else total + loss
+    total.backward()
+
+
+def grad(args):
+    from safetensors.torch import save_file
+    model, critic = load(args[0])
+    accumulate_grads(model, critic)
+    grads = {}
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            grads[name] = p.grad.detach().float().contiguous()
+    save_file(grads, args[1])
+
+
+def adamw(args):
+    import torch
+    lr = opt(args, "--lr", 1e-3, float)
+    wd = opt(args, "--wd", 0.0, float)
+    clip = opt(args, "--clip", 0.0, float)
+    steps = opt(args, "--steps", 1, int)
+    model, critic = load(args[0])
+    recs = list(read_records())
+    params = [p for p in model.parameters()]
+    optim = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd,
+                              foreach=False)
+    for _ in range(steps):
+        optim.zero_grad()
+        total = None
+        for rec in recs:
+            _, loss = loss_terms(model, critic, rec)
+            total = loss if total is None else total + loss
+        total.backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(params, clip, foreach=False)
+        optim.step()
+    model.save_pretrained(args[1])
+
+
+def generate(args):
+    import torch
+    max_new = opt(args, "--max-new", 16, int)
+    model, _ = load(args[0])
+    for rec in read_records():
+        ids = torch.tensor([rec["tokens"]])
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new,
+                             do_sample=False, eos_token_id=rec.get("eos"), pad_token_id=0)
+        write({"completion": out[0, ids.shape[1]:].tolist()})
+
+
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def train_tokenizer(args):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    vocab = opt(args, "--vocab", 400, int)
+    style = opt(args, "--style", "qwen2")
+    out, corpus = args[0], args[1]
+    pattern = QWEN2_PATTERN if style == "qwen2" else LLAMA3_PATTERN
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    if style == "qwen2":
+        specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    else:
+        specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                    "<|end_header_id|>", "<|eot_id|>"]
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    with open(corpus, encoding="utf-8") as f:
+        lines = f.read().split("\n\n")
+    tok.train_from_iterator(lines, trainer)
+    import os
+    os.makedirs(out, exist_ok=True)
+    tok.save(os.path.join(out, "tokenizer.json"))
+
+
+def encode(args):
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(args[0] + "/tokenizer.json")
+    for rec in read_records():
+        write({"ids": tok.encode(rec["text"], add_special_tokens=False).ids})
+
+
+def decode(args):
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(args[0] + "/tokenizer.json")
+    for rec in read_records():
+        write({"text": tok.decode(rec["ids"], skip_special_tokens=False)})
+
+
+def unicode_table(args):
+    """Print C range tables of the Unicode letter and number categories."""
+    import unicodedata
+    def ranges(pred):
+        out, start = [], None
+        for cp in range(0x110000 + 1):
+            ok = cp < 0x110000 and pred(unicodedata.category(chr(cp)))
+            if ok and start is None:
+                start = cp
+            elif not ok and start is not None:
+                out.append((start, cp - 1))
+                start = None
+        return out
+    print("/* Generated by lib/py/ca_hf.py unicode-table from Python %s's unicodedata %s. */"
+          % (sys.version.split()[0], unicodedata.unidata_version))
+    for name, pred in (("letter", lambda c: c.startswith("L")), ("number", lambda c: c.startswith("N"))):
+        rs = ranges(pred)
+        print("static const uint32_t %s_ranges[][2] = {" % name)
+        for i in range(0, len(rs), 4):
+            print("\t" + " ".join("{0x%x, 0x%x}," % r for r in rs[i:i + 4]))
+        print("};")
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.stderr.write(__doc__)
+        sys.exit(2)
+    cmd, args = sys.argv[1], sys.argv[2:]
+    table = {"make-model": make_model, "logprob": logprob, "grad": grad, "adamw": adamw,
+             "generate": generate, "train-tokenizer": train_tokenizer, "encode": encode,
+             "decode": decode, "unicode-table": unicode_table}
+    if cmd not in table:
+        sys.stderr.write("ca_hf.py: unknown command %s\n" % cmd)
+        sys.exit(2)
+    table[cmd](args)
+
+
+if __name__ == "__main__":
+    main()
