@@ -1,0 +1,1233 @@
+/*
+ * ca-agent: run a policy through a sandboxed CUDA workspace, one task at a
+ * time (or -j at once), and write one trajectory record per task.
+ *
+ * For each task record: copy the skill's workspace template, add the
+ * task's model.py and the skill (both read-only to the agent), then loop:
+ * send the conversation to the policy command on its stdin, read the next
+ * assistant message from its stdout, run the tool calls it makes, append
+ * the observations. ca-build, ca-verify and ca-profile typed alone as a
+ * bash command run outside the sandbox on a snapshot of the candidate
+ * files (the task's own model.py, never the workspace's), and every such
+ * snapshot goes into the record so it can be scored later (ca-best).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "json.h"
+#include "ndjson.h"
+#include "opt.h"
+#include "paths.h"
+#include "proc.h"
+#include "tools.h"
+
+static const char usage_text[] =
+	"usage: ca-agent [-hu] [-j N] [--build-cmd CMD] [--command-time S] [--eval-time S] [--keep]\n"
+	"                [--max-context TOKENS] [--max-invalid N] [--max-output BYTES] [--max-time S]\n"
+	"                [--max-turns N] [--policy-time S] [--profile-cmd CMD] [--progress]\n"
+	"                [--sandbox PROGRAM] [--skill DIR] [--unconfined] [--verify-cmd CMD]\n"
+	"                [--workdir DIR] --policy CMD [file ...]\n";
+
+enum {
+	MAX_SNAPSHOT_FILE = 1 << 20,     /* a larger file is left out of a snapshot */
+	MAX_SNAPSHOT_TOTAL = 4 << 20,
+	MAX_RAW_SHOWN = 4000,            /* of an invalid policy output kept in the record */
+};
+
+struct config {
+	const char *policy;
+	const char *build_cmd, *verify_cmd, *profile_cmd;
+	const char *sandbox;             /* program; NULL with --unconfined */
+	const char *skill;
+	const char *workdir;
+	double command_time, eval_time, max_time, policy_time;
+	long long max_turns, max_context, max_invalid, max_output, jobs;
+	int keep, unconfined;
+};
+
+/* ---- small helpers ---- */
+
+static jv obj_get(jv obj, const char *key)
+{
+	jv v = ca_json_get(obj, key);
+	if (!jv_is_valid(v)) {
+		jv_free(v);
+		return jv_null();
+	}
+	return v;
+}
+
+static char *read_text_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	size_t cap = 4096, n = 0;
+	char *d = ca_xmalloc(cap);
+	size_t r;
+	while ((r = fread(d + n, 1, cap - n - 1, f)) > 0) {
+		n += r;
+		if (n + 1 == cap) {
+			cap *= 2;
+			d = ca_xrealloc(d, cap);
+		}
+	}
+	fclose(f);
+	d[n] = '\0';
+	if (len)
+		*len = n;
+	return d;
+}
+
+static int write_text_file(const char *path, const char *text, size_t len, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+	if (fd < 0)
+		return -1;
+	size_t done = 0;
+	while (done < len) {
+		ssize_t w = write(fd, text + done, len - done);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			close(fd);
+			return -1;
+		}
+		done += (size_t)w;
+	}
+	if (fchmod(fd, mode) != 0) {
+		close(fd);
+		return -1;
+	}
+	return close(fd);
+}
+
+/* Copy the template tree src into dst (regular files and directories only). */
+static int copy_tree(const char *src, const char *dst)
+{
+	if (ca_paths_mkdirs(dst, 0755) != 0)
+		return -1;
+	DIR *d = opendir(src);
+	if (!d)
+		return errno == ENOENT ? 0 : -1;
+	struct dirent *e;
+	int rc = 0;
+	while ((e = readdir(d)) && rc == 0) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		char s[PATH_MAX], t[PATH_MAX];
+		snprintf(s, sizeof s, "%s/%s", src, e->d_name);
+		snprintf(t, sizeof t, "%s/%s", dst, e->d_name);
+		struct stat st;
+		if (lstat(s, &st) != 0)
+			continue;
+		if (S_ISDIR(st.st_mode)) {
+			rc = copy_tree(s, t);
+		} else if (S_ISREG(st.st_mode)) {
+			size_t len;
+			char *text = read_text_file(s, &len);
+			if (!text)
+				rc = -1;
+			else
+				rc = write_text_file(t, text, len, (st.st_mode & 0111) ? 0755 : 0644);
+			free(text);
+		}
+	}
+	closedir(d);
+	return rc;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st, (void)flag, (void)ftw;
+	remove(path);
+	return 0;
+}
+
+static void remove_tree(const char *path)
+{
+	nftw(path, remove_entry, 32, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Resolve a helper program: next to this binary first, then PATH. */
+static const char *helper(const char *name)
+{
+	static char buf[4][PATH_MAX];
+	static int next;
+	char *b = buf[next++ % 4];
+	snprintf(b, PATH_MAX, "%s/%s", ca_paths_bindir(), name);
+	if (access(b, X_OK) == 0)
+		return b;
+	return name;
+}
+
+static int program_exists(const char *name)
+{
+	if (strchr(name, '/'))
+		return access(name, X_OK) == 0;
+	const char *path = getenv("PATH");
+	if (!path)
+		return 0;
+	char *copy = ca_xstrdup(path), *save = NULL;
+	int found = 0;
+	for (char *dir = strtok_r(copy, ":", &save); dir && !found; dir = strtok_r(NULL, ":", &save)) {
+		char p[PATH_MAX];
+		snprintf(p, sizeof p, "%s/%s", *dir ? dir : ".", name);
+		found = access(p, X_OK) == 0;
+	}
+	free(copy);
+	return found;
+}
+
+/* ---- snapshots ---- */
+
+static int snapshot_skip(const char *rel, const char *name)
+{
+	if (name[0] == '.')
+		return 1;
+	if (strcmp(rel, "model.py") == 0 || strcmp(rel, "SKILL.md") == 0)
+		return 1;
+	if (strcmp(name, "__pycache__") == 0 || strcmp(rel, "build") == 0)
+		return 1;
+	const char *dot = strrchr(name, '.');
+	if (dot && (!strcmp(dot, ".so") || !strcmp(dot, ".o") || !strcmp(dot, ".a") || !strcmp(dot, ".pyc")))
+		return 1;
+	return 0;
+}
+
+/* Add the workspace's candidate files under dir to files (an object). */
+static jv collect_files(const char *root, const char *rel, jv files, size_t *total, int *truncated)
+{
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof dir, "%s%s%s", root, *rel ? "/" : "", rel);
+	struct dirent **names;
+	int n = scandir(dir, &names, NULL, alphasort);
+	if (n < 0)
+		return files;
+	for (int i = 0; i < n; i++) {
+		const char *name = names[i]->d_name;
+		char r[PATH_MAX], path[PATH_MAX * 2];
+		snprintf(r, sizeof r, "%s%s%s", rel, *rel ? "/" : "", name);
+		snprintf(path, sizeof path, "%s/%s", root, r);
+		struct stat st;
+		if (strcmp(name, ".") && strcmp(name, "..") && !snapshot_skip(r, name) && lstat(path, &st) == 0) {
+			if (S_ISDIR(st.st_mode)) {
+				if (strlen(r) < 200)
+					files = collect_files(root, r, files, total, truncated);
+			} else if (S_ISREG(st.st_mode)) {
+				size_t len;
+				char *text = st.st_size <= MAX_SNAPSHOT_FILE ? read_text_file(path, &len) : NULL;
+				if (!text || memchr(text, '\0', len) || *total + len > MAX_SNAPSHOT_TOTAL)
+					*truncated = 1;
+				else {
+					*total += len;
+					files = jv_object_set(files, jv_string(r), jv_string_sized(text, (int)len));
+				}
+				free(text);
+			}
+		}
+		free(names[i]);
+	}
+	free(names);
+	return files;
+}
+
+static jv workspace_files(const char *ws, int *truncated)
+{
+	size_t total = 0;
+	*truncated = 0;
+	return collect_files(ws, "", jv_object(), &total, truncated);
+}
+
+/* Write files (borrowed) plus the task's model.py into dir. */
+static int materialize(const char *dir, jv files, const char *model_code)
+{
+	if (ca_paths_mkdirs(dir, 0755) != 0)
+		return -1;
+	char path[PATH_MAX * 2];
+	snprintf(path, sizeof path, "%s/model.py", dir);
+	if (write_text_file(path, model_code, strlen(model_code), 0644) != 0)
+		return -1;
+	int rc = 0;
+	jv_object_foreach(jv_copy(files), key, value) {
+		const char *rel = jv_string_value(key);
+		if (rc == 0 && jv_get_kind(value) == JV_KIND_STRING && !strstr(rel, "..") && rel[0] != '/') {
+			snprintf(path, sizeof path, "%s/%s", dir, rel);
+			char *slash = strrchr(path, '/');
+			*slash = '\0';
+			if (ca_paths_mkdirs(path, 0755) != 0)
+				rc = -1;
+			*slash = '/';
+			if (rc == 0 && write_text_file(path, jv_string_value(value),
+					(size_t)jv_string_length_bytes(jv_copy(value)), 0644) != 0)
+				rc = -1;
+		}
+		jv_free(key);
+		jv_free(value);
+	}
+	return rc;
+}
+
+/* ---- one task ---- */
+
+struct session {
+	const struct config *cfg;
+	jv task;
+	const char *id;
+	const char *code;
+	char ws[PATH_MAX], state[PATH_MAX];
+	struct ca_tools *tools;
+	jv messages, snapshots;
+	double start;
+	long tool_calls, invalid_calls, invalid_outputs;
+	long long tokens;
+	int turn;
+};
+
+static double elapsed(const struct session *s) { return ca_proc_now() - s->start; }
+
+static jv stamp(const struct session *s, jv msg)
+{
+	msg = jv_object_set(msg, jv_string("turn"), jv_number(s->turn));
+	return jv_object_set(msg, jv_string("t_s"), jv_number((double)(long)(elapsed(s) * 1000) / 1000));
+}
+
+/*
+ * If command is one of the trusted evaluation commands typed alone, return
+ * which ("ca-build", ...) and fill args with its options; else NULL.
+ */
+static const char *trusted_command(const char *command, jv *args)
+{
+	static const char *names[] = {"ca-build", "ca-verify", "ca-profile"};
+	char *copy = ca_xstrdup(command), *save = NULL;
+	const char *which = NULL;
+	*args = jv_array();
+	int first = 1, ok = 1;
+	for (char *w = strtok_r(copy, " \t\r\n", &save); w && ok; w = strtok_r(NULL, " \t\r\n", &save)) {
+		if (first) {
+			if (strncmp(w, "./", 2) == 0)
+				w += 2;
+			for (size_t i = 0; i < 3; i++)
+				if (strcmp(w, names[i]) == 0)
+					which = names[i];
+			first = 0;
+			ok = which != NULL;
+			continue;
+		}
+		if (strcmp(w, ".") == 0 || strcmp(w, "./") == 0 || strcmp(w, "2>&1") == 0)
+			continue;
+		if (w[0] != '-' || strlen(w) > 64) {
+			ok = 0;
+			break;
+		}
+		for (const char *c = w; *c; c++)
+			if (!(c[0] == '-' || c[0] == '_' || c[0] == '=' || c[0] == '.' || c[0] == ',' ||
+					(c[0] >= 'a' && c[0] <= 'z') || (c[0] >= 'A' && c[0] <= 'Z') || (c[0] >= '0' && c[0] <= '9')))
+				ok = 0;
+		if (ok)
+			*args = jv_array_append(*args, jv_string(w));
+	}
+	free(copy);
+	if (!ok)
+		which = NULL;
+	if (!which) {
+		jv_free(*args);
+		*args = jv_invalid();
+	}
+	return which;
+}
+
+/* Run a trusted evaluation command on a snapshot; returns the observation. */
+static char *run_trusted(struct session *s, const char *which, jv args, int *is_error)
+{
+	const struct config *cfg = s->cfg;
+	int truncated;
+	jv files = workspace_files(s->ws, &truncated);
+	int index = jv_array_length(jv_copy(s->snapshots));
+	char dir[PATH_MAX + 32];
+	snprintf(dir, sizeof dir, "%s/snapshot-%d", s->state, index);
+	const char *cmd = !strcmp(which, "ca-build") ? cfg->build_cmd
+		: !strcmp(which, "ca-verify") ? cfg->verify_cmd : cfg->profile_cmd;
+	struct ca_buf out = {0}, err = {0};
+	int status = -1;
+	char *why = NULL;
+	if (materialize(dir, files, s->code) != 0) {
+		why = ca_xstrdup(strerror(errno));
+	} else {
+		int nargs = jv_array_length(jv_copy(args));
+		const char **argv = ca_xcalloc((size_t)nargs + 8, sizeof *argv);
+		size_t n = 0;
+		char script[PATH_MAX + 64];
+		snprintf(script, sizeof script, "%s \"$@\"", cmd);
+		argv[n++] = "/bin/sh";
+		argv[n++] = "-c";
+		argv[n++] = script;
+		argv[n++] = which;
+		for (int i = 0; i < nargs; i++) {
+			jv a = jv_array_get(jv_copy(args), i);
+			argv[n++] = jv_string_value(a);   /* args holds a reference */
+			jv_free(a);
+		}
+		argv[n++] = dir;
+		argv[n] = NULL;
+		struct ca_proc p;
+		ca_proc_init(&p, argv);
+		p.cwd = s->state;
+		p.timeout_s = cfg->eval_time;
+		p.die_with_parent = 1;
+		status = ca_proc_capture(&p, NULL, 0, &out, &err, 4 << 20);
+		if (status < 0)
+			why = ca_xstrdup(strerror(errno));
+		free(argv);
+	}
+	/* The result: the last line of output that parses as a JSON object. */
+	jv result = jv_null();
+	if (out.data) {
+		char *end = out.data + out.len;
+		while (end > out.data) {
+			char *line_end = end;
+			while (line_end > out.data && (line_end[-1] == '\n' || line_end[-1] == ' '))
+				line_end--;
+			char *line = line_end;
+			while (line > out.data && line[-1] != '\n')
+				line--;
+			if (line_end > line) {
+				jv v = jv_parse_sized(line, (int)(line_end - line));
+				if (jv_get_kind(v) == JV_KIND_OBJECT) {
+					jv_free(result);
+					result = v;
+				} else {
+					jv_free(v);
+				}
+				break;
+			}
+			end = line;
+			if (line == out.data)
+				break;
+		}
+	}
+	jv snap = jv_object();
+	snap = jv_object_set(snap, jv_string("index"), jv_number(index));
+	snap = jv_object_set(snap, jv_string("turn"), jv_number(s->turn));
+	snap = jv_object_set(snap, jv_string("t_s"), jv_number((double)(long)(elapsed(s) * 1000) / 1000));
+	snap = jv_object_set(snap, jv_string("command"), jv_string(which));
+	snap = jv_object_set(snap, jv_string("args"), jv_copy(args));
+	snap = jv_object_set(snap, jv_string("files"), files);
+	if (truncated)
+		snap = jv_object_set(snap, jv_string("files_truncated"), jv_true());
+	snap = jv_object_set(snap, jv_string("status"), status >= 0 ? jv_number(status) : jv_null());
+	snap = jv_object_set(snap, jv_string("result"), jv_copy(result));
+	s->snapshots = jv_array_append(s->snapshots, snap);
+
+	/* What the agent sees: the field the command added, else its raw output. */
+	const char *field = !strcmp(which, "ca-verify") ? "verify" : !strcmp(which, "ca-profile") ? "profile" : NULL;
+	char *shown = NULL;
+	if (why) {
+		*is_error = 1;
+		size_t len = strlen(why) + 64;
+		shown = ca_xmalloc(len);
+		snprintf(shown, len, "error: %s could not run: %s", which, why);
+	} else {
+		jv view = jv_null();
+		if (field && jv_get_kind(result) == JV_KIND_OBJECT) {
+			jv f = obj_get(result, field);
+			if (jv_get_kind(f) == JV_KIND_OBJECT) {
+				view = jv_object_set(jv_object(), jv_string(field), f);
+				if (!strcmp(field, "profile")) {
+					jv v = obj_get(result, "verify");
+					if (jv_get_kind(v) != JV_KIND_NULL)
+						view = jv_object_set(view, jv_string("verify"), v);
+					else
+						jv_free(v);
+				}
+			} else {
+				jv_free(f);
+			}
+		} else if (!field && jv_get_kind(result) == JV_KIND_OBJECT) {
+			view = jv_copy(result);
+		}
+		const char *body;
+		size_t body_len;
+		jv dumped = jv_invalid();
+		if (jv_get_kind(view) != JV_KIND_NULL) {
+			dumped = jv_dump_string(view, JV_PRINT_PRETTY | JV_PRINT_SPACE1);
+			body = jv_string_value(dumped);
+			body_len = strlen(body);
+		} else {
+			jv_free(view);
+			body = out.data ? out.data : "";
+			body_len = out.len;
+		}
+		char *b = ca_tools_truncate(body, body_len, (size_t)cfg->max_output);
+		char *e = err.len ? ca_tools_truncate(err.data, err.len, 4000) : NULL;
+		size_t len = strlen(b) + (e ? strlen(e) : 0) + 128;
+		shown = ca_xmalloc(len);
+		snprintf(shown, len, "%s%s%s%s", b, e ? "\n" : "", e ? e : "", "");
+		if (status != 0) {
+			size_t used = strlen(shown);
+			snprintf(shown + used, len - used, "\n[%s exit status %d%s]", which, status,
+				status == CA_PROC_TIMEOUT_STATUS ? ": time limit" : "");
+		}
+		free(b);
+		free(e);
+		jv_free(dumped);
+	}
+	jv_free(result);
+	ca_buf_free(&out);
+	ca_buf_free(&err);
+	free(why);
+	return shown;
+}
+
+/* Normalise one tool call; on failure return an error observation (and a usable id). */
+static char *check_call(struct session *s, jv call, int k, jv *norm, const char **name_out, jv *args_out)
+{
+	char idbuf[64];
+	snprintf(idbuf, sizeof idbuf, "call_%d_%d", s->turn, k);
+	jv id = jv_get_kind(call) == JV_KIND_OBJECT ? obj_get(call, "id") : jv_null();
+	if (jv_get_kind(id) != JV_KIND_STRING || jv_string_length_bytes(jv_copy(id)) == 0) {
+		jv_free(id);
+		id = jv_string(idbuf);
+	}
+	jv fn = jv_get_kind(call) == JV_KIND_OBJECT ? obj_get(call, "function") : jv_null();
+	jv name = jv_get_kind(fn) == JV_KIND_OBJECT ? obj_get(fn, "name") : jv_null();
+	jv args = jv_get_kind(fn) == JV_KIND_OBJECT ? obj_get(fn, "arguments") : jv_null();
+	jv_free(fn);
+	*norm = jv_object();
+	*norm = jv_object_set(*norm, jv_string("id"), jv_copy(id));
+	*norm = jv_object_set(*norm, jv_string("type"), jv_string("function"));
+	jv nf = jv_object();
+	nf = jv_object_set(nf, jv_string("name"), jv_get_kind(name) == JV_KIND_STRING ? jv_copy(name) : jv_string(""));
+	char *error = NULL;
+	jv parsed = jv_null();
+	if (jv_get_kind(args) == JV_KIND_STRING) {
+		nf = jv_object_set(nf, jv_string("arguments"), jv_copy(args));
+		parsed = jv_parse(jv_string_value(args));
+	} else if (jv_get_kind(args) == JV_KIND_OBJECT) {
+		nf = jv_object_set(nf, jv_string("arguments"), jv_dump_string(jv_copy(args), 0));
+		parsed = jv_copy(args);
+	} else {
+		nf = jv_object_set(nf, jv_string("arguments"), jv_string(""));
+	}
+	*norm = jv_object_set(*norm, jv_string("function"), nf);
+	if (jv_get_kind(call) != JV_KIND_OBJECT)
+		error = ca_xstrdup("error: a tool call must be an object {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+	else if (jv_get_kind(name) != JV_KIND_STRING)
+		error = ca_xstrdup("error: the tool call has no function name");
+	else if (!ca_tools_known(jv_string_value(name))) {
+		size_t len = 200 + (size_t)jv_string_length_bytes(jv_copy(name));
+		error = ca_xmalloc(len);
+		snprintf(error, len, "error: unknown tool %.100s; the tools are bash, bash_output, edit, glob, grep, kill_bash, multiedit, read, write",
+			jv_string_value(name));
+	} else if (jv_get_kind(parsed) != JV_KIND_OBJECT) {
+		error = ca_xstrdup("error: the arguments are not a JSON object (give them as a JSON-encoded string of an object)");
+	}
+	*name_out = NULL;
+	if (!error) {
+		static char namebuf[32];
+		snprintf(namebuf, sizeof namebuf, "%s", jv_string_value(name));
+		*name_out = namebuf;
+		*args_out = parsed;
+	} else {
+		jv_free(parsed);
+		*args_out = jv_invalid();
+	}
+	jv_free(id);
+	jv_free(name);
+	jv_free(args);
+	return error;
+}
+
+static jv tool_message(struct session *s, jv call_id, const char *name, const char *content, int is_error)
+{
+	jv m = jv_object();
+	m = jv_object_set(m, jv_string("role"), jv_string("tool"));
+	m = jv_object_set(m, jv_string("tool_call_id"), call_id);
+	m = jv_object_set(m, jv_string("name"), jv_string(name ? name : ""));
+	m = jv_object_set(m, jv_string("content"), jv_string(content));
+	if (is_error)
+		m = jv_object_set(m, jv_string("is_error"), jv_true());
+	return stamp(s, m);
+}
+
+/* Extract the assistant message from policy output; jv_invalid with a reason when it is not one. */
+static jv parse_policy_output(const char *text, size_t len, long long *tokens)
+{
+	while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' ' || text[len - 1] == '\r' || text[len - 1] == '\t'))
+		len--;
+	while (len > 0 && (*text == ' ' || *text == '\n' || *text == '\r' || *text == '\t')) {
+		text++;
+		len--;
+	}
+	if (len == 0)
+		return jv_invalid_with_msg(jv_string("the policy wrote nothing"));
+	jv v = jv_parse_sized(text, (int)(len > INT32_MAX ? INT32_MAX : len));
+	if (!jv_is_valid(v)) {
+		jv_free(v);
+		return jv_invalid_with_msg(jv_string("the policy's output is not JSON"));
+	}
+	if (jv_get_kind(v) != JV_KIND_OBJECT) {
+		jv_free(v);
+		return jv_invalid_with_msg(jv_string("the policy's output is not a JSON object"));
+	}
+	jv usage = obj_get(v, "usage");
+	double total;
+	if (jv_get_kind(usage) == JV_KIND_OBJECT && ca_json_number(usage, "total_tokens", &total) == 1)
+		*tokens = (long long)total;
+	jv_free(usage);
+	jv choices = obj_get(v, "choices");
+	if (jv_get_kind(choices) == JV_KIND_ARRAY) {
+		jv first = jv_array_get(choices, 0);
+		jv_free(v);
+		v = jv_get_kind(first) == JV_KIND_OBJECT ? obj_get(first, "message") : jv_null();
+		jv_free(first);
+		if (jv_get_kind(v) != JV_KIND_OBJECT) {
+			jv_free(v);
+			return jv_invalid_with_msg(jv_string("the policy's response has no choices[0].message object"));
+		}
+	} else {
+		jv_free(choices);
+	}
+	jv content = obj_get(v, "content"), calls = obj_get(v, "tool_calls");
+	int has_content = jv_get_kind(content) == JV_KIND_STRING || jv_get_kind(content) == JV_KIND_NULL ||
+		jv_get_kind(content) == JV_KIND_ARRAY;
+	int has_calls = jv_get_kind(calls) == JV_KIND_ARRAY || jv_get_kind(calls) == JV_KIND_NULL;
+	int any = jv_object_has(jv_copy(v), jv_string("content")) || jv_object_has(jv_copy(v), jv_string("tool_calls"));
+	jv_free(calls);
+	if (!any || !has_content || !has_calls) {
+		jv_free(content);
+		jv_free(v);
+		return jv_invalid_with_msg(jv_string("the policy's output is not an assistant message (a string \"content\" and/or an array \"tool_calls\")"));
+	}
+	/* Content given as a list of parts: keep the text. */
+	if (jv_get_kind(content) == JV_KIND_ARRAY) {
+		jv text = jv_string("");
+		jv_array_foreach(content, i, part) {
+			jv t = jv_get_kind(part) == JV_KIND_OBJECT ? obj_get(part, "text") : jv_null();
+			if (jv_get_kind(t) == JV_KIND_STRING)
+				text = jv_string_concat(text, t);
+			else
+				jv_free(t);
+			jv_free(part);
+		}
+		v = jv_object_set(v, jv_string("content"), text);
+	}
+	jv_free(content);
+	return v;
+}
+
+static long long estimate_tokens(const struct session *s)
+{
+	jv text = jv_dump_string(jv_copy(s->messages), 0);
+	long long n = jv_string_length_bytes(text) / 4;
+	return n;
+}
+
+static const char *run_policy(struct session *s, jv *message, char **detail)
+{
+	const struct config *cfg = s->cfg;
+	jv conv = jv_object();
+	conv = jv_object_set(conv, jv_string("task_id"), jv_string(s->id));
+	conv = jv_object_set(conv, jv_string("turn"), jv_number(s->turn));
+	conv = jv_object_set(conv, jv_string("max_turns"), jv_number((double)cfg->max_turns));
+	conv = jv_object_set(conv, jv_string("tools"), ca_tools_schema());
+	conv = jv_object_set(conv, jv_string("messages"), jv_copy(s->messages));
+	jv text = jv_dump_string(conv, 0);
+	char turn_text[32];
+	snprintf(turn_text, sizeof turn_text, "%d", s->turn);
+	setenv("CA_TURN", turn_text, 1);
+	setenv("CA_WORKSPACE", s->ws, 1);
+	setenv("CA_TASK_ID", s->id, 1);
+	const char *argv[] = {"/bin/sh", "-c", cfg->policy, NULL};
+	struct ca_proc p;
+	ca_proc_init(&p, argv);
+	p.timeout_s = cfg->policy_time;
+	p.die_with_parent = 1;
+	struct ca_buf out = {0}, err = {0};
+	int status = ca_proc_capture(&p, jv_string_value(text), (size_t)jv_string_length_bytes(jv_copy(text)),
+		&out, &err, 8 << 20);
+	jv_free(text);
+	const char *stop = NULL;
+	*detail = NULL;
+	*message = jv_invalid();
+	if (status < 0) {
+		stop = "policy_error";
+		*detail = ca_xstrdup(strerror(errno));
+	} else if (p.timed_out) {
+		stop = "policy_timeout";
+	} else if (status != 0) {
+		stop = "policy_error";
+		char *tail = ca_tools_truncate(err.data ? err.data : "", err.len, 2000);
+		size_t len = strlen(tail) + 64;
+		*detail = ca_xmalloc(len);
+		snprintf(*detail, len, "exit status %d: %s", status, tail);
+		free(tail);
+	} else {
+		long long tokens = -1;
+		*message = parse_policy_output(out.data ? out.data : "", out.len, &tokens);
+		if (tokens > 0)
+			s->tokens = tokens;
+		if (!jv_is_valid(*message)) {
+			/* Keep the raw output as data: the invalid turn goes into the record. */
+			jv why = jv_invalid_get_msg(*message);
+			char *raw = ca_tools_truncate(out.data ? out.data : "", out.len, MAX_RAW_SHOWN);
+			jv bad = jv_object();
+			bad = jv_object_set(bad, jv_string("raw"), jv_string(raw));
+			bad = jv_object_set(bad, jv_string("why"), why);
+			*message = jv_invalid_with_msg(bad);
+			free(raw);
+		}
+	}
+	ca_buf_free(&out);
+	ca_buf_free(&err);
+	return stop;
+}
+
+static char *prompt_text(const struct session *s, const char *skill_text)
+{
+	const char *fmt_system =
+		"%s\n\n# This session\n\nYour workspace is %s (the current directory of bash). "
+		"It holds model.py (the reference, read-only), SKILL.md (this guide, read-only) and kernels/. "
+		"You have at most %lld turns. When you are finished, answer without any tool call.\n";
+	size_t len = strlen(fmt_system) + strlen(skill_text) + strlen(s->ws) + 64;
+	char *t = ca_xmalloc(len);
+	snprintf(t, len, fmt_system, skill_text, s->ws, s->cfg->max_turns);
+	return t;
+}
+
+static char *task_text(const struct session *s)
+{
+	const char *fmt =
+		"Task %s. Make this PyTorch model faster with your own CUDA kernels. The reference is model.py "
+		"in the workspace:\n\n```python\n%s\n```\n\nWrite model_new.py (class ModelNew with the same "
+		"constructor arguments, parameters and forward signature) and kernels/*.cu so that ca-verify passes "
+		"and ca-profile shows it at least 5%% faster than torch.compile. Follow SKILL.md.\n";
+	size_t len = strlen(fmt) + strlen(s->id) + strlen(s->code) + 16;
+	char *t = ca_xmalloc(len);
+	snprintf(t, len, fmt, s->id, s->code);
+	return t;
+}
+
+static jv message(const char *role, const char *content)
+{
+	jv m = jv_object_set(jv_object(), jv_string("role"), jv_string(role));
+	return jv_object_set(m, jv_string("content"), jv_string(content));
+}
+
+/* Run one task to its trajectory record; *status gets the worst status. */
+static jv run_task(const struct config *cfg, jv task, long index, const char *taskdir, int *status)
+{
+	struct session s = {.cfg = cfg, .task = task, .start = ca_proc_now()};
+	s.messages = jv_array();
+	s.snapshots = jv_array();
+	jv idv = obj_get(task, "id");
+	char idbuf[64];
+	if (jv_get_kind(idv) == JV_KIND_STRING) {
+		s.id = jv_string_value(idv);
+	} else if (jv_get_kind(idv) == JV_KIND_NUMBER) {
+		snprintf(idbuf, sizeof idbuf, "%.17g", jv_number_value(idv));
+		s.id = idbuf;
+	} else {
+		snprintf(idbuf, sizeof idbuf, "task-%ld", index + 1);
+		s.id = idbuf;
+	}
+	jv codev = obj_get(task, "code");
+	s.code = jv_get_kind(codev) == JV_KIND_STRING ? jv_string_value(codev) : NULL;
+	snprintf(s.ws, sizeof s.ws, "%s/workspace", taskdir);
+	snprintf(s.state, sizeof s.state, "%s/state", taskdir);
+
+	const char *stop = NULL;
+	char *detail = NULL;
+	if (!s.code) {
+		stop = "setup_error";
+		detail = ca_xstrdup("the task record has no string field \"code\"");
+		ca_err_warn("task %s: %s", s.id, detail);
+		*status = ca_err_worst(*status, CA_EXIT_DATA);
+	}
+	char path[PATH_MAX + 64];
+	char *skill_text = NULL;
+	if (!stop) {
+		snprintf(path, sizeof path, "%s/SKILL.md", cfg->skill);
+		size_t len;
+		skill_text = read_text_file(path, &len);
+		snprintf(path, sizeof path, "%s/workdir", cfg->skill);
+		if (!skill_text || copy_tree(path, s.ws) != 0 || ca_paths_mkdirs(s.state, 0700) != 0) {
+			stop = "setup_error";
+			detail = ca_xstrdup("cannot prepare the workspace from the skill directory");
+		} else {
+			snprintf(path, sizeof path, "%s/model.py", s.ws);
+			int rc = write_text_file(path, s.code, strlen(s.code), 0444);
+			snprintf(path, sizeof path, "%s/SKILL.md", s.ws);
+			rc |= write_text_file(path, skill_text, len, 0444);
+			if (rc != 0) {
+				stop = "setup_error";
+				detail = ca_xstrdup(strerror(errno));
+			}
+		}
+		if (stop) {
+			ca_err_warn("task %s: %s", s.id, detail);
+			*status = ca_err_worst(*status, CA_EXIT_SYSTEM);
+		}
+	}
+	const char *sandbox_argv[] = {cfg->sandbox, "--mem", "16384", "--nproc", "1024", "--fsize", "4096",
+		"--nofile", "1024", NULL};
+	const char *protected[] = {"model.py", "SKILL.md", NULL};
+	if (!stop) {
+		struct ca_tools_config tc = {
+			.workspace = s.ws,
+			.state_dir = s.state,
+			.protected = protected,
+			.sandbox = cfg->unconfined ? NULL : sandbox_argv,
+			.command_time_s = cfg->command_time,
+			.job_time_s = cfg->max_time > 0 ? cfg->max_time : 3600,
+			.max_output = (size_t)cfg->max_output,
+		};
+		s.tools = ca_tools_new(&tc);
+		if (!s.tools) {
+			stop = "setup_error";
+			detail = ca_xstrdup("cannot open the workspace");
+			*status = ca_err_worst(*status, CA_EXIT_SYSTEM);
+		} else {
+			char *sys = prompt_text(&s, skill_text);
+			char *user = task_text(&s);
+			s.messages = jv_array_append(s.messages, stamp(&s, message("system", sys)));
+			s.messages = jv_array_append(s.messages, stamp(&s, message("user", user)));
+			free(sys);
+			free(user);
+		}
+	}
+	free(skill_text);
+
+	int consecutive_invalid = 0;
+	while (!stop) {
+		if (s.turn >= cfg->max_turns) {
+			stop = "max_turns";
+			break;
+		}
+		if (cfg->max_time > 0 && elapsed(&s) >= cfg->max_time) {
+			stop = "wall_clock";
+			break;
+		}
+		long long est = estimate_tokens(&s);
+		if (est > s.tokens)
+			s.tokens = est;
+		if (cfg->max_context > 0 && s.tokens >= cfg->max_context) {
+			stop = "context";
+			break;
+		}
+		s.turn++;
+		jv msg;
+		stop = run_policy(&s, &msg, &detail);
+		if (stop) {
+			jv_free(msg);
+			if (!strcmp(stop, "policy_error") || !strcmp(stop, "policy_timeout"))
+				*status = ca_err_worst(*status, CA_EXIT_SYSTEM);
+			break;
+		}
+		if (!jv_is_valid(msg)) {
+			jv bad = jv_invalid_get_msg(msg);
+			jv raw = obj_get(bad, "raw"), why = obj_get(bad, "why");
+			jv m = message("assistant", jv_string_value(raw));
+			m = jv_object_set(m, jv_string("invalid"), jv_true());
+			s.messages = jv_array_append(s.messages, stamp(&s, m));
+			char note[512];
+			snprintf(note, sizeof note, "error: %s. Answer with one JSON assistant message: "
+				"{\"role\": \"assistant\", \"content\": \"...\", \"tool_calls\": [...]}", jv_string_value(why));
+			jv u = message("user", note);
+			u = jv_object_set(u, jv_string("is_error"), jv_true());
+			s.messages = jv_array_append(s.messages, stamp(&s, u));
+			jv_free(raw);
+			jv_free(why);
+			jv_free(bad);
+			s.invalid_outputs++;
+			if (++consecutive_invalid >= cfg->max_invalid) {
+				stop = "invalid_output";
+				char d[96];
+				snprintf(d, sizeof d, "%d invalid policy outputs in a row", consecutive_invalid);
+				detail = ca_xstrdup(d);
+			}
+			continue;
+		}
+		consecutive_invalid = 0;
+		jv calls = obj_get(msg, "tool_calls");
+		jv content = obj_get(msg, "content");
+		jv am = jv_object_set(jv_object(), jv_string("role"), jv_string("assistant"));
+		am = jv_object_set(am, jv_string("content"), jv_get_kind(content) == JV_KIND_STRING ? content : (jv_free(content), jv_null()));
+		jv reasoning = obj_get(msg, "reasoning_content");
+		if (jv_get_kind(reasoning) == JV_KIND_STRING)
+			am = jv_object_set(am, jv_string("reasoning_content"), reasoning);
+		else
+			jv_free(reasoning);
+		int ncalls = jv_get_kind(calls) == JV_KIND_ARRAY ? jv_array_length(jv_copy(calls)) : 0;
+		if (ncalls == 0) {
+			s.messages = jv_array_append(s.messages, stamp(&s, am));
+			jv_free(calls);
+			jv_free(msg);
+			stop = "done";
+			break;
+		}
+		/* Normalise every call first, so the assistant message precedes its results. */
+		jv norm_calls = jv_array(), results = jv_array();
+		for (int k = 0; k < ncalls; k++) {
+			jv call = jv_array_get(jv_copy(calls), k), norm, args;
+			const char *name;
+			char *error = check_call(&s, call, k, &norm, &name, &args);
+			jv call_id = obj_get(norm, "id");
+			char *observation;
+			int is_error = 0;
+			s.tool_calls++;
+			if (error) {
+				observation = error;
+				is_error = 1;
+				s.invalid_calls++;
+			} else {
+				jv targs;
+				const char *which = NULL;
+				if (!strcmp(name, "bash") && ca_json_bool(args, "run_in_background") != 1) {
+					jv cmd = obj_get(args, "command");
+					if (jv_get_kind(cmd) == JV_KIND_STRING)
+						which = trusted_command(jv_string_value(cmd), &targs);
+					jv_free(cmd);
+				}
+				if (which) {
+					observation = run_trusted(&s, which, targs, &is_error);
+					jv_free(targs);
+				} else {
+					char *o = ca_tools_call(s.tools, name, args, &is_error);
+					observation = o;
+				}
+				jv_free(args);
+			}
+			jv fobj = obj_get(norm, "function");
+			jv fname = obj_get(fobj, "name");
+			jv_free(fobj);
+			results = jv_array_append(results, tool_message(&s, call_id, jv_string_value(fname), observation, is_error));
+			jv_free(fname);
+			free(observation);
+			norm_calls = jv_array_append(norm_calls, norm);
+			jv_free(call);
+			if (cfg->max_time > 0 && elapsed(&s) >= cfg->max_time)
+				break;
+		}
+		am = jv_object_set(am, jv_string("tool_calls"), norm_calls);
+		s.messages = jv_array_append(s.messages, stamp(&s, am));
+		jv_array_foreach(results, i, r) {
+			s.messages = jv_array_append(s.messages, r);
+		}
+		jv_free(results);
+		jv_free(calls);
+		jv_free(msg);
+	}
+
+	jv traj = jv_object();
+	char tid[512];
+	snprintf(tid, sizeof tid, "%s#%ld", s.id, index + 1);
+	traj = jv_object_set(traj, jv_string("id"), jv_string(tid));
+	traj = jv_object_set(traj, jv_string("policy"), jv_string(cfg->policy));
+	traj = jv_object_set(traj, jv_string("stop"), jv_string(stop));
+	if (detail)
+		traj = jv_object_set(traj, jv_string("stop_detail"), jv_string(detail));
+	traj = jv_object_set(traj, jv_string("turns"), jv_number(s.turn));
+	traj = jv_object_set(traj, jv_string("tool_calls"), jv_number((double)s.tool_calls));
+	traj = jv_object_set(traj, jv_string("invalid_tool_calls"), jv_number((double)s.invalid_calls));
+	traj = jv_object_set(traj, jv_string("invalid_outputs"), jv_number((double)s.invalid_outputs));
+	{
+		long long est = estimate_tokens(&s);
+		traj = jv_object_set(traj, jv_string("tokens"), jv_number((double)(est > s.tokens ? est : s.tokens)));
+	}
+	traj = jv_object_set(traj, jv_string("wall_s"), jv_number((double)(long)(elapsed(&s) * 1000) / 1000));
+	traj = jv_object_set(traj, jv_string("confined"), jv_bool(!cfg->unconfined));
+	jv limits = jv_object();
+	limits = jv_object_set(limits, jv_string("max_turns"), jv_number((double)cfg->max_turns));
+	limits = jv_object_set(limits, jv_string("max_context"), jv_number((double)cfg->max_context));
+	limits = jv_object_set(limits, jv_string("max_time_s"), jv_number(cfg->max_time));
+	limits = jv_object_set(limits, jv_string("command_time_s"), jv_number(cfg->command_time));
+	traj = jv_object_set(traj, jv_string("limits"), limits);
+	traj = jv_object_set(traj, jv_string("messages"), s.messages);
+	traj = jv_object_set(traj, jv_string("snapshots"), s.snapshots);
+	if (s.tools) {
+		int truncated;
+		jv final = jv_object_set(jv_object(), jv_string("files"), workspace_files(s.ws, &truncated));
+		if (truncated)
+			final = jv_object_set(final, jv_string("files_truncated"), jv_true());
+		traj = jv_object_set(traj, jv_string("final"), final);
+		ca_tools_free(s.tools);
+	}
+	if (cfg->keep)
+		traj = jv_object_set(traj, jv_string("workspace"), jv_string(s.ws));
+	free(detail);
+	jv_free(idv);
+	jv_free(codev);
+	return jv_object_set(task, jv_string("trajectory"), traj);
+}
+
+/* ---- the task pool ---- */
+
+struct slot {
+	jv record;          /* the task, or an error record to pass through */
+	int is_task;
+	long line;
+	pid_t pid;
+	int done, status;
+	char dir[PATH_MAX];
+};
+
+static void sanitize(const char *id, char *out, size_t n)
+{
+	size_t k = 0;
+	for (const char *c = id; *c && k + 1 < n && k < 40; c++)
+		out[k++] = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+			*c == '-' || *c == '_' || *c == '.' ? *c : '_';
+	out[k] = '\0';
+}
+
+/* The child: run one task, write its record to dir/record.json. */
+static noreturn void child_main(const struct config *cfg, struct slot *slot, long index)
+{
+	int status = CA_EXIT_OK;
+	jv out = run_task(cfg, slot->record, index, slot->dir, &status);
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof path, "%s/record.json", slot->dir);
+	jv text = jv_dump_string(out, 0);
+	if (write_text_file(path, jv_string_value(text), (size_t)jv_string_length_bytes(jv_copy(text)), 0600) != 0)
+		status = CA_EXIT_SYSTEM;
+	jv_free(text);
+	_exit(status);
+}
+
+static int emit(const struct config *cfg, struct slot *slot)
+{
+	int status = CA_EXIT_OK;
+	if (!slot->is_task) {
+		if (ca_ndjson_write(slot->record) != 0)
+			status = CA_EXIT_SYSTEM;
+		ca_ndjson_progress_tick();
+		return status;
+	}
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof path, "%s/record.json", slot->dir);
+	size_t len;
+	char *text = read_text_file(path, &len);
+	if (text && len > 0) {
+		if (ca_ndjson_write_raw(text, len) != 0)
+			status = CA_EXIT_SYSTEM;
+	} else {
+		/* The worker died without a record: still one record out. */
+		jv traj = jv_object();
+		traj = jv_object_set(traj, jv_string("stop"), jv_string("crashed"));
+		char d[64];
+		snprintf(d, sizeof d, "the task's worker ended with status %d", slot->status);
+		traj = jv_object_set(traj, jv_string("stop_detail"), jv_string(d));
+		ca_err_warn("task at line %ld: %s", slot->line, d);
+		if (ca_ndjson_write(jv_object_set(jv_copy(slot->record), jv_string("trajectory"), traj)) != 0)
+			status = CA_EXIT_SYSTEM;
+		status = ca_err_worst(status, CA_EXIT_SYSTEM);
+	}
+	free(text);
+	jv_free(slot->record);
+	status = ca_err_worst(status, slot->status > CA_EXIT_SYSTEM ? CA_EXIT_SYSTEM : slot->status);
+	if (!cfg->keep)
+		remove_tree(slot->dir);
+	ca_ndjson_progress_tick();
+	return status;
+}
+
+static int run_all(const struct config *cfg, int nfiles, char **files, const char *root)
+{
+	struct ca_ndjson_reader *r = ca_ndjson_open(nfiles, files);
+	struct slot *slots = NULL;
+	size_t n = 0, cap = 0;
+	int status = CA_EXIT_OK;
+	jv rec;
+	int kind;
+	while ((kind = ca_ndjson_next(r, &rec)) != CA_NDJSON_EOF) {
+		if (n == cap) {
+			cap = cap ? 2 * cap : 16;
+			slots = ca_xrealloc(slots, cap * sizeof *slots);
+		}
+		struct slot *sl = &slots[n];
+		memset(sl, 0, sizeof *sl);
+		sl->line = ca_ndjson_line(r);
+		if (kind == CA_NDJSON_BAD) {
+			ca_ndjson_warn(r, "%s", jv_string_value(rec));
+			sl->record = ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(rec));
+			jv_free(rec);
+			status = ca_err_worst(status, CA_EXIT_DATA);
+		} else {
+			sl->record = rec;
+			sl->is_task = 1;
+			jv id = obj_get(rec, "id");
+			char clean[64] = "task";
+			if (jv_get_kind(id) == JV_KIND_STRING)
+				sanitize(jv_string_value(id), clean, sizeof clean);
+			jv_free(id);
+			snprintf(sl->dir, sizeof sl->dir, "%s/%06zu-%s", root, n + 1, clean);
+		}
+		n++;
+	}
+	status = ca_err_worst(status, ca_ndjson_status(r));
+	ca_ndjson_close(r);
+
+	size_t next_start = 0, next_emit = 0;
+	long running = 0;
+	fflush(stdout);
+	while (next_emit < n) {
+		while (running < cfg->jobs && next_start < n) {
+			struct slot *sl = &slots[next_start];
+			if (sl->is_task) {
+				if (ca_paths_mkdirs(sl->dir, 0755) != 0)
+					ca_err_die_sys(CA_EXIT_SYSTEM, "%s", sl->dir);
+				pid_t pid = fork();
+				if (pid < 0)
+					ca_err_die_sys(CA_EXIT_SYSTEM, "fork");
+				if (pid == 0)
+					child_main(cfg, sl, (long)next_start);
+				sl->pid = pid;
+				running++;
+			} else {
+				sl->done = 1;
+			}
+			next_start++;
+		}
+		while (next_emit < n && slots[next_emit].done) {
+			status = ca_err_worst(status, emit(cfg, &slots[next_emit]));
+			next_emit++;
+		}
+		if (next_emit >= n)
+			break;
+		int st;
+		pid_t pid = waitpid(-1, &st, 0);
+		if (pid < 0) {
+			if (errno == EINTR)
+				continue;
+			ca_err_die_sys(CA_EXIT_SYSTEM, "waitpid");
+		}
+		for (size_t i = 0; i < n; i++)
+			if (slots[i].pid == pid && !slots[i].done) {
+				slots[i].done = 1;
+				slots[i].status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+				running--;
+			}
+	}
+	free(slots);
+	ca_ndjson_progress_done();
+	return status;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"build-cmd", required_argument, NULL, 'B'},
+		{"command-time", required_argument, NULL, 'C'},
+		{"eval-time", required_argument, NULL, 'E'},
+		{"help", no_argument, NULL, 'h'},
+		{"jobs", required_argument, NULL, 'j'},
+		{"keep", no_argument, NULL, 'k'},
+		{"max-context", required_argument, NULL, 'X'},
+		{"max-invalid", required_argument, NULL, 'I'},
+		{"max-output", required_argument, NULL, 'O'},
+		{"max-time", required_argument, NULL, 'T'},
+		{"max-turns", required_argument, NULL, 'N'},
+		{"policy", required_argument, NULL, 'p'},
+		{"policy-time", required_argument, NULL, 'Q'},
+		{"profile-cmd", required_argument, NULL, 'R'},
+		{"progress", no_argument, NULL, 'P'},
+		{"sandbox", required_argument, NULL, 'S'},
+		{"skill", required_argument, NULL, 's'},
+		{"unbuffered", no_argument, NULL, 'u'},
+		{"unconfined", no_argument, NULL, 'U'},
+		{"verify-cmd", required_argument, NULL, 'V'},
+		{"workdir", required_argument, NULL, 'w'},
+		{NULL, 0, NULL, 0},
+	};
+	struct config cfg = {
+		.command_time = 300, .eval_time = 900, .max_time = 7200, .policy_time = 900,
+		.max_turns = 150, .max_context = 131072, .max_invalid = 5, .max_output = 30000, .jobs = 1,
+	};
+	char skill_default[PATH_MAX + 32];
+	int c;
+	ca_err_init(argv[0]);
+	while ((c = getopt_long(argc, argv, "hj:u", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'B': cfg.build_cmd = optarg; break;
+		case 'C': cfg.command_time = ca_opt_double("--command-time", optarg, 1, 86400); break;
+		case 'E': cfg.eval_time = ca_opt_double("--eval-time", optarg, 1, 86400); break;
+		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
+		case 'j': cfg.jobs = ca_opt_long("-j", optarg, 1, 4096); break;
+		case 'k': cfg.keep = 1; break;
+		case 'X': cfg.max_context = ca_opt_long("--max-context", optarg, 0, 1LL << 40); break;
+		case 'I': cfg.max_invalid = ca_opt_long("--max-invalid", optarg, 1, 1000000); break;
+		case 'O': cfg.max_output = ca_opt_long("--max-output", optarg, 1000, 1 << 24); break;
+		case 'T': cfg.max_time = ca_opt_double("--max-time", optarg, 0, 1e9); break;
+		case 'N': cfg.max_turns = ca_opt_long("--max-turns", optarg, 1, 1000000); break;
+		case 'p': cfg.policy = optarg; break;
+		case 'Q': cfg.policy_time = ca_opt_double("--policy-time", optarg, 1, 86400); break;
+		case 'R': cfg.profile_cmd = optarg; break;
+		case 'P': ca_ndjson_set_progress(1); break;
+		case 'S': cfg.sandbox = optarg; break;
+		case 's': cfg.skill = optarg; break;
+		case 'u': ca_ndjson_set_unbuffered(1); break;
+		case 'U': cfg.unconfined = 1; break;
+		case 'V': cfg.verify_cmd = optarg; break;
+		case 'w': cfg.workdir = optarg; break;
+		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		}
+	}
+	if (!cfg.policy) {
+		ca_err_warn("--policy CMD is required");
+		fputs(usage_text, stderr);
+		ca_opt_bad_usage();
+	}
+	if (!cfg.build_cmd)
+		cfg.build_cmd = helper("ca-build");
+	if (!cfg.verify_cmd)
+		cfg.verify_cmd = helper("ca-verify");
+	if (!cfg.profile_cmd)
+		cfg.profile_cmd = helper("ca-profile");
+	if (!cfg.skill) {
+		snprintf(skill_default, sizeof skill_default, "%s/skills/cuda", ca_paths_share());
+		cfg.skill = skill_default;
+	}
+	if (cfg.unconfined) {
+		cfg.sandbox = NULL;
+	} else {
+		if (!cfg.sandbox)
+			cfg.sandbox = helper("ca-sandbox");
+		if (!program_exists(cfg.sandbox))
+			ca_err_die(CA_EXIT_SYSTEM, "%s not found: build ca-sandbox, name it with --sandbox, "
+				"or run without confinement with --unconfined", cfg.sandbox);
+	}
+	char root[PATH_MAX];
+	int made_root = 0;
+	if (cfg.workdir) {
+		if (ca_paths_mkdirs(cfg.workdir, 0755) != 0)
+			ca_err_die_sys(CA_EXIT_SYSTEM, "%s", cfg.workdir);
+		if (!realpath(cfg.workdir, root))
+			ca_err_die_sys(CA_EXIT_SYSTEM, "%s", cfg.workdir);
+	} else {
+		const char *tmp = getenv("TMPDIR");
+		snprintf(root, sizeof root, "%s/ca-agent.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+		if (!mkdtemp(root))
+			ca_err_die_sys(CA_EXIT_SYSTEM, "%s", root);
+		made_root = 1;
+		chmod(root, 0755);
+	}
+	int status = run_all(&cfg, argc - optind, argv + optind, root);
+	if (made_root && !cfg.keep)
+		remove_tree(root);
+	else if (cfg.keep)
+		ca_err_warn("workspaces kept under %s", root);
+	return ca_err_finish(status);
+}
