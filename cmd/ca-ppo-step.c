@@ -1,0 +1,243 @@
+/*
+ * ca-ppo-step: one PPO update of a policy checkpoint from a batch of token
+ * records (the output of ca-logprob and ca-gae), then one stats record.
+ *
+ * Per mini-batch: recompute the log-probs, form verl's clipped surrogate
+ * (lib/ppo.c) over the policy's own tokens, add the optional entropy bonus
+ * and KL penalty, and take one AdamW step; --epochs passes over the batch.
+ * The gradient of the loss with respect to each token's log-prob (and
+ * entropy) is what the engine's backward pass consumes.
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "err.h"
+#include "json.h"
+#include "ndjson.h"
+#include "opt.h"
+#include "ppo.h"
+#include "rl.h"
+#include "train.h"
+
+static const char usage_text[] =
+	"usage: ca-ppo-step [-h] [--advantages FIELD] [--agg MODE] [--beta1 X] [--beta2 X]\n"
+	"                   [--clip-high X] [--clip-low X] [--dual-clip C] [--entropy-coef X]\n"
+	"                   [--epochs N] [--eps X] [--kl-coef X] [--kl-type TYPE] [--lr X]\n"
+	"                   [--max-grad-norm X] [--mini-batches N] [--weight-decay X] [--whiten]\n"
+	"                   -m DIR [-o DIR] [file ...]\n";
+
+struct config {
+	struct ca_train_opts train;
+	struct ca_ppo_clip clip;
+	int agg, kl_type, whiten;
+	double entropy_coef, kl_coef;
+	const char *advantages;
+};
+
+/* Sums over the updates of one call, averaged into the stats record. */
+struct totals {
+	double loss, pg_loss, clipfrac, upper, lower, dualclip, approx_kl, entropy, kl, grad_norm;
+	double ratio_min, ratio_max;
+	int updates;
+};
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* verl's masked_whiten over every policy token of the batch. */
+static void whiten(struct ca_train_data *d)
+{
+	struct ca_rl_moments m = {0};
+	for (int s = 0; s < d->nseq; s++)
+		ca_rl_moments_add(&m, (size_t)d->seq[s].n, d->seq[s].field[CA_TRAIN_ADVANTAGES], d->seq[s].mask);
+	for (int s = 0; s < d->nseq; s++)
+		ca_rl_moments_add_centered(&m, (size_t)d->seq[s].n, d->seq[s].field[CA_TRAIN_ADVANTAGES],
+			d->seq[s].mask);
+	double mean = ca_rl_moments_mean(&m), var = ca_rl_moments_var(&m);
+	for (int s = 0; s < d->nseq; s++) {
+		double *a = d->seq[s].field[CA_TRAIN_ADVANTAGES];
+		ca_rl_whiten((size_t)d->seq[s].n, a, d->seq[s].mask, mean, var, a);
+	}
+}
+
+static void update(struct ca_model *m, const struct config *cfg, struct ca_train_pack *p,
+	struct totals *t)
+{
+	size_t T = (size_t)p->T;
+	char why[CA_MODEL_WHY];
+	float *logp_e = p->engine[0], *ent_e = p->engine[1], *grad_e = p->engine[2];
+	double *logp = p->record[0], *ent = p->record[1], *x = p->record[2];
+	ca_model_zero_grad(m);
+	if (ca_model_forward(m, &p->batch, p->targets, logp_e, ent_e, NULL, 1, why) < 0)
+		ca_err_die(CA_EXIT_DATA, "%s", why);
+	ca_train_to_record(p, logp_e, logp);
+	ca_train_to_record(p, ent_e, ent);
+	ca_ppo_agg_weights(cfg->agg, (size_t)p->nseq, p->start, p->mask, p->weights);
+	struct ca_ppo_policy_stats st;
+	double pg = ca_ppo_policy_loss(T, logp, p->field[CA_TRAIN_LOGPROBS], p->field[CA_TRAIN_ADVANTAGES],
+		p->mask, p->weights, &cfg->clip, p->grad, &st);
+	double entropy = ca_ppo_aggregate(T, p->weights, ent);
+	double loss = pg - cfg->entropy_coef * entropy, kl = 0;
+	if (cfg->kl_coef != 0) {
+		double *dkl = ca_xmalloc(sizeof(double) * T);
+		ca_ppo_kl_penalty(cfg->kl_type, T, logp, p->field[CA_TRAIN_REF_LOGPROBS], x, dkl);
+		kl = ca_ppo_aggregate(T, p->weights, x);
+		loss += cfg->kl_coef * kl;
+		for (size_t i = 0; i < T; i++)
+			p->grad[i] += cfg->kl_coef * p->weights[i] * dkl[i];
+		free(dkl);
+	}
+	ca_train_to_engine(p, p->grad, grad_e);
+	float *dent = NULL;
+	if (cfg->entropy_coef != 0) {
+		for (size_t i = 0; i < T; i++)
+			x[i] = -cfg->entropy_coef * p->weights[i];
+		dent = ent_e;  /* the entropies are no longer needed */
+		ca_train_to_engine(p, x, dent);
+	}
+	ca_model_backward(m, grad_e, dent, NULL);
+	double norm = ca_model_adamw_step(m, &cfg->train.adamw);
+	t->loss += loss;
+	t->pg_loss += pg;
+	t->clipfrac += st.clipfrac;
+	t->upper += st.clipfrac_upper;
+	t->lower += st.clipfrac_lower;
+	t->dualclip += st.dualclip_frac;
+	t->approx_kl += st.approx_kl;
+	t->entropy += entropy;
+	t->kl += kl;
+	t->grad_norm += norm;
+	if (st.tokens) {
+		if (st.ratio_min < t->ratio_min)
+			t->ratio_min = st.ratio_min;
+		if (st.ratio_max > t->ratio_max)
+			t->ratio_max = st.ratio_max;
+	}
+	t->updates++;
+}
+
+static jv mean_or_null(double sum, int n)
+{
+	return n ? ca_json_num_or_null(sum / n) : jv_null();
+}
+
+int main(int argc, char **argv)
+{
+	enum { OPT_ADV = 1, OPT_AGG, OPT_CLIP_HIGH, OPT_CLIP_LOW, OPT_DUAL, OPT_ENT, OPT_KL, OPT_KL_TYPE,
+		OPT_WHITEN };
+	static const struct option longopts[] = {
+		{"advantages", required_argument, NULL, OPT_ADV},
+		{"agg", required_argument, NULL, OPT_AGG},
+		{"clip-high", required_argument, NULL, OPT_CLIP_HIGH},
+		{"clip-low", required_argument, NULL, OPT_CLIP_LOW},
+		{"dual-clip", required_argument, NULL, OPT_DUAL},
+		{"entropy-coef", required_argument, NULL, OPT_ENT},
+		{"help", no_argument, NULL, 'h'},
+		{"kl-coef", required_argument, NULL, OPT_KL},
+		{"kl-type", required_argument, NULL, OPT_KL_TYPE},
+		{"model", required_argument, NULL, 'm'},
+		{"output", required_argument, NULL, 'o'},
+		{"whiten", no_argument, NULL, OPT_WHITEN},
+		CA_TRAIN_LONGOPTS,
+		{NULL, 0, NULL, 0},
+	};
+	struct config cfg = {
+		.clip = {.low = 0.2, .high = 0.28, .dual = INFINITY},
+		.agg = CA_PPO_TOKEN_MEAN, .kl_type = CA_PPO_KL_LOW_VAR, .advantages = "advantages",
+	};
+	ca_train_opts_default(&cfg.train, 3e-6);
+	const char *in = NULL, *out = NULL;
+	int c;
+	ca_err_init(argv[0]);
+	while ((c = getopt_long(argc, argv, "hm:o:", longopts, NULL)) != -1) {
+		if (ca_train_opt(&cfg.train, c, optarg))
+			continue;
+		switch (c) {
+		case OPT_ADV: cfg.advantages = optarg; break;
+		case OPT_AGG:
+			if ((cfg.agg = ca_ppo_agg_parse(optarg)) < 0) {
+				ca_err_warn("--agg: unknown mode '%s' (token-mean, seq-mean-token-mean, seq-mean-token-sum)", optarg);
+				ca_opt_bad_usage();
+			}
+			break;
+		case OPT_CLIP_HIGH: cfg.clip.high = ca_opt_double("--clip-high", optarg, 0, 1e9); break;
+		case OPT_CLIP_LOW: cfg.clip.low = ca_opt_double("--clip-low", optarg, 0, 1); break;
+		case OPT_DUAL: cfg.clip.dual = ca_opt_double("--dual-clip", optarg, 1.000001, 1e9); break;
+		case OPT_ENT: cfg.entropy_coef = ca_opt_double("--entropy-coef", optarg, -1e3, 1e3); break;
+		case OPT_KL: cfg.kl_coef = ca_opt_double("--kl-coef", optarg, 0, 1e3); break;
+		case OPT_KL_TYPE:
+			if ((cfg.kl_type = ca_ppo_kl_parse(optarg)) < 0) {
+				ca_err_warn("--kl-type: unknown type '%s' (kl, abs, mse, low_var_kl)", optarg);
+				ca_opt_bad_usage();
+			}
+			break;
+		case OPT_WHITEN: cfg.whiten = 1; break;
+		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
+		case 'm': in = optarg; break;
+		case 'o': out = optarg; break;
+		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		}
+	}
+	if (!in) {
+		ca_err_warn("-m DIR is required");
+		fputs(usage_text, stderr);
+		ca_opt_bad_usage();
+	}
+	if (!out)
+		out = in;
+	double t0 = now();
+	struct ca_model *m = ca_train_load(in, 0);
+	const char *names[CA_TRAIN_NFIELDS] = {
+		[CA_TRAIN_LOGPROBS] = "logprobs",
+		[CA_TRAIN_ADVANTAGES] = cfg.advantages,
+		[CA_TRAIN_REF_LOGPROBS] = cfg.kl_coef != 0 ? "ref_logprobs" : NULL,
+	};
+	struct ca_train_data d;
+	ca_train_read(argc - optind, argv + optind, names, m->cfg.vocab_size, &d);
+	if (cfg.whiten)
+		whiten(&d);
+	struct totals t = {.ratio_min = INFINITY, .ratio_max = -INFINITY};
+	int nmb = cfg.train.mini_batches < d.nseq ? cfg.train.mini_batches : d.nseq;
+	for (int e = 0; e < cfg.train.epochs; e++) {
+		for (int k = 0; k < nmb; k++) {
+			int first, count;
+			ca_train_split(d.nseq, nmb, k, &first, &count);
+			struct ca_train_pack p;
+			ca_train_pack(&p, &d, first, count);
+			update(m, &cfg, &p, &t);
+			ca_train_pack_free(&p);
+		}
+	}
+	ca_train_save(m, out);
+	jv r = ca_train_stats_begin("ca-ppo-step", m, &d, &cfg.train);
+	r = jv_object_set(r, jv_string("updates"), jv_number(t.updates));
+	r = jv_object_set(r, jv_string("loss"), mean_or_null(t.loss, t.updates));
+	r = jv_object_set(r, jv_string("pg_loss"), mean_or_null(t.pg_loss, t.updates));
+	r = jv_object_set(r, jv_string("clipfrac"), mean_or_null(t.clipfrac, t.updates));
+	r = jv_object_set(r, jv_string("clipfrac_upper"), mean_or_null(t.upper, t.updates));
+	r = jv_object_set(r, jv_string("clipfrac_lower"), mean_or_null(t.lower, t.updates));
+	r = jv_object_set(r, jv_string("dualclip_frac"), mean_or_null(t.dualclip, t.updates));
+	r = jv_object_set(r, jv_string("approx_kl"), mean_or_null(t.approx_kl, t.updates));
+	r = jv_object_set(r, jv_string("entropy"), mean_or_null(t.entropy, t.updates));
+	if (cfg.kl_coef != 0)
+		r = jv_object_set(r, jv_string("kl"), mean_or_null(t.kl, t.updates));
+	r = jv_object_set(r, jv_string("grad_norm"), mean_or_null(t.grad_norm, t.updates));
+	r = jv_object_set(r, jv_string("ratio_min"), isfinite(t.ratio_min) ? jv_number(t.ratio_min) : jv_null());
+	r = jv_object_set(r, jv_string("ratio_max"), isfinite(t.ratio_max) ? jv_number(t.ratio_max) : jv_null());
+	r = jv_object_set(r, jv_string("agg"), jv_string(ca_ppo_agg_name(cfg.agg)));
+	r = jv_object_set(r, jv_string("seconds"), jv_number(now() - t0));
+	int status = d.status;
+	if (ca_ndjson_write(r) != 0)
+		status = CA_EXIT_SYSTEM;
+	ca_train_data_free(&d);
+	ca_model_free(m);
+	return ca_err_finish(status);
+}

@@ -1,0 +1,127 @@
+/*
+ * train: what the three training-step commands share (owner: RL steps,
+ * issue 7): reading a batch of token records, packing mini-batches for the
+ * policy engine, loading a checkpoint with its optimizer state, writing it
+ * back without ever leaving a half-written directory, and the options of
+ * the AdamW step. The loss arithmetic is in ppo.h, GAE in rl.h, the model
+ * in model.h.
+ *
+ * Alignment. Token records carry arrays with one entry per token
+ * ("tokens", "mask", "logprobs", "advantages", "returns", "values"). Entry
+ * i of a per-token quantity belongs to the action of emitting tokens[i]:
+ * its log-prob and entropy are those of the distribution computed at
+ * position i - 1, and its value is the critic's output at position i - 1
+ * (the state before the action, as verl's critic reads its values). The
+ * first token of a record is never trained on: nothing predicts it.
+ */
+#ifndef CA_TRAIN_H
+#define CA_TRAIN_H
+
+#include <stddef.h>
+
+#include <jv.h>
+
+#include "model.h"
+
+/* The per-token number fields a command may need. */
+enum {
+	CA_TRAIN_LOGPROBS,      /* old log-probs ("logprobs") */
+	CA_TRAIN_ADVANTAGES,    /* "advantages" (or the field --advantages names) */
+	CA_TRAIN_RETURNS,       /* "returns" */
+	CA_TRAIN_VALUES,        /* old values ("values") */
+	CA_TRAIN_REF_LOGPROBS,  /* reference policy log-probs ("ref_logprobs") */
+	CA_TRAIN_NFIELDS
+};
+
+struct ca_train_seq {
+	int n;
+	int *tokens;
+	unsigned char *mask;               /* mask[0] is always 0 */
+	double *field[CA_TRAIN_NFIELDS];   /* NULL unless wanted */
+};
+
+struct ca_train_data {
+	int nseq;
+	struct ca_train_seq *seq;
+	long records;          /* records read, good or bad */
+	long skipped;          /* records left out of the batch, each reported on stderr */
+	long tokens, agent_tokens;
+	double reward_sum;     /* over records with a numeric "reward" */
+	long rewarded;
+	int status;            /* worst exit status met while reading */
+};
+
+/*
+ * Read every record of files (none: stdin) into d. names[k] is the record
+ * field holding per-token field k, or NULL when the command does not need
+ * it; a record lacking a needed field, or with a null or non-number at a
+ * mask-1 token, is reported as FILE:LINE and skipped (d->status becomes
+ * CA_EXIT_DATA). vocab_size bounds the token ids.
+ */
+void ca_train_read(int nfiles, char **files, const char *const names[CA_TRAIN_NFIELDS],
+	int vocab_size, struct ca_train_data *d);
+void ca_train_data_free(struct ca_train_data *d);
+
+/* A mini-batch packed for the engine: sequences first..first+nseq of a batch. */
+struct ca_train_pack {
+	int nseq, T;
+	int *tokens, *targets, *seq_len;
+	size_t *start;                     /* nseq + 1 offsets into the packed arrays */
+	unsigned char *mask;
+	double *field[CA_TRAIN_NFIELDS];   /* packed copies of the wanted fields, else NULL */
+	struct ca_batch batch;             /* the engine's view of tokens and seq_len */
+	/* Scratch, T entries each: engine-side (float) and record-aligned (double). */
+	float *engine[3];
+	double *record[3], *weights, *grad;
+};
+void ca_train_pack(struct ca_train_pack *p, const struct ca_train_data *d, int first, int nseq);
+void ca_train_pack_free(struct ca_train_pack *p);
+/* record[i] = engine[i - 1] within each sequence, record[first] = 0. */
+void ca_train_to_record(const struct ca_train_pack *p, const float *engine, double *record);
+/* engine[i - 1] = record[i] within each sequence, engine[last] = 0. */
+void ca_train_to_engine(const struct ca_train_pack *p, const double *record, float *engine);
+
+/* The sequences of mini-batch k of n over nseq sequences: [*first, *first + *count). */
+void ca_train_split(int nseq, int n, int k, int *first, int *count);
+
+/*
+ * Load a checkpoint and, when DIR/optimizer.safetensors exists, its AdamW
+ * state. critic: 1 needs a value head, 0 a language-model head. Dies with
+ * a message (exit 3 for a bad checkpoint, 4 for I/O) on failure.
+ */
+struct ca_model *ca_train_load(const char *dir, int critic);
+/*
+ * Write the model and its optimizer state to dir: into a fresh sibling
+ * directory first, then renamed over dir, so a crash leaves either the old
+ * checkpoint or the new one. Dies with exit 4 on failure.
+ */
+void ca_train_save(struct ca_model *m, const char *dir);
+
+/* The AdamW options every step command takes, with verl's defaults. */
+struct ca_train_opts {
+	struct ca_adamw adamw;
+	int mini_batches, epochs;
+};
+void ca_train_opts_default(struct ca_train_opts *o, double lr);
+/* Handle one of the shared long options (ids from CA_TRAIN_OPT_*); 1 if it was one. */
+int ca_train_opt(struct ca_train_opts *o, int id, const char *arg);
+enum {
+	CA_TRAIN_OPT_BETA1 = 1000, CA_TRAIN_OPT_BETA2, CA_TRAIN_OPT_EPOCHS, CA_TRAIN_OPT_EPS,
+	CA_TRAIN_OPT_LR, CA_TRAIN_OPT_MAX_GRAD_NORM, CA_TRAIN_OPT_MINI_BATCHES,
+	CA_TRAIN_OPT_WEIGHT_DECAY,
+};
+#define CA_TRAIN_LONGOPTS \
+	{"beta1", required_argument, NULL, CA_TRAIN_OPT_BETA1}, \
+	{"beta2", required_argument, NULL, CA_TRAIN_OPT_BETA2}, \
+	{"epochs", required_argument, NULL, CA_TRAIN_OPT_EPOCHS}, \
+	{"eps", required_argument, NULL, CA_TRAIN_OPT_EPS}, \
+	{"lr", required_argument, NULL, CA_TRAIN_OPT_LR}, \
+	{"max-grad-norm", required_argument, NULL, CA_TRAIN_OPT_MAX_GRAD_NORM}, \
+	{"mini-batches", required_argument, NULL, CA_TRAIN_OPT_MINI_BATCHES}, \
+	{"weight-decay", required_argument, NULL, CA_TRAIN_OPT_WEIGHT_DECAY}
+
+/* The fields every stats record starts with. */
+jv ca_train_stats_begin(const char *command, const struct ca_model *m, const struct ca_train_data *d,
+	const struct ca_train_opts *o);
+
+#endif
