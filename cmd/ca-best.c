@@ -1,0 +1,429 @@
+/*
+ * ca-best: the best snapshot of each trajectory, as the paper scores it.
+ *
+ * A trajectory (ca-agent) holds a snapshot of the candidate files at every
+ * build, verify and profile the agent ran. Scoring them goes through the
+ * ordinary evaluation pipeline:
+ *
+ *   ca-best --explode < traj | ca-verify | ca-profile | ca-reward | ca-best --trajectories traj
+ *
+ * --explode turns each trajectory into candidate records, one per distinct
+ * snapshot; the default mode reads scored candidate records and keeps, per
+ * trajectory, the one with the highest reward, then the highest speedup
+ * over torch.compile, then the earliest. --trajectories FILE joins the
+ * winners back onto the trajectory records of FILE (one out per trajectory).
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "json.h"
+#include "ndjson.h"
+#include "opt.h"
+
+static const char usage_text[] =
+	"usage: ca-best [-hu] [--explode] [--progress] [--trajectories FILE] [file ...]\n";
+
+/* Fields a candidate record must not inherit from the trajectory record. */
+static const char *const scored_fields[] = {
+	"trajectory", "candidate", "verify", "profile", "reward", "best", "snapshot", "rft", NULL,
+};
+
+static jv get(jv obj, const char *key)
+{
+	jv v = ca_json_get(obj, key);
+	if (!jv_is_valid(v)) {
+		jv_free(v);
+		return jv_null();
+	}
+	return v;
+}
+
+static jv without_scores(jv record)
+{
+	for (size_t i = 0; scored_fields[i]; i++)
+		if (jv_object_has(jv_copy(record), jv_string(scored_fields[i])))
+			record = jv_object_delete(record, jv_string(scored_fields[i]));
+	return record;
+}
+
+static char *trajectory_id(jv record)
+{
+	jv traj = get(record, "trajectory");
+	char *id = ca_json_strdup(traj, "id");
+	jv_free(traj);
+	if (!id)
+		id = ca_json_strdup(record, "id");
+	return id;
+}
+
+/* ---- explode ---- */
+
+static int explode_one(jv record)
+{
+	jv traj = get(record, "trajectory");
+	char *id = trajectory_id(record);
+	jv base = without_scores(record);
+	jv snaps = get(traj, "snapshots");
+	if (jv_get_kind(snaps) != JV_KIND_ARRAY) {
+		jv_free(snaps);
+		snaps = jv_array();
+	}
+	/* Append the final workspace as a last snapshot. */
+	jv final = get(traj, "final");
+	jv final_files = jv_get_kind(final) == JV_KIND_OBJECT ? get(final, "files") : jv_null();
+	jv_free(final);
+	int nsnap = jv_array_length(jv_copy(snaps));
+	if (jv_get_kind(final_files) == JV_KIND_OBJECT && jv_object_length(jv_copy(final_files)) > 0) {
+		jv f = jv_object();
+		f = jv_object_set(f, jv_string("index"), jv_number(nsnap));
+		f = jv_object_set(f, jv_string("turn"), get(traj, "turns"));
+		f = jv_object_set(f, jv_string("command"), jv_string("final"));
+		f = jv_object_set(f, jv_string("files"), final_files);
+		snaps = jv_array_append(snaps, f);
+	} else {
+		jv_free(final_files);
+	}
+	/* Distinct file sets, in order; later duplicates are listed in "same". */
+	int n = jv_array_length(jv_copy(snaps));
+	jv keys = jv_array(), outs = jv_array();
+	for (int i = 0; i < n; i++) {
+		jv s = jv_array_get(jv_copy(snaps), i);
+		jv files = jv_get_kind(s) == JV_KIND_OBJECT ? get(s, "files") : jv_null();
+		if (jv_get_kind(files) != JV_KIND_OBJECT) {
+			jv_free(files);
+			jv_free(s);
+			continue;
+		}
+		jv key = jv_dump_string(jv_copy(files), JV_PRINT_SORTED);
+		int found = -1;
+		jv_array_foreach(keys, k, old) {
+			if (found < 0 && jv_equal(jv_copy(old), jv_copy(key)))
+				found = k;
+			jv_free(old);
+		}
+		double index = i;
+		jv idx = get(s, "index");
+		if (jv_get_kind(idx) == JV_KIND_NUMBER)
+			index = jv_number_value(idx);
+		jv_free(idx);
+		if (found >= 0) {
+			jv o = jv_array_get(jv_copy(outs), found);
+			jv snap = get(o, "snapshot");
+			jv same = get(snap, "same");
+			snap = jv_object_set(snap, jv_string("same"), jv_array_append(same, jv_number(index)));
+			o = jv_object_set(o, jv_string("snapshot"), snap);
+			outs = jv_array_set(outs, found, o);
+			jv_free(key);
+			jv_free(files);
+			jv_free(s);
+			continue;
+		}
+		keys = jv_array_append(keys, key);
+		jv snap = jv_object();
+		snap = jv_object_set(snap, jv_string("trajectory"), jv_string(id ? id : ""));
+		snap = jv_object_set(snap, jv_string("index"), jv_number(index));
+		snap = jv_object_set(snap, jv_string("turn"), get(s, "turn"));
+		snap = jv_object_set(snap, jv_string("command"), get(s, "command"));
+		snap = jv_object_set(snap, jv_string("same"), jv_array());
+		jv o = jv_copy(base);
+		o = jv_object_set(o, jv_string("candidate"), jv_object_set(jv_object(), jv_string("files"), files));
+		o = jv_object_set(o, jv_string("snapshot"), snap);
+		outs = jv_array_append(outs, o);
+		jv_free(s);
+	}
+	int rc = 0;
+	jv_array_foreach(outs, i, o) {
+		if (rc == 0 && ca_ndjson_write(o) != 0)
+			rc = -1;
+		else if (rc != 0)
+			jv_free(o);
+	}
+	jv_free(outs);
+	jv_free(keys);
+	jv_free(snaps);
+	jv_free(base);
+	jv_free(traj);
+	free(id);
+	return rc;
+}
+
+static int run_explode(int nfiles, char **files)
+{
+	struct ca_ndjson_reader *r = ca_ndjson_open(nfiles, files);
+	int status = CA_EXIT_OK;
+	jv v;
+	int kind;
+	while ((kind = ca_ndjson_next(r, &v)) != CA_NDJSON_EOF) {
+		int rc;
+		if (kind == CA_NDJSON_BAD) {
+			ca_ndjson_warn(r, "%s", jv_string_value(v));
+			rc = ca_ndjson_write(ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(v)));
+			jv_free(v);
+			status = ca_err_worst(status, CA_EXIT_DATA);
+		} else {
+			jv traj = ca_json_path(v, "trajectory");
+			int has = jv_get_kind(traj) == JV_KIND_OBJECT;
+			jv_free(traj);
+			if (!has) {
+				ca_ndjson_warn(r, "record has no trajectory object");
+				rc = ca_ndjson_write(ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r),
+					"record has no trajectory object"));
+				jv_free(v);
+				status = ca_err_worst(status, CA_EXIT_DATA);
+			} else {
+				rc = explode_one(v);
+			}
+		}
+		if (rc != 0) {
+			ca_err_warn_sys("write error on stdout");
+			ca_ndjson_close(r);
+			return CA_EXIT_SYSTEM;
+		}
+		ca_ndjson_progress_tick();
+	}
+	ca_ndjson_progress_done();
+	status = ca_err_worst(status, ca_ndjson_status(r));
+	ca_ndjson_close(r);
+	return ca_err_finish(status);
+}
+
+/* ---- select ---- */
+
+struct group {
+	char *id;
+	jv best;
+	long count, correct;
+};
+
+static double reward_of(jv record)
+{
+	jv v = ca_json_path(record, "reward.value");
+	double r = jv_get_kind(v) == JV_KIND_NUMBER && isfinite(jv_number_value(v)) ? jv_number_value(v) : -INFINITY;
+	jv_free(v);
+	return r;
+}
+
+static double speedup_of(jv record)
+{
+	jv v = ca_json_path(record, "reward.speedup_compile");
+	double s = 0;
+	if (jv_get_kind(v) == JV_KIND_NUMBER) {
+		s = jv_number_value(v);
+	} else {
+		jv c = ca_json_path(record, "profile.compile_us"), t = ca_json_path(record, "profile.candidate_us");
+		if (jv_get_kind(c) == JV_KIND_NUMBER && jv_get_kind(t) == JV_KIND_NUMBER && jv_number_value(t) > 0)
+			s = jv_number_value(c) / jv_number_value(t);
+		jv_free(c);
+		jv_free(t);
+	}
+	jv_free(v);
+	return isfinite(s) ? s : 0;
+}
+
+static double index_of(jv record)
+{
+	jv v = ca_json_path(record, "snapshot.index");
+	double i = jv_get_kind(v) == JV_KIND_NUMBER ? jv_number_value(v) : 1e300;
+	jv_free(v);
+	return i;
+}
+
+/* 1 when a ranks above b (borrows both). */
+static int better(jv a, jv b)
+{
+	double ra = reward_of(a), rb = reward_of(b);
+	if (ra != rb)
+		return ra > rb;
+	double sa = speedup_of(a), sb = speedup_of(b);
+	if (sa != sb)
+		return sa > sb;
+	return index_of(a) < index_of(b);
+}
+
+static jv with_summary(jv best, const struct group *g)
+{
+	jv s = jv_object();
+	s = jv_object_set(s, jv_string("trajectory"), jv_string(g->id));
+	s = jv_object_set(s, jv_string("index"), ca_json_path(best, "snapshot.index"));
+	s = jv_object_set(s, jv_string("turn"), ca_json_path(best, "snapshot.turn"));
+	s = jv_object_set(s, jv_string("snapshots"), jv_number((double)g->count));
+	s = jv_object_set(s, jv_string("correct"), jv_number((double)g->correct));
+	s = jv_object_set(s, jv_string("reward"), ca_json_path(best, "reward.value"));
+	return jv_object_set(best, jv_string("best"), s);
+}
+
+static int run_select(int nfiles, char **files, const char *trajectories)
+{
+	struct ca_ndjson_reader *r = ca_ndjson_open(nfiles, files);
+	struct group *groups = NULL;
+	size_t ngroups = 0;
+	int status = CA_EXIT_OK;
+	jv errors = jv_array();
+	jv v;
+	int kind;
+	while ((kind = ca_ndjson_next(r, &v)) != CA_NDJSON_EOF) {
+		if (kind == CA_NDJSON_BAD) {
+			ca_ndjson_warn(r, "%s", jv_string_value(v));
+			errors = jv_array_append(errors, ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(v)));
+			jv_free(v);
+			status = ca_err_worst(status, CA_EXIT_DATA);
+			continue;
+		}
+		jv tid = ca_json_path(v, "snapshot.trajectory");
+		if (jv_get_kind(tid) != JV_KIND_STRING) {
+			jv_free(tid);
+			ca_ndjson_warn(r, "record has no snapshot.trajectory (make candidates with ca-best --explode)");
+			errors = jv_array_append(errors, ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r),
+				"record has no snapshot.trajectory"));
+			jv_free(v);
+			status = ca_err_worst(status, CA_EXIT_DATA);
+			continue;
+		}
+		struct group *g = NULL;
+		for (size_t i = 0; i < ngroups && !g; i++)
+			if (strcmp(groups[i].id, jv_string_value(tid)) == 0)
+				g = &groups[i];
+		if (!g) {
+			groups = ca_xrealloc(groups, (ngroups + 1) * sizeof *groups);
+			g = &groups[ngroups++];
+			g->id = ca_xstrdup(jv_string_value(tid));
+			g->best = jv_null();
+			g->count = g->correct = 0;
+		}
+		jv_free(tid);
+		g->count++;
+		jv ok = ca_json_path(v, "verify.ok");
+		if (jv_get_kind(ok) == JV_KIND_TRUE)
+			g->correct++;
+		jv_free(ok);
+		if (jv_get_kind(g->best) == JV_KIND_NULL || better(v, g->best)) {
+			jv_free(g->best);
+			g->best = v;
+		} else {
+			jv_free(v);
+		}
+		ca_ndjson_progress_tick();
+	}
+	status = ca_err_worst(status, ca_ndjson_status(r));
+	ca_ndjson_close(r);
+
+	int wrote_ok = 1;
+	jv_array_foreach(errors, i, e) {
+		if (wrote_ok && ca_ndjson_write(e) != 0)
+			wrote_ok = 0;
+		else if (!wrote_ok)
+			jv_free(e);
+	}
+	jv_free(errors);
+	if (!trajectories) {
+		for (size_t i = 0; i < ngroups; i++) {
+			jv out = with_summary(groups[i].best, &groups[i]);
+			groups[i].best = jv_invalid();
+			if (wrote_ok && ca_ndjson_write(out) != 0)
+				wrote_ok = 0;
+			else if (!wrote_ok)
+				jv_free(out);
+		}
+	} else {
+		char *names[] = {(char *)trajectories};
+		struct ca_ndjson_reader *t = ca_ndjson_open(1, names);
+		char *used = ca_xcalloc(ngroups + 1, 1);
+		while ((kind = ca_ndjson_next(t, &v)) != CA_NDJSON_EOF) {
+			if (kind == CA_NDJSON_BAD) {
+				ca_ndjson_warn(t, "%s", jv_string_value(v));
+				jv e = ca_ndjson_error_record(ca_ndjson_name(t), ca_ndjson_line(t), jv_string_value(v));
+				jv_free(v);
+				if (wrote_ok && ca_ndjson_write(e) != 0)
+					wrote_ok = 0;
+				status = ca_err_worst(status, CA_EXIT_DATA);
+				continue;
+			}
+			char *id = trajectory_id(v);
+			struct group *g = NULL;
+			for (size_t i = 0; id && i < ngroups && !g; i++)
+				if (strcmp(groups[i].id, id) == 0) {
+					g = &groups[i];
+					used[i] = 1;
+				}
+			jv out = v;
+			if (g) {
+				jv best = with_summary(jv_copy(g->best), g);
+				static const char *const take[] = {"candidate", "verify", "profile", "reward", "snapshot", "best", NULL};
+				for (size_t k = 0; take[k]; k++) {
+					jv f = ca_json_get(best, take[k]);
+					if (jv_is_valid(f))
+						out = jv_object_set(out, jv_string(take[k]), f);
+					else
+						jv_free(f);
+				}
+				jv_free(best);
+			} else {
+				jv s = jv_object();
+				s = jv_object_set(s, jv_string("trajectory"), id ? jv_string(id) : jv_null());
+				s = jv_object_set(s, jv_string("snapshots"), jv_number(0));
+				s = jv_object_set(s, jv_string("correct"), jv_number(0));
+				s = jv_object_set(s, jv_string("reward"), jv_null());
+				out = jv_object_set(out, jv_string("best"), s);
+			}
+			free(id);
+			if (wrote_ok && ca_ndjson_write(out) != 0)
+				wrote_ok = 0;
+		}
+		status = ca_err_worst(status, ca_ndjson_status(t));
+		ca_ndjson_close(t);
+		for (size_t i = 0; i < ngroups; i++)
+			if (!used[i]) {
+				ca_err_warn("%s: no trajectory %s for its scored snapshots", trajectories, groups[i].id);
+				status = ca_err_worst(status, CA_EXIT_DATA);
+			}
+		free(used);
+	}
+	for (size_t i = 0; i < ngroups; i++) {
+		free(groups[i].id);
+		jv_free(groups[i].best);
+	}
+	free(groups);
+	ca_ndjson_progress_done();
+	if (!wrote_ok) {
+		ca_err_warn_sys("write error on stdout");
+		return CA_EXIT_SYSTEM;
+	}
+	return ca_err_finish(status);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"explode", no_argument, NULL, 'x'},
+		{"help", no_argument, NULL, 'h'},
+		{"progress", no_argument, NULL, 'P'},
+		{"trajectories", required_argument, NULL, 't'},
+		{"unbuffered", no_argument, NULL, 'u'},
+		{NULL, 0, NULL, 0},
+	};
+	int explode = 0, c;
+	const char *trajectories = NULL;
+	ca_err_init(argv[0]);
+	while ((c = getopt_long(argc, argv, "hu", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'x': explode = 1; break;
+		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
+		case 'P': ca_ndjson_set_progress(1); break;
+		case 't': trajectories = optarg; break;
+		case 'u': ca_ndjson_set_unbuffered(1); break;
+		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		}
+	}
+	if (explode && trajectories) {
+		ca_err_warn("--explode and --trajectories do not go together");
+		fputs(usage_text, stderr);
+		ca_opt_bad_usage();
+	}
+	if (explode)
+		return run_explode(argc - optind, argv + optind);
+	return run_select(argc - optind, argv + optind, trajectories);
+}

@@ -1,0 +1,257 @@
+/*
+ * ca-rft-filter: the paper's rejection step before fine-tuning on the
+ * agent's own trajectories (RFT): keep a trajectory only when its outcome
+ * reward is positive and it shows no degenerate pattern.
+ *
+ * Degenerate: tool calls or policy outputs that broke the schema; the same
+ * failing tool call made again and again; a run of turns that only repeat
+ * tool calls made before (a loop without progress). Dropped records are
+ * counted on stderr; --keep-marked keeps every record and says why in
+ * "rft": {"keep": false, "reasons": [...]}.
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "json.h"
+#include "ndjson.h"
+#include "opt.h"
+
+static const char usage_text[] =
+	"usage: ca-rft-filter [-hu] [--keep-marked] [--max-invalid N] [--max-loop N] [--max-repeats N]\n"
+	"                     [--min-reward X] [--progress] [--require-done] [file ...]\n";
+
+struct config {
+	double min_reward;
+	long long max_invalid, max_loop, max_repeats;
+	int keep_marked, require_done;
+};
+
+static jv get(jv obj, const char *key)
+{
+	jv v = ca_json_get(obj, key);
+	if (!jv_is_valid(v)) {
+		jv_free(v);
+		return jv_null();
+	}
+	return v;
+}
+
+static double number_at(jv obj, const char *path, double fallback)
+{
+	jv v = ca_json_path(obj, path);
+	double x = jv_get_kind(v) == JV_KIND_NUMBER ? jv_number_value(v) : fallback;
+	jv_free(v);
+	return x;
+}
+
+/* "name arguments" of a normalised tool call (borrowed), as a jv string. */
+static jv call_key(jv call)
+{
+	jv fn = get(call, "function");
+	jv name = get(fn, "name"), args = get(fn, "arguments");
+	jv key = jv_string_fmt("%s %s", jv_get_kind(name) == JV_KIND_STRING ? jv_string_value(name) : "?",
+		jv_get_kind(args) == JV_KIND_STRING ? jv_string_value(args) : "");
+	jv_free(fn);
+	jv_free(name);
+	jv_free(args);
+	return key;
+}
+
+static jv shorten(jv s)
+{
+	if (jv_string_length_bytes(jv_copy(s)) <= 100)
+		return s;
+	jv r = jv_string_fmt("%.97s...", jv_string_value(s));
+	jv_free(s);
+	return r;
+}
+
+/* Append the reasons for dropping record (borrowed) to reasons. */
+static jv judge(const struct config *cfg, jv record, jv reasons)
+{
+	jv traj = get(record, "trajectory");
+	if (jv_get_kind(traj) != JV_KIND_OBJECT) {
+		jv_free(traj);
+		return jv_array_append(reasons, jv_string("no trajectory"));
+	}
+	jv reward = ca_json_path(record, "reward.value");
+	if (jv_get_kind(reward) != JV_KIND_NUMBER)
+		reasons = jv_array_append(reasons, jv_string("no outcome reward"));
+	else if (!(jv_number_value(reward) > cfg->min_reward))
+		reasons = jv_array_append(reasons, jv_string_fmt("reward %g is not above %g",
+			jv_number_value(reward), cfg->min_reward));
+	jv_free(reward);
+
+	double invalid = number_at(traj, "invalid_tool_calls", 0) + number_at(traj, "invalid_outputs", 0);
+	if (invalid > (double)cfg->max_invalid)
+		reasons = jv_array_append(reasons, jv_string_fmt("%.0f invalid tool calls or policy outputs", invalid));
+
+	if (cfg->require_done) {
+		jv stop = get(traj, "stop");
+		if (jv_get_kind(stop) != JV_KIND_STRING || strcmp(jv_string_value(stop), "done") != 0)
+			reasons = jv_array_append(reasons, jv_string_fmt("stopped by %s, not done",
+				jv_get_kind(stop) == JV_KIND_STRING ? jv_string_value(stop) : "nothing"));
+		jv_free(stop);
+	}
+
+	/* Walk the conversation once: calls by id, failing calls by key, loops. */
+	jv messages = get(traj, "messages");
+	jv by_id = jv_object(), failures = jv_object(), seen = jv_object();
+	long run = 0, longest = 0;
+	if (jv_get_kind(messages) == JV_KIND_ARRAY) {
+		jv_array_foreach(messages, i, m) {
+			jv role = get(m, "role");
+			const char *r = jv_get_kind(role) == JV_KIND_STRING ? jv_string_value(role) : "";
+			if (!strcmp(r, "assistant")) {
+				jv calls = get(m, "tool_calls");
+				int n = jv_get_kind(calls) == JV_KIND_ARRAY ? jv_array_length(jv_copy(calls)) : 0, all_seen = n > 0;
+				for (int k = 0; k < n; k++) {
+					jv call = jv_array_get(jv_copy(calls), k);
+					jv key = call_key(call), id = get(call, "id");
+					if (!jv_object_has(jv_copy(seen), jv_copy(key)))
+						all_seen = 0;
+					seen = jv_object_set(seen, jv_copy(key), jv_true());
+					if (jv_get_kind(id) == JV_KIND_STRING)
+						by_id = jv_object_set(by_id, id, key);
+					else {
+						jv_free(id);
+						jv_free(key);
+					}
+					jv_free(call);
+				}
+				jv_free(calls);
+				if (n > 0) {
+					run = all_seen ? run + 1 : 0;
+					if (run > longest)
+						longest = run;
+				}
+			} else if (!strcmp(r, "tool") && ca_json_bool(m, "is_error") == 1) {
+				jv id = get(m, "tool_call_id");
+				jv key = jv_get_kind(id) == JV_KIND_STRING && jv_object_has(jv_copy(by_id), jv_copy(id))
+					? jv_object_get(jv_copy(by_id), jv_copy(id)) : jv_null();
+				if (jv_get_kind(key) == JV_KIND_STRING) {
+					double count = 0;
+					if (jv_object_has(jv_copy(failures), jv_copy(key))) {
+						jv old = jv_object_get(jv_copy(failures), jv_copy(key));
+						count = jv_number_value(old);
+						jv_free(old);
+					}
+					failures = jv_object_set(failures, key, jv_number(count + 1));
+				} else {
+					jv_free(key);
+				}
+				jv_free(id);
+			}
+			jv_free(role);
+			jv_free(m);
+		}
+	}
+	double worst = 0;
+	jv worst_key = jv_null();
+	jv_object_foreach(failures, key, count) {
+		if (jv_number_value(count) > worst) {
+			worst = jv_number_value(count);
+			jv_free(worst_key);
+			worst_key = jv_copy(key);
+		}
+		jv_free(key);
+		jv_free(count);
+	}
+	if (worst >= (double)cfg->max_repeats && jv_get_kind(worst_key) == JV_KIND_STRING) {
+		jv what = shorten(jv_copy(worst_key));
+		reasons = jv_array_append(reasons, jv_string_fmt("the same failing tool call %.0f times: %s",
+			worst, jv_string_value(what)));
+		jv_free(what);
+	}
+	jv_free(worst_key);
+	if (longest >= cfg->max_loop)
+		reasons = jv_array_append(reasons, jv_string_fmt("%ld turns in a row only repeated earlier tool calls", longest));
+	jv_free(messages);
+	jv_free(by_id);
+	jv_free(failures);
+	jv_free(seen);
+	jv_free(traj);
+	return reasons;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"help", no_argument, NULL, 'h'},
+		{"keep-marked", no_argument, NULL, 'k'},
+		{"max-invalid", required_argument, NULL, 'i'},
+		{"max-loop", required_argument, NULL, 'l'},
+		{"max-repeats", required_argument, NULL, 'r'},
+		{"min-reward", required_argument, NULL, 'm'},
+		{"progress", no_argument, NULL, 'P'},
+		{"require-done", no_argument, NULL, 'd'},
+		{"unbuffered", no_argument, NULL, 'u'},
+		{NULL, 0, NULL, 0},
+	};
+	struct config cfg = {.min_reward = 0, .max_invalid = 0, .max_loop = 5, .max_repeats = 3};
+	int c;
+	ca_err_init(argv[0]);
+	while ((c = getopt_long(argc, argv, "hu", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
+		case 'k': cfg.keep_marked = 1; break;
+		case 'i': cfg.max_invalid = ca_opt_long("--max-invalid", optarg, 0, 1LL << 40); break;
+		case 'l': cfg.max_loop = ca_opt_long("--max-loop", optarg, 1, 1LL << 40); break;
+		case 'r': cfg.max_repeats = ca_opt_long("--max-repeats", optarg, 1, 1LL << 40); break;
+		case 'm': cfg.min_reward = ca_opt_double("--min-reward", optarg, -1e9, 1e9); break;
+		case 'P': ca_ndjson_set_progress(1); break;
+		case 'd': cfg.require_done = 1; break;
+		case 'u': ca_ndjson_set_unbuffered(1); break;
+		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		}
+	}
+	struct ca_ndjson_reader *r = ca_ndjson_open(argc - optind, argv + optind);
+	int status = CA_EXIT_OK;
+	long total = 0, kept = 0;
+	jv v;
+	int kind;
+	while ((kind = ca_ndjson_next(r, &v)) != CA_NDJSON_EOF) {
+		jv out;
+		total++;
+		if (kind == CA_NDJSON_BAD) {
+			ca_ndjson_warn(r, "%s", jv_string_value(v));
+			out = ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(v));
+			jv_free(v);
+			status = ca_err_worst(status, CA_EXIT_DATA);
+		} else {
+			jv reasons = judge(&cfg, v, jv_array());
+			int keep = jv_array_length(jv_copy(reasons)) == 0;
+			jv traj = ca_json_get(v, "trajectory");
+			if (jv_get_kind(traj) != JV_KIND_OBJECT) {
+				ca_ndjson_warn(r, "record has no trajectory object");
+				status = ca_err_worst(status, CA_EXIT_DATA);
+			}
+			jv_free(traj);
+			jv mark = jv_object_set(jv_object(), jv_string("keep"), jv_bool(keep));
+			mark = jv_object_set(mark, jv_string("reasons"), reasons);
+			out = jv_object_set(v, jv_string("rft"), mark);
+			if (keep)
+				kept++;
+			if (!keep && !cfg.keep_marked) {
+				jv_free(out);
+				ca_ndjson_progress_tick();
+				continue;
+			}
+		}
+		if (ca_ndjson_write(out) != 0) {
+			ca_err_warn_sys("write error on stdout");
+			ca_ndjson_close(r);
+			return CA_EXIT_SYSTEM;
+		}
+		ca_ndjson_progress_tick();
+	}
+	ca_ndjson_progress_done();
+	status = ca_err_worst(status, ca_ndjson_status(r));
+	ca_ndjson_close(r);
+	ca_err_warn("kept %ld of %ld trajectories%s", kept, total, cfg.keep_marked ? " (all written, marked)" : "");
+	return ca_err_finish(status);
+}
