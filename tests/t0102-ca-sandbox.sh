@@ -1,0 +1,182 @@
+#!/bin/sh
+# ca-sandbox: statuses, report, clean environment, limits, no network, no
+# writes outside DIR, whole-tree kill at the wall-clock limit; each mode
+# this kernel offers (root, userns, plain). Features the kernel lacks skip
+# with a message.
+. "$(dirname "$0")/test-lib.sh"
+
+# What this machine gives us, from a probe run.
+probe=$TRASH_BASE/probe.json
+ca-sandbox --report "$probe" -- true 2>/dev/null
+iso() { jq -r ".isolation.$1" "$probe" 2>/dev/null; }
+mode=$(iso mode)
+say "# kernel $(uname -r); mode=$mode landlock_abi=$(iso landlock_abi) seccomp=$(iso seccomp) pid_namespace=$(iso pid_namespace)"
+is_root() { [ "$(id -u)" -eq 0 ]; }
+has_python() { command -v python3 >/dev/null 2>&1; }
+# A world-writable directory that is not ours, for escape attempts.
+OUTSIDE=$TRASH_BASE/outside
+mkdir -p "$OUTSIDE" && chmod 1777 "$OUTSIDE"
+chmod 755 "$TRASH_BASE"
+
+expect_success 'usage is printed by --help' 'ca-sandbox --help | grep -q "^usage: ca-sandbox"'
+expect_status 2 'no command is a usage error' 'ca-sandbox --time 1'
+expect_status 2 'a bad number is a usage error' 'ca-sandbox --time x -- true'
+expect_status 2 '--env needs NAME=VALUE' 'ca-sandbox --env FOO -- true'
+expect_status 3 'the command status passes through' 'ca-sandbox -- sh -c "exit 3"'
+expect_status 137 'death by signal 9 is 137' 'ca-sandbox -- sh -c "kill -9 \$\$"'
+expect_status 127 'a missing program is 127' 'ca-sandbox -- ca-no-such-program 2>err && false; grep -q "cannot run" err && exit 127'
+expect_status 125 'a missing DIR is a setup failure' 'ca-sandbox --dir /nonexistent/dir -- true'
+
+expect_success 'the report has every field' '
+	mkdir w && ca-sandbox --dir w --report r.json -- true &&
+	jq -e ".status == 0 and .signal == null and .timed_out == false and (.wall_s | type) == \"number\"
+		and (.max_rss_kb | type) == \"number\" and (.isolation | type) == \"object\"
+		and .isolation.rlimits.core == 0 and .isolation.no_new_privs == true" r.json
+'
+
+expect_success 'the environment is clean: PATH, HOME=DIR, LANG, TMPDIR and --env only' '
+	mkdir w && SECRET_TOKEN=abc ca-sandbox --dir w --env EXTRA=1 -- env >env.txt &&
+	! grep -q SECRET_TOKEN env.txt && grep -q "^EXTRA=1$" env.txt &&
+	grep -q "^HOME=$(cd w && pwd -P)$" env.txt && grep -q "^PATH=" env.txt &&
+	test "$(cut -d= -f1 env.txt | sort | tr "\n" " ")" = "EXTRA HOME LANG PATH TMPDIR "
+'
+
+expect_success 'the command runs in DIR and may write there' '
+	mkdir w && ca-sandbox --dir w -- sh -c "pwd >where; echo data >out" &&
+	test "$(cat w/where)" = "$(cd w && pwd -P)" && test "$(cat w/out)" = data
+'
+
+if is_root; then
+	expect_success 'as root the command runs as uid 65534 without groups, DIR given to it' '
+		mkdir w && ca-sandbox --dir w -- sh -c "id -u; id -G" >ids &&
+		test "$(sed -n 1p ids)" = 65534 && test "$(sed -n 2p ids)" = "$(getent passwd 65534 | cut -d: -f4)" &&
+		test "$(stat -c %u w)" = 65534
+	'
+else
+	skip 'uid drop' 'not root'
+fi
+
+expect_success 'a command ignoring SIGTERM and a setsid() grandchild die at --time' '
+	mark=3$$$RANDOM
+	start=$(date +%s)
+	ca-sandbox --time 1 --report r.json -- sh -c "trap \"\" TERM; setsid sleep $mark & sleep $mark"
+	status=$?
+	end=$(date +%s)
+	sleep 0.2
+	test $status -eq 124 && test $((end - start)) -le 3 &&
+	jq -e ".timed_out == true and .status == 124" r.json &&
+	! pgrep -f "sleep $mark"
+'
+
+expect_success 'writing outside DIR fails' '
+	mkdir w && ca-sandbox --dir w -- sh -c "echo x >\"$OUTSIDE/escape\"; echo y >/var/tmp/ca-t0102-escape.$$" 2>/dev/null;
+	test ! -e "$OUTSIDE/escape" && test ! -e /var/tmp/ca-t0102-escape.$$
+'
+
+expect_success 'a 10 GB output is stopped by --fsize' '
+	mkdir w && ca-sandbox --dir w --fsize 5 -- sh -c "head -c 10000000000 /dev/zero >big" 2>/dev/null
+	test $? -ne 0 && test "$(stat -c %s w/big)" -le 5242880
+'
+
+if is_root; then
+	expect_success 'a fork bomb is contained by --nproc and killed at --time' '
+		start=$(date +%s)
+		ca-sandbox --time 2 --nproc 40 --user 60102 -- sh -c "b() { b | b & }; b; sleep 30" >/dev/null 2>&1
+		status=$?
+		end=$(date +%s)
+		sleep 0.3
+		test $status -eq 124 && test $((end - start)) -le 5 && test "$(ps -u 60102 -o pid= | wc -l)" -eq 0
+	'
+else
+	expect_success 'a fork bomb is contained by --nproc and killed at --time' '
+		start=$(date +%s)
+		ca-sandbox --time 2 --nproc 200 -- sh -c "b() { b | b & }; b; sleep 30" >/dev/null 2>&1
+		end=$(date +%s)
+		test $((end - start)) -le 6
+	'
+fi
+
+if has_python; then
+	# A listener on the host's loopback that the sandbox must not reach.
+	python3 -c '
+import socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(5)
+print(s.getsockname()[1], flush=True)
+s.settimeout(20)
+try:
+    while True: s.accept()[0].close()
+except Exception: pass
+' >"$TRASH_BASE/port" &
+	listener=$!
+	for i in 1 2 3 4 5 6 7 8 9 10; do [ -s "$TRASH_BASE/port" ] && break; sleep 0.2; done
+	PORT=$(cat "$TRASH_BASE/port")
+	export PORT
+	connect='import os, socket
+try:
+    s = socket.socket(); s.settimeout(2)
+    s.connect(("127.0.0.1", int(os.environ["PORT"]))); print("connected")
+except OSError as e: print("refused", e)'
+	expect_success 'a TCP connection to the host loopback fails' '
+		ca-sandbox --env PORT=$PORT -- python3 -c "$connect" >out; cat out; grep -q refused out
+	'
+	expect_success 'with --allow-network it succeeds (the check above is real)' '
+		ca-sandbox --allow-network --env PORT=$PORT -- python3 -c "$connect" >out; cat out; grep -q connected out
+	'
+	kill $listener 2>/dev/null
+else
+	skip 'network tests' 'no python3'
+fi
+
+if [ "$mode" = root ] || [ "$mode" = userns ]; then
+	expect_success '--hide makes a directory empty and a file unreadable; /tmp is private' '
+		mkdir -p w secret && echo s3cret >secret/ref && echo s3cret >secretfile && echo host >/tmp/ca-t0102.$$ &&
+		ca-sandbox --dir w --hide secret --hide secretfile -- sh -c "ls -A $PWD/secret; cat $PWD/secretfile; ls /tmp" >out 2>&1;
+		rm -f /tmp/ca-t0102.$$; cat out; ! grep -q s3cret out && ! grep -q "^ref$" out && ! grep -q ca-t0102 out
+	'
+	expect_success '--ro makes a writable path read-only' '
+		mkdir -p w ro && chmod 777 ro && echo orig >ro/f && chmod 666 ro/f &&
+		ca-sandbox --dir w --ro ro -- sh -c "echo changed >$PWD/ro/f" 2>/dev/null;
+		test "$(cat ro/f)" = orig
+	'
+	expect_success 'there is a private PID namespace' '
+		ca-sandbox -- sh -c "echo \$\$" >out && test "$(cat out)" = 2
+	'
+	expect_success 'GPU device nodes are hidden without --gpu' '
+		ca-sandbox --report r.json -- sh -c "cat /dev/nvidiactl" 2>/dev/null;
+		jq -e ".isolation.gpu == false" r.json
+	'
+else
+	skip 'namespace tests' "mode $mode has no mount namespace"
+fi
+
+if [ "$(iso landlock_abi)" -ge 1 ] 2>/dev/null; then
+	expect_success 'plain mode (no namespaces): Landlock, seccomp and the subreaper still contain it' '
+		mark=4$$$RANDOM
+		mkdir w && chmod 777 w &&
+		CA_SANDBOX_NO_NAMESPACES=1 ca-sandbox --dir w --time 1 --report r.json -- sh -c "
+			echo x >\"$OUTSIDE/plain-escape\"; python3 -c \"import socket; socket.socket()\" 2>&1 | tail -1 >net;
+			setsid sleep $mark & sleep $mark" 2>/dev/null
+		status=$?
+		sleep 0.2
+		jq -c .isolation r.json
+		test $status -eq 124 && test ! -e "$OUTSIDE/plain-escape" && ! pgrep -f "sleep $mark" &&
+		jq -e ".isolation.mode == \"plain\" and .isolation.landlock_fs and .isolation.seccomp" r.json &&
+		{ ! command -v python3 >/dev/null || grep -q "Permission denied" w/net; }
+	'
+else
+	skip 'plain mode' 'no landlock in this kernel'
+fi
+
+if is_root && command -v setpriv >/dev/null 2>&1; then
+	expect_success 'an unprivileged user gets a user namespace (or the plain mode) with the same limits' '
+		mkdir w && chown 60103 w && chmod 755 . &&
+		setpriv --reuid 60103 --regid 60103 --clear-groups ca-sandbox --dir w --time 1 --report w/r.json -- sh -c "echo x >\"$OUTSIDE/user-escape\"; id -u >out" 2>/dev/null;
+		jq -c .isolation w/r.json
+		test ! -e "$OUTSIDE/user-escape" && test "$(cat w/out)" = 60103 &&
+		jq -e ".isolation.mode == \"userns\" or .isolation.mode == \"plain\"" w/r.json
+	'
+else
+	skip 'unprivileged mode' 'needs root and setpriv to switch users'
+fi
+
+test_done
