@@ -1,0 +1,1713 @@
+/* evaluate: see evaluate.h. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "compare.h"
+#include "err.h"
+#include "evaluate.h"
+#include "hash.h"
+#include "json.h"
+#include "ndjson.h"
+#include "paths.h"
+#include "proc.h"
+
+extern char **environ;
+
+enum { PATHLEN = PATH_MAX + 64 };
+
+void ca_eval_defaults(struct ca_eval_config *cfg, enum ca_eval_mode mode)
+{
+	memset(cfg, 0, sizeof *cfg);
+	cfg->mode = mode;
+	cfg->device = "cuda";
+	cfg->checks = 5;
+	ca_compare_defaults(&cfg->tol);
+	cfg->sandbox = 1;
+	cfg->timeout_s = 60;
+	cfg->load_timeout_s = 300;
+	cfg->build_timeout_s = 300;
+	cfg->fsize_mb = 4096;
+	cfg->warmup = 5;
+	cfg->iters = 30;
+	cfg->sets = 3;
+	cfg->keep = 3;
+	cfg->top = 5;
+}
+
+/* ------------------------------------------------------------------ kernel policy */
+
+static const char *const forbidden_marks[] = {
+	"at::native", "at6native", "at_cuda_detail", "cunn_", "softmax_warp", "triton_", NULL,
+};
+static const char *const allowed_marks[] = {
+	"FillFunctor", "fill_kernel", "copy_kernel", "CopyKernel", "direct_copy",
+	"copy_device_to_device", NULL,
+};
+
+int ca_eval_kernel_forbidden(const char *name)
+{
+	int hit = 0;
+	for (int i = 0; forbidden_marks[i]; i++)
+		if (strstr(name, forbidden_marks[i]))
+			hit = 1;
+	if (!hit)
+		return 0;
+	for (int i = 0; allowed_marks[i]; i++)
+		if (strstr(name, allowed_marks[i]))
+			return 0;
+	return 1;
+}
+
+void ca_eval_baseline_key(const char *task_sha, const char *gpu, const char *torch_version,
+		const char *method, int warmup, int iters, int sets, char hex[65])
+{
+	struct ca_sha256 s;
+	char num[64];
+	ca_sha256_init(&s);
+	ca_sha256_string(&s, "ca-baseline-1");
+	ca_sha256_string(&s, task_sha);
+	ca_sha256_string(&s, gpu ? gpu : "cpu");
+	ca_sha256_string(&s, torch_version ? torch_version : "");
+	ca_sha256_string(&s, method);
+	snprintf(num, sizeof num, "%d/%d/%d", warmup, iters, sets);
+	ca_sha256_string(&s, num);
+	ca_sha256_final_hex(&s, hex);
+}
+
+/* ------------------------------------------------------------------ files */
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st; (void)flag; (void)ftw;
+	remove(path);
+	return 0;
+}
+
+static void rm_rf(const char *path)
+{
+	nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int write_file(const char *path, const char *data, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -1;
+	size_t off = 0;
+	while (off < len) {
+		ssize_t n = write(fd, data + off, len - off);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			close(fd);
+			return -1;
+		}
+		off += (size_t)n;
+	}
+	return close(fd);
+}
+
+static char *read_file(const char *path, size_t cap, size_t *len)
+{
+	FILE *fp = fopen(path, "rb");
+	if (!fp)
+		return NULL;
+	char *buf = ca_xmalloc(cap + 1);
+	size_t n = fread(buf, 1, cap, fp);
+	fclose(fp);
+	buf[n] = '\0';
+	if (len)
+		*len = n;
+	return buf;
+}
+
+/* The last lines of a log file, at most max bytes, or "" (malloc'd). */
+static char *log_tail(const char *path, size_t max)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return ca_xstrdup("");
+	off_t end = lseek(fd, 0, SEEK_END);
+	off_t start = end > (off_t)max ? end - (off_t)max : 0;
+	char *buf = ca_xmalloc(max + 1);
+	ssize_t n = pread(fd, buf, max, start);
+	close(fd);
+	if (n < 0)
+		n = 0;
+	buf[n] = '\0';
+	char *p = buf;
+	if (start > 0 && (p = strchr(buf, '\n')))
+		p++;
+	else
+		p = buf;
+	/* Keep it printable. */
+	for (char *q = p; *q; q++)
+		if ((unsigned char)*q < 32 && *q != '\n' && *q != '\t')
+			*q = '?';
+	size_t l = strlen(p);
+	while (l && (p[l - 1] == '\n' || p[l - 1] == ' '))
+		p[--l] = '\0';
+	char *out = ca_xstrdup(p);
+	free(buf);
+	return out;
+}
+
+static int mkdir_mode(const char *path, mode_t mode)
+{
+	if (mkdir(path, mode) != 0 && errno != EEXIST)
+		return -1;
+	return chmod(path, mode);
+}
+
+/* A relative path that stays inside its directory. */
+static int safe_relative(const char *name)
+{
+	if (!*name || name[0] == '/' || strlen(name) > 512)
+		return 0;
+	const char *p = name;
+	while (*p) {
+		const char *slash = strchr(p, '/');
+		size_t n = slash ? (size_t)(slash - p) : strlen(p);
+		if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+			return 0;
+		p += n;
+		if (*p == '/')
+			p++;
+	}
+	return 1;
+}
+
+/* Write candidate.files into dir; NULL or a message (static). */
+static const char *write_files(const char *dir, jv files, char *why, size_t why_len)
+{
+	int n = 0;
+	jv_object_foreach(files, key, value) {
+		const char *name = jv_string_value(key);
+		if (jv_get_kind(value) != JV_KIND_STRING || !safe_relative(name)) {
+			snprintf(why, why_len, "candidate.files: bad entry %s", name);
+			jv_free(key);
+			jv_free(value);
+			return why;
+		}
+		char path[PATHLEN];
+		snprintf(path, sizeof path, "%s/%s", dir, name);
+		for (char *s = path + strlen(dir) + 1; (s = strchr(s, '/')); s++) {
+			*s = '\0';
+			mkdir_mode(path, 0777);
+			*s = '/';
+		}
+		if (write_file(path, jv_string_value(value), (size_t)jv_string_length_bytes(jv_copy(value))) != 0) {
+			snprintf(why, why_len, "cannot write %s: %s", path, strerror(errno));
+			jv_free(key);
+			jv_free(value);
+			return why;
+		}
+		n++;
+		jv_free(key);
+		jv_free(value);
+	}
+	return NULL;
+}
+
+static int copy_tree(const char *src, const char *dst)
+{
+	char from[PATHLEN];
+	snprintf(from, sizeof from, "%s/.", src);
+	const char *argv[] = {"cp", "-R", "-P", from, dst, NULL};
+	struct ca_proc p;
+	ca_proc_init(&p, argv);
+	p.in_mode = CA_PROC_NULL;
+	p.timeout_s = 120;
+	return ca_proc_run(&p) == 0 ? 0 : -1;
+}
+
+static int chmod_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)ftw;
+	if (flag == FTW_D)
+		chmod(path, 0777);
+	else if (flag == FTW_F)
+		chmod(path, (st->st_mode & 0111) ? 0755 : 0644);
+	return 0;
+}
+
+/* Whether dir/kernels holds sources ca-build must compile. */
+static int has_kernel_sources(const char *dir)
+{
+	char path[PATHLEN];
+	snprintf(path, sizeof path, "%s/kernels", dir);
+	DIR *d = opendir(path);
+	if (!d)
+		return 0;
+	struct dirent *e;
+	int found = 0;
+	while ((e = readdir(d))) {
+		size_t n = strlen(e->d_name);
+		if ((n > 3 && !strcmp(e->d_name + n - 3, ".cu")) || (n > 4 && !strcmp(e->d_name + n - 4, ".cpp")))
+			found = 1;
+	}
+	closedir(d);
+	return found;
+}
+
+/* ------------------------------------------------------------------ workers */
+
+struct worker {
+	struct ca_coproc co;
+	int running;
+	char log[PATHLEN];
+	char dir[PATHLEN];       /* candidate: its private workspace */
+	jv hello;                /* the ready line */
+	char **argv;
+	char **env;
+};
+
+struct slot {
+	const struct ca_eval_config *cfg;
+	int index;
+	int gpu;                 /* -1 for cpu */
+	char root[PATHLEN];      /* private temp root (0711) */
+	char trusted[PATHLEN];   /* reference files, hidden from candidates (0700) */
+	struct worker reference;
+	struct worker spare;     /* a candidate worker started ahead */
+	long serial;
+	pthread_t thread;
+};
+
+static void free_strv(char **v)
+{
+	if (!v)
+		return;
+	for (char **p = v; *p; p++)
+		free(*p);
+	free(v);
+}
+
+static char **strv_push(char **v, size_t *n, const char *s)
+{
+	v = ca_xrealloc(v, (*n + 2) * sizeof *v);
+	v[(*n)++] = ca_xstrdup(s);
+	v[*n] = NULL;
+	return v;
+}
+
+static char **make_env(const struct slot *s)
+{
+	size_t n = 0;
+	char **env = NULL;
+	char buf[PATHLEN];
+	for (char **e = environ; *e; e++)
+		if (strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) && strncmp(*e, "CA_CUPTI_LIB=", 13) &&
+				strncmp(*e, "CA_KERNELS_LIB=", 15))
+			env = strv_push(env, &n, *e);
+	if (s->gpu >= 0) {
+		snprintf(buf, sizeof buf, "CUDA_VISIBLE_DEVICES=%d", s->gpu);
+		env = strv_push(env, &n, buf);
+	}
+	snprintf(buf, sizeof buf, "%s/libca-cupti.so", ca_paths_bindir());
+	if (access(buf, R_OK) == 0) {
+		char val[PATHLEN + 16];
+		snprintf(val, sizeof val, "CA_CUPTI_LIB=%s", buf);
+		env = strv_push(env, &n, val);
+	}
+	env = strv_push(env, &n, "PYTHONDONTWRITEBYTECODE=1");
+	env = strv_push(env, &n, "PYTHONUNBUFFERED=1");
+	return env;
+}
+
+static void worker_stop(struct worker *w, double grace)
+{
+	if (w->running) {
+		ca_coproc_write(&w->co, "{\"op\":\"exit\"}", 13);
+		ca_coproc_close(&w->co, grace);
+		w->running = 0;
+	}
+	jv_free(w->hello);
+	w->hello = jv_invalid();
+	free_strv(w->argv);
+	free_strv(w->env);
+	w->argv = w->env = NULL;
+}
+
+/* Describe how a worker ended, with the tail of its log. (malloc'd) */
+static char *describe_exit(struct worker *w, int status, const char **stage)
+{
+	char head[256];
+	char *tail = log_tail(w->log, 1500);
+	if (status == CA_PROC_TIMEOUT_STATUS) {
+		*stage = "timeout";
+		snprintf(head, sizeof head, "killed at the wall-clock limit");
+	} else if (status == 125) {
+		*stage = "sandbox";
+		snprintf(head, sizeof head, "the sandbox failed to start it (status 125)");
+	} else if (status > 128) {
+		*stage = "crash";
+		snprintf(head, sizeof head, "killed by signal %d (%s)", status - 128, strsignal(status - 128));
+	} else {
+		*stage = "crash";
+		snprintf(head, sizeof head, "exited with status %d", status);
+	}
+	size_t len = strlen(head) + strlen(tail) + 8;
+	char *msg = ca_xmalloc(len);
+	snprintf(msg, len, "%s%s%s", head, *tail ? ": " : "", tail);
+	free(tail);
+	return msg;
+}
+
+/*
+ * Send req (consumed) and wait for the reply object. On a fault the worker
+ * is stopped and *fault gets {"stage","error"}; returns -1. Lines
+ * {"timing":"start"} are noted in *t_start (may be NULL).
+ */
+static int worker_call(struct worker *w, jv req, double timeout_s, jv *reply, jv *fault, double *t_start)
+{
+	const char *stage = "crash";
+	char *msg = NULL;
+	*reply = jv_invalid();
+	if (!w->running) {
+		jv_free(req);
+		*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("crash")),
+			jv_string("error"), jv_string("worker is not running"));
+		return -1;
+	}
+	jv dumped = jv_dump_string(req, 0);
+	int rc = ca_coproc_write(&w->co, jv_string_value(dumped), (size_t)jv_string_length_bytes(jv_copy(dumped)));
+	jv_free(dumped);
+	double deadline = ca_proc_now() + timeout_s;
+	while (rc == 0) {
+		double left = deadline - ca_proc_now();
+		char *line = ca_coproc_read_line(&w->co, left > 0 ? left : 0, NULL);
+		if (!line) {
+			if (errno == ETIMEDOUT) {
+				ca_proc_kill(&w->co.proc, SIGKILL);
+				ca_coproc_close(&w->co, 0);
+				w->running = 0;
+				char buf[128];
+				snprintf(buf, sizeof buf, "no answer within %g s", timeout_s);
+				*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("timeout")),
+					jv_string("error"), jv_string(buf));
+				return -1;
+			}
+			if (errno == EMSGSIZE) {
+				ca_proc_kill(&w->co.proc, SIGKILL);
+				ca_coproc_close(&w->co, 0);
+				w->running = 0;
+				*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("protocol")),
+					jv_string("error"), jv_string("reply line too long"));
+				return -1;
+			}
+			break;
+		}
+		jv v = jv_parse(line);
+		free(line);
+		if (jv_get_kind(v) == JV_KIND_OBJECT) {
+			jv timing = ca_json_get(v, "timing");
+			int is_timing = jv_get_kind(timing) == JV_KIND_STRING;
+			jv_free(timing);
+			if (is_timing) {
+				if (t_start)
+					*t_start = ca_proc_now();
+				jv_free(v);
+				continue;
+			}
+			*reply = v;
+			return 0;
+		}
+		jv_free(v);
+		ca_proc_kill(&w->co.proc, SIGKILL);
+		ca_coproc_close(&w->co, 0);
+		w->running = 0;
+		*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("protocol")),
+			jv_string("error"), jv_string("malformed reply from the worker"));
+		return -1;
+	}
+	/* The worker is gone (EPIPE on write or read). */
+	int status = ca_coproc_close(&w->co, 2);
+	w->running = 0;
+	msg = describe_exit(w, status, &stage);
+	*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string(stage)),
+		jv_string("error"), jv_string(msg));
+	free(msg);
+	return -1;
+}
+
+/* Start a worker; the ready line goes to w->hello. -1 with *fault on failure. */
+static int worker_start(struct slot *s, struct worker *w, int candidate, jv *fault)
+{
+	const struct ca_eval_config *cfg = s->cfg;
+	char runner[PATHLEN], buf[PATHLEN + 64];
+	size_t n = 0;
+	snprintf(runner, sizeof runner, "%s/ca_runner.py", ca_paths_pydir());
+	w->env = make_env(s);
+	w->argv = NULL;
+	w->hello = jv_invalid();
+	if (candidate && cfg->sandbox) {
+		char sandbox[PATHLEN];
+		snprintf(sandbox, sizeof sandbox, "%s/ca-sandbox", ca_paths_bindir());
+		if (access(sandbox, X_OK) != 0) {
+			*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("sandbox")),
+				jv_string("error"), jv_string("ca-sandbox not found next to this program "
+					"(build it, or pass --no-sandbox to run candidates unconfined)"));
+			return -1;
+		}
+		w->argv = strv_push(w->argv, &n, sandbox);
+		if (s->gpu >= 0)
+			w->argv = strv_push(w->argv, &n, "--gpu");
+		w->argv = strv_push(w->argv, &n, "--dir");
+		w->argv = strv_push(w->argv, &n, w->dir);
+		snprintf(buf, sizeof buf, "%lld", cfg->fsize_mb);
+		w->argv = strv_push(w->argv, &n, "--fsize");
+		w->argv = strv_push(w->argv, &n, buf);
+		w->argv = strv_push(w->argv, &n, "--hide");
+		w->argv = strv_push(w->argv, &n, s->trusted);
+		w->argv = strv_push(w->argv, &n, "--nproc");
+		w->argv = strv_push(w->argv, &n, "4096");
+		w->argv = strv_push(w->argv, &n, "--ro");
+		w->argv = strv_push(w->argv, &n, ca_paths_pydir());
+		snprintf(buf, sizeof buf, "%.0f", cfg->load_timeout_s + (cfg->checks + 4) * cfg->timeout_s + 60);
+		w->argv = strv_push(w->argv, &n, "--time");
+		w->argv = strv_push(w->argv, &n, buf);
+		for (char **e = w->env; *e; e++)
+			if (!strncmp(*e, "CA_CUPTI_LIB=", 13) || !strncmp(*e, "PYTHON", 6)) {
+				w->argv = strv_push(w->argv, &n, "--env");
+				w->argv = strv_push(w->argv, &n, *e);
+			}
+		w->argv = strv_push(w->argv, &n, "--");
+	}
+	w->argv = strv_push(w->argv, &n, ca_paths_python());
+	w->argv = strv_push(w->argv, &n, "-B");
+	w->argv = strv_push(w->argv, &n, runner);
+	w->argv = strv_push(w->argv, &n, "--role");
+	w->argv = strv_push(w->argv, &n, candidate ? "candidate" : "reference");
+	w->argv = strv_push(w->argv, &n, "--device");
+	w->argv = strv_push(w->argv, &n, cfg->device);
+
+	snprintf(w->log, sizeof w->log, "%s/%s-%ld.log", s->root, candidate ? "candidate" : "reference", ++s->serial);
+	int logfd = open(w->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+	if (logfd < 0) {
+		*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("system")),
+			jv_string("error"), jv_string("cannot create a worker log"));
+		return -1;
+	}
+	fchmod(logfd, 0666);
+	ca_coproc_init(&w->co, (const char *const *)w->argv);
+	w->co.proc.env = (const char *const *)w->env;
+	w->co.proc.cwd = candidate ? w->dir : NULL;
+	w->co.proc.err_mode = CA_PROC_FD;
+	w->co.proc.err = logfd;
+	w->co.proc.die_with_parent = 1;
+	int rc = ca_coproc_start_prepared(&w->co);
+	int saved = errno;
+	close(logfd);
+	if (rc != 0) {
+		snprintf(buf, sizeof buf, "cannot start %s: %s", w->argv[0], strerror(saved));
+		*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("system")),
+			jv_string("error"), jv_string(buf));
+		return -1;
+	}
+	w->running = 1;
+	return 0;
+}
+
+/* Wait for the ready line of a started worker. */
+static int worker_ready(struct worker *w, double timeout_s, jv *fault)
+{
+	if (jv_is_valid(w->hello))
+		return 0;
+	char *line = w->running ? ca_coproc_read_line(&w->co, timeout_s, NULL) : NULL;
+	if (!line) {
+		const char *stage = "start";
+		char *msg;
+		if (w->running && errno == ETIMEDOUT) {
+			ca_proc_kill(&w->co.proc, SIGKILL);
+			ca_coproc_close(&w->co, 0);
+			msg = ca_xstrdup("the worker did not start in time");
+			stage = "timeout";
+		} else {
+			int status = w->running ? ca_coproc_close(&w->co, 2) : 1;
+			msg = describe_exit(w, status, &stage);
+			if (!strcmp(stage, "crash"))
+				stage = "start";
+		}
+		w->running = 0;
+		*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string(stage)),
+			jv_string("error"), jv_string(msg));
+		free(msg);
+		return -1;
+	}
+	jv v = jv_parse(line);
+	free(line);
+	if (jv_get_kind(v) != JV_KIND_OBJECT || ca_json_bool(v, "ready") != 1) {
+		char *err = jv_get_kind(v) == JV_KIND_OBJECT ? ca_json_strdup(v, "error") : NULL;
+		jv_free(v);
+		ca_coproc_close(&w->co, 1);
+		w->running = 0;
+		*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("start")),
+			jv_string("error"), jv_string(err ? err : "the worker did not say it was ready"));
+		free(err);
+		return -1;
+	}
+	w->hello = v;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ slots */
+
+static int slot_open(struct slot *s, const struct ca_eval_config *cfg, int index, int gpu)
+{
+	memset(s, 0, sizeof *s);
+	s->cfg = cfg;
+	s->index = index;
+	s->gpu = gpu;
+	s->reference.hello = jv_invalid();
+	s->spare.hello = jv_invalid();
+	const char *tmp = getenv("TMPDIR");
+	snprintf(s->root, sizeof s->root, "%s/ca-eval.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(s->root))
+		return -1;
+	chmod(s->root, 0711);
+	snprintf(s->trusted, sizeof s->trusted, "%s/trusted", s->root);
+	return mkdir_mode(s->trusted, 0700);
+}
+
+static void slot_close(struct slot *s)
+{
+	worker_stop(&s->spare, 0.5);
+	worker_stop(&s->reference, 2);
+	if (s->root[0])
+		rm_rf(s->root);
+}
+
+/* A fresh candidate worker on an empty private directory (the spare if one is ready). */
+static int candidate_take(struct slot *s, struct worker *out, jv *fault)
+{
+	if (s->spare.running) {
+		*out = s->spare;
+		memset(&s->spare, 0, sizeof s->spare);
+		s->spare.hello = jv_invalid();
+		return 0;
+	}
+	worker_stop(&s->spare, 0);
+	memset(out, 0, sizeof *out);
+	out->hello = jv_invalid();
+	snprintf(out->dir, sizeof out->dir, "%s/ws-%ld", s->root, ++s->serial);
+	if (mkdir_mode(out->dir, 0777) != 0) {
+		*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("system")),
+			jv_string("error"), jv_string("cannot create the candidate's directory"));
+		return -1;
+	}
+	return worker_start(s, out, 1, fault);
+}
+
+static void candidate_release(struct slot *s, struct worker *w)
+{
+	worker_stop(w, 0.5);
+	if (w->dir[0])
+		rm_rf(w->dir);
+	if (!s->cfg->adhoc && !s->spare.running) {
+		jv fault;
+		memset(&s->spare, 0, sizeof s->spare);
+		s->spare.hello = jv_invalid();
+		snprintf(s->spare.dir, sizeof s->spare.dir, "%s/ws-%ld", s->root, ++s->serial);
+		if (mkdir_mode(s->spare.dir, 0777) != 0 || worker_start(s, &s->spare, 1, &fault) != 0) {
+			if (s->spare.dir[0])
+				rm_rf(s->spare.dir);
+			s->spare.running = 0;
+		}
+	}
+}
+
+static int reference_ready(struct slot *s, jv *fault)
+{
+	if (!s->reference.running) {
+		worker_stop(&s->reference, 0);
+		memset(&s->reference, 0, sizeof s->reference);
+		s->reference.hello = jv_invalid();
+		if (worker_start(s, &s->reference, 0, fault) != 0)
+			return -1;
+	}
+	return worker_ready(&s->reference, s->cfg->load_timeout_s, fault);
+}
+
+/* ------------------------------------------------------------------ one record */
+
+struct job {
+	struct slot *slot;
+	jv result;               /* the verify/profile object being built */
+	struct worker cand;
+	char task_sha[65];
+	char io[PATHLEN];        /* candidate dir/.ca-io: inputs and outputs */
+	char kernels_lib[PATHLEN];
+	unsigned long long seed;
+	jv weights_req;
+	double started;
+};
+
+static jv set_str(jv o, const char *k, const char *v) { return jv_object_set(o, jv_string(k), jv_string(v)); }
+static jv set_num(jv o, const char *k, double v) { return jv_object_set(o, jv_string(k), ca_json_num_or_null(v)); }
+
+static void job_fail(struct job *j, const char *stage, const char *error)
+{
+	j->result = jv_object_set(j->result, jv_string("ok"), jv_false());
+	j->result = set_str(j->result, "stage", stage);
+	j->result = set_str(j->result, "error", error);
+}
+
+/* Merge a fault object {"stage","error"} (consumed) into the result. */
+static void job_fault(struct job *j, jv fault, const char *prefix)
+{
+	char *stage = ca_json_strdup(fault, "stage");
+	char *error = ca_json_strdup(fault, "error");
+	char msg[4096];
+	snprintf(msg, sizeof msg, "%s%s", prefix ? prefix : "", error ? error : "unknown failure");
+	job_fail(j, stage ? stage : "crash", msg);
+	jv detail = ca_json_get(fault, "detail");
+	if (jv_get_kind(detail) == JV_KIND_STRING)
+		j->result = jv_object_set(j->result, jv_string("detail"), detail);
+	else
+		jv_free(detail);
+	jv forbidden = ca_json_get(fault, "forbidden");
+	if (jv_get_kind(forbidden) == JV_KIND_ARRAY)
+		j->result = jv_object_set(j->result, jv_string("forbidden"), forbidden);
+	else
+		jv_free(forbidden);
+	free(stage);
+	free(error);
+	jv_free(fault);
+}
+
+/* A worker's reply (consumed): 0 when ok, else merged as a failure. */
+static int reply_ok(struct job *j, jv reply, jv *keep)
+{
+	if (ca_json_bool(reply, "ok") == 1) {
+		if (keep)
+			*keep = reply;
+		else
+			jv_free(reply);
+		return 0;
+	}
+	if (keep)
+		*keep = jv_invalid();
+	job_fault(j, reply, NULL);
+	return -1;
+}
+
+static unsigned long long fresh_seed(void)
+{
+	unsigned long long v = 0;
+	if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v)
+		v = (unsigned long long)ca_proc_now() * 1000003ULL ^ (unsigned long long)getpid();
+	return v & ((1ULL << 48) - 1);
+}
+
+/* Reference failure: the task itself is broken (or the reference worker died). */
+static int reference_call(struct job *j, jv req, double timeout, jv *reply)
+{
+	jv fault;
+	if (worker_call(&j->slot->reference, req, timeout, reply, &fault, NULL) != 0) {
+		job_fault(j, fault, "reference: ");
+		j->result = set_str(j->result, "stage", "reference");
+		return -1;
+	}
+	if (ca_json_bool(*reply, "ok") != 1) {
+		job_fault(j, *reply, "reference: ");
+		j->result = set_str(j->result, "stage", "reference");
+		*reply = jv_invalid();
+		return -1;
+	}
+	return 0;
+}
+
+static int candidate_call(struct job *j, jv req, double timeout, jv *reply, double *t_start)
+{
+	jv fault;
+	if (worker_call(&j->cand, req, timeout, reply, &fault, t_start) != 0) {
+		job_fault(j, fault, NULL);
+		return -1;
+	}
+	return reply_ok(j, *reply, reply);
+}
+
+/* Run ca-build on the candidate's directory when it has kernel sources. */
+static int job_build(struct job *j)
+{
+	const struct ca_eval_config *cfg = j->slot->cfg;
+	const char *dir = j->cand.dir;
+	j->kernels_lib[0] = '\0';
+	if (!has_kernel_sources(dir))
+		return 0;
+	char prog[PATHLEN];
+	snprintf(prog, sizeof prog, "%s/ca-build", ca_paths_bindir());
+	if (access(prog, X_OK) != 0) {
+		job_fail(j, "compile", "ca-build not found next to this program");
+		return -1;
+	}
+	const char *argv[12];
+	int n = 0;
+	argv[n++] = prog;
+	if (cfg->arch) {
+		argv[n++] = "--arch";
+		argv[n++] = cfg->arch;
+	}
+	if (cfg->build_cache) {
+		argv[n++] = "--cache";
+		argv[n++] = cfg->build_cache;
+	}
+	argv[n++] = dir;
+	argv[n] = NULL;
+	struct ca_proc p;
+	ca_proc_init(&p, argv);
+	p.timeout_s = cfg->build_timeout_s;
+	struct ca_buf out = {0}, err = {0};
+	int status = ca_proc_capture(&p, NULL, 0, &out, &err, 1 << 20);
+	jv v = out.data ? jv_parse(out.data) : jv_invalid();
+	if (jv_get_kind(v) != JV_KIND_OBJECT) {
+		char msg[2048];
+		snprintf(msg, sizeof msg, "ca-build failed (status %d)%s%.1500s", status, err.data ? ": " : "",
+			err.data ? err.data : "");
+		job_fail(j, "compile", msg);
+		jv_free(v);
+		ca_buf_free(&out);
+		ca_buf_free(&err);
+		return -1;
+	}
+	ca_buf_free(&out);
+	ca_buf_free(&err);
+	jv build = jv_object();
+	jv_object_foreach(v, key, value) {
+		if (!strcmp(jv_string_value(key), "log"))
+			jv_free(value);
+		else
+			build = jv_object_set(build, jv_copy(key), value);
+		jv_free(key);
+	}
+	j->result = jv_object_set(j->result, jv_string("build"), build);
+	if (ca_json_bool(v, "ok") != 1) {
+		char *log = ca_json_strdup(v, "log");
+		job_fail(j, "compile", log && *log ? log : "the kernels did not compile");
+		free(log);
+		jv_free(v);
+		return -1;
+	}
+	char *lib = ca_json_strdup(v, "library");
+	char *flavour = ca_json_strdup(v, "flavour");
+	jv_free(v);
+	if (lib) {
+		/* Copy the library into the candidate's own directory: the build cache may be unreadable there. */
+		const char *base = strrchr(lib, '/') ? strrchr(lib, '/') + 1 : lib;
+		char dst[PATHLEN];
+		if (flavour && !strcmp(flavour, "ca"))
+			snprintf(dst, sizeof dst, "%s/libkernels.so", j->io);
+		else
+			snprintf(dst, sizeof dst, "%s/%s", dir, base);
+		size_t len;
+		char *data = read_file(lib, 1u << 30, &len);
+		if (!data || write_file(dst, data, len) != 0) {
+			free(data);
+			free(lib);
+			free(flavour);
+			job_fail(j, "compile", "cannot copy the built library into the candidate's directory");
+			return -1;
+		}
+		free(data);
+		chmod(dst, 0755);
+		if (flavour && !strcmp(flavour, "ca"))
+			snprintf(j->kernels_lib, sizeof j->kernels_lib, "%s", dst);
+	}
+	free(lib);
+	free(flavour);
+	return 0;
+}
+
+/*
+ * Everything before the first check: candidate worker, workspace, build,
+ * reference task, candidate load. 0 when the candidate is loaded.
+ */
+static int job_prepare(struct job *j, jv record)
+{
+	struct slot *s = j->slot;
+	const struct ca_eval_config *cfg = s->cfg;
+	jv fault;
+	char why[1024];
+	j->seed = cfg->seed_set ? cfg->seed : fresh_seed();
+	j->result = jv_object_set(j->result, jv_string("seed"), jv_number((double)j->seed));
+	jv code = ca_json_get(record, "code");
+	jv cand = ca_json_get(record, "candidate");
+	if (jv_get_kind(code) != JV_KIND_STRING || jv_get_kind(cand) != JV_KIND_OBJECT) {
+		job_fail(j, "input", jv_get_kind(code) != JV_KIND_STRING ? "record has no task code (string field \"code\")"
+			: "record has no candidate object");
+		jv_free(code);
+		jv_free(cand);
+		return -1;
+	}
+	ca_sha256_hex(jv_string_value(code), (size_t)jv_string_length_bytes(jv_copy(code)), j->task_sha);
+	j->result = set_str(j->result, "task_sha256", j->task_sha);
+
+	/* The candidate process starts now so its Python start-up overlaps the rest. */
+	if (candidate_take(s, &j->cand, &fault) != 0) {
+		job_fault(j, fault, NULL);
+		jv_free(code);
+		jv_free(cand);
+		return -1;
+	}
+	snprintf(j->io, sizeof j->io, "%s/.ca-io", j->cand.dir);
+	jv files = ca_json_get(cand, "files");
+	jv dir = ca_json_get(cand, "dir");
+	jv_free(cand);
+	int bad = 0;
+	if (jv_get_kind(files) == JV_KIND_OBJECT) {
+		if (write_files(j->cand.dir, jv_copy(files), why, sizeof why)) {
+			job_fail(j, "input", why);
+			bad = 1;
+		}
+	} else if (jv_get_kind(dir) == JV_KIND_STRING) {
+		struct stat st;
+		if (stat(jv_string_value(dir), &st) != 0 || !S_ISDIR(st.st_mode)) {
+			snprintf(why, sizeof why, "candidate.dir %s is not a directory", jv_string_value(dir));
+			job_fail(j, "input", why);
+			bad = 1;
+		} else if (copy_tree(jv_string_value(dir), j->cand.dir) != 0) {
+			job_fail(j, "input", "cannot copy candidate.dir");
+			bad = 1;
+		}
+	} else {
+		job_fail(j, "input", "candidate has neither \"files\" nor \"dir\"");
+		bad = 1;
+	}
+	jv_free(files);
+	jv_free(dir);
+	char path[PATHLEN];
+	snprintf(path, sizeof path, "%s/model_new.py", j->cand.dir);
+	if (!bad && access(path, R_OK) != 0) {
+		job_fail(j, "input", "the candidate has no model_new.py");
+		bad = 1;
+	}
+	if (bad) {
+		jv_free(code);
+		return -1;
+	}
+	mkdir_mode(j->io, 0777);
+	nftw(j->cand.dir, chmod_entry, 16, FTW_PHYS);
+
+	double t0 = ca_proc_now();
+	if (job_build(j) != 0) {
+		jv_free(code);
+		return -1;
+	}
+	double build_s = ca_proc_now() - t0;
+
+	/* The reference: load the task, write its weights and init inputs. */
+	snprintf(path, sizeof path, "%s/model.py", s->trusted);
+	if (write_file(path, jv_string_value(code), (size_t)jv_string_length_bytes(jv_copy(code))) != 0) {
+		jv_free(code);
+		job_fail(j, "system", "cannot write the task file");
+		return -1;
+	}
+	jv_free(code);
+	if (reference_ready(s, &fault) != 0) {
+		job_fault(j, fault, "reference worker: ");
+		j->result = set_str(j->result, "stage", "reference");
+		return -1;
+	}
+	char weights[PATHLEN], init[PATHLEN];
+	snprintf(weights, sizeof weights, "%s/weights.ten", j->io);
+	snprintf(init, sizeof init, "%s/init.ten", j->io);
+	jv req = jv_object();
+	req = set_str(req, "op", "task");
+	req = set_str(req, "path", path);
+	req = set_num(req, "seed", (double)j->seed);
+	req = set_str(req, "weights_out", weights);
+	req = set_str(req, "init_out", init);
+	jv reply;
+	if (reference_call(j, req, cfg->load_timeout_s, &reply) != 0)
+		return -1;
+	jv_free(reply);
+	chmod(weights, 0644);
+	chmod(init, 0644);
+	jv gpu = ca_json_get(s->reference.hello, "gpu");
+	jv torch = ca_json_get(s->reference.hello, "torch");
+	j->result = jv_object_set(j->result, jv_string("device"), jv_string(cfg->device));
+	j->result = jv_object_set(j->result, jv_string("gpu"), jv_get_kind(gpu) == JV_KIND_STRING ? gpu : (jv_free(gpu), jv_null()));
+	j->result = jv_object_set(j->result, jv_string("torch"), jv_get_kind(torch) == JV_KIND_STRING ? torch : (jv_free(torch), jv_null()));
+
+	/* The candidate: wait for it to be up, then load ModelNew with the reference's weights. */
+	double t1 = ca_proc_now();
+	if (worker_ready(&j->cand, cfg->load_timeout_s, &fault) != 0) {
+		job_fault(j, fault, "candidate worker: ");
+		return -1;
+	}
+	snprintf(path, sizeof path, "%s/model_new.py", j->cand.dir);
+	req = jv_object();
+	req = set_str(req, "op", "candidate");
+	req = set_str(req, "path", path);
+	req = set_str(req, "weights", weights);
+	req = set_str(req, "init", init);
+	req = set_num(req, "seed", (double)j->seed);
+	req = jv_object_set(req, jv_string("allow_torch"), jv_bool(cfg->allow_torch));
+	req = jv_object_set(req, jv_string("kernels_lib"), j->kernels_lib[0] ? jv_string(j->kernels_lib) : jv_null());
+	if (candidate_call(j, req, cfg->load_timeout_s, &reply, NULL) != 0) {
+		if (jv_get_kind(reply) == JV_KIND_OBJECT)
+			jv_free(reply);
+		return -1;
+	}
+	jv_free(reply);
+	j->result = set_num(j->result, "build_s", build_s);
+	j->result = set_num(j->result, "load_s", ca_proc_now() - t1);
+	return 0;
+}
+
+/* Top kernels of a kernel list (borrowed), with "forbidden" marked; *nbad counts them. */
+static jv top_kernels(jv kernels, int top, int *nbad, jv *bad_names)
+{
+	jv out = jv_array();
+	if (jv_get_kind(kernels) != JV_KIND_ARRAY)
+		return out;
+	int n = jv_array_length(jv_copy(kernels));
+	for (int i = 0; i < n; i++) {
+		jv k = jv_array_get(jv_copy(kernels), i);
+		char *name = jv_get_kind(k) == JV_KIND_OBJECT ? ca_json_strdup(k, "name") : NULL;
+		int forbidden = name && ca_eval_kernel_forbidden(name);
+		if (forbidden) {
+			(*nbad)++;
+			if (bad_names && jv_array_length(jv_copy(*bad_names)) < 10)
+				*bad_names = jv_array_append(*bad_names, jv_string(name));
+		}
+		if (i < top && jv_get_kind(k) == JV_KIND_OBJECT) {
+			double calls = 0, us = 0;
+			ca_json_number(k, "calls", &calls);
+			ca_json_number(k, "total_us", &us);
+			jv o = jv_object();
+			o = set_str(o, "name", name ? name : "?");
+			o = set_num(o, "calls", calls);
+			o = set_num(o, "total_us", us);
+			if (forbidden)
+				o = jv_object_set(o, jv_string("forbidden"), jv_true());
+			out = jv_array_append(out, o);
+		}
+		free(name);
+		jv_free(k);
+	}
+	return out;
+}
+
+/* ------------------------------------------------------------------ verify */
+
+static void do_verify(struct job *j)
+{
+	struct slot *s = j->slot;
+	const struct ca_eval_config *cfg = s->cfg;
+	j->result = set_num(j->result, "atol", cfg->tol.atol);
+	j->result = set_num(j->result, "rtol", cfg->tol.rtol);
+	double max_abs = 0, max_rel = 0;
+	int passed = 0;
+	jv kernels = jv_array();
+	int nbad = 0;
+	jv bad_names = jv_array();
+	for (int k = 0; k < cfg->checks; k++) {
+		char in[PATHLEN], ref[PATHLEN], out[PATHLEN];
+		snprintf(in, sizeof in, "%s/in-%d.ten", j->io, k);
+		snprintf(ref, sizeof ref, "%s/ref-%d.ten", s->trusted, k);
+		snprintf(out, sizeof out, "%s/out-%d.ten", j->io, k);
+		jv req = set_num(set_str(set_str(jv_object(), "op", "inputs"), "out", in), "seed", (double)(j->seed + 1 + (unsigned)k));
+		jv reply;
+		if (reference_call(j, req, cfg->timeout_s * 4, &reply) != 0)
+			goto done;
+		jv_free(reply);
+		chmod(in, 0644);
+		req = set_str(set_str(set_str(jv_object(), "op", "run"), "inputs", in), "out", ref);
+		if (reference_call(j, req, cfg->timeout_s * 4, &reply) != 0)
+			goto done;
+		int ref_mutated = ca_json_bool(reply, "inputs_mutated") == 1;
+		jv_free(reply);
+		req = set_str(set_str(set_str(jv_object(), "op", "run"), "inputs", in), "out", out);
+		req = jv_object_set(req, jv_string("trace"), jv_bool(k == 0 && strcmp(cfg->device, "cpu")));
+		if (candidate_call(j, req, cfg->timeout_s, &reply, NULL) != 0) {
+			if (jv_get_kind(reply) == JV_KIND_OBJECT)
+				jv_free(reply);
+			goto done;
+		}
+		if (k == 0) {
+			jv kl = ca_json_get(reply, "kernels");
+			jv_free(kernels);
+			kernels = top_kernels(kl, cfg->top, &nbad, &bad_names);
+			jv_free(kl);
+		}
+		int mutated = ca_json_bool(reply, "inputs_mutated") == 1;
+		jv_free(reply);
+		if (mutated && !ref_mutated) {
+			job_fail(j, "run", "the candidate modified its inputs in place (the reference does not)");
+			goto done;
+		}
+		if (nbad && !cfg->allow_torch) {
+			char msg[1024];
+			jv first = jv_array_get(jv_copy(bad_names), 0);
+			snprintf(msg, sizeof msg, "torch fallback refused: %d ATen/torch.compile kernel%s ran, e.g. %.400s",
+				nbad, nbad == 1 ? "" : "s", jv_string_value(first));
+			jv_free(first);
+			job_fail(j, "policy", msg);
+			j->result = jv_object_set(j->result, jv_string("forbidden"), jv_copy(bad_names));
+			goto done;
+		}
+		struct ca_compare_result cr;
+		int c = ca_compare_files(ref, out, &cfg->tol, &cr);
+		if (cr.max_abs_err > max_abs)
+			max_abs = cr.max_abs_err;
+		if (cr.max_rel_err > max_rel)
+			max_rel = cr.max_rel_err;
+		if (c < 0) {
+			job_fail(j, "reference", cr.message);
+			goto done;
+		}
+		if (c == 0) {
+			char msg[700];
+			snprintf(msg, sizeof msg, "check %d: %s", k + 1, cr.message);
+			job_fail(j, "compare", msg);
+			goto done;
+		}
+		passed++;
+		unlink(out);
+	}
+	j->result = jv_object_set(j->result, jv_string("ok"), jv_true());
+done:
+	j->result = jv_object_set(j->result, jv_string("checks"), jv_number(cfg->checks));
+	j->result = jv_object_set(j->result, jv_string("checks_passed"), jv_number(passed));
+	j->result = set_num(j->result, "max_abs_err", max_abs);
+	j->result = set_num(j->result, "max_rel_err", max_rel);
+	j->result = jv_object_set(j->result, jv_string("kernels"), kernels);
+	jv_free(bad_names);
+}
+
+/* ------------------------------------------------------------------ profile */
+
+static jv baseline_load(const char *key)
+{
+	char path[PATHLEN];
+	snprintf(path, sizeof path, "%s/baselines/%s.json", ca_paths_cache(), key);
+	size_t len;
+	char *text = read_file(path, 1 << 20, &len);
+	if (!text)
+		return jv_invalid();
+	jv v = jv_parse(text);
+	free(text);
+	if (jv_get_kind(v) != JV_KIND_OBJECT) {
+		jv_free(v);
+		return jv_invalid();
+	}
+	return v;
+}
+
+static void baseline_store(const char *key, jv v)
+{
+	char dir[PATHLEN], path[PATHLEN], tmp[PATHLEN + 32];
+	snprintf(dir, sizeof dir, "%s/baselines", ca_paths_cache());
+	ca_paths_mkdirs(dir, 0755);
+	snprintf(path, sizeof path, "%s/%s.json", dir, key);
+	snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
+	jv text = jv_dump_string(v, 0);
+	if (write_file(tmp, jv_string_value(text), (size_t)jv_string_length_bytes(jv_copy(text))) == 0)
+		rename(tmp, path);
+	else
+		unlink(tmp);
+	jv_free(text);
+}
+
+/* The timing request for a method, input sets already written. */
+static jv time_request(struct job *j, const char *mode, const char *keep_prefix, jv keep)
+{
+	const struct ca_eval_config *cfg = j->slot->cfg;
+	jv inputs = jv_array();
+	for (int k = 0; k < cfg->sets; k++) {
+		char in[PATHLEN];
+		snprintf(in, sizeof in, "%s/tin-%d.ten", j->io, k);
+		inputs = jv_array_append(inputs, jv_string(in));
+	}
+	jv req = set_str(jv_object(), "op", "time");
+	req = jv_object_set(req, jv_string("inputs"), inputs);
+	req = set_num(req, "warmup", cfg->warmup);
+	req = set_num(req, "iters", cfg->iters);
+	req = set_str(req, "mode", mode);
+	req = jv_object_set(req, jv_string("compile_mode"), cfg->compile_mode ? jv_string(cfg->compile_mode) : jv_null());
+	req = jv_object_set(req, jv_string("keep"), keep);
+	req = set_str(req, "keep_prefix", keep_prefix);
+	req = jv_object_set(req, jv_string("trace"), jv_bool(strcmp(cfg->device, "cpu") != 0));
+	return req;
+}
+
+static jv keep_indices(const struct ca_eval_config *cfg, unsigned long long seed)
+{
+	jv keep = jv_array();
+	int want = cfg->keep < cfg->iters ? cfg->keep : cfg->iters;
+	int *chosen = ca_xcalloc((size_t)cfg->iters, sizeof *chosen);
+	unsigned long long x = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+	if (want > 0) {
+		chosen[cfg->iters - 1] = 1;  /* the last call, so work left running shows */
+		keep = jv_array_append(keep, jv_number(cfg->iters - 1));
+	}
+	for (int got = 1; got < want;) {
+		x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+		int i = (int)((x >> 33) % (unsigned long long)cfg->iters);
+		if (!chosen[i]) {
+			chosen[i] = 1;
+			keep = jv_array_append(keep, jv_number(i));
+			got++;
+		}
+	}
+	free(chosen);
+	return keep;
+}
+
+/* Time the reference by mode (eager/compile), from the cache when possible. */
+static int baseline(struct job *j, const char *mode, jv *out, int *cached)
+{
+	struct slot *s = j->slot;
+	const struct ca_eval_config *cfg = s->cfg;
+	char key[65];
+	char *gpu = ca_json_strdup(s->reference.hello, "gpu");
+	char *torch = ca_json_strdup(s->reference.hello, "torch");
+	char method[128];
+	snprintf(method, sizeof method, "%s:%s:%s", mode, !strcmp(mode, "compile") && cfg->compile_mode ? cfg->compile_mode : "default",
+		cfg->device);
+	ca_eval_baseline_key(j->task_sha, gpu, torch, method, cfg->warmup, cfg->iters, cfg->sets, key);
+	free(gpu);
+	free(torch);
+	*cached = 0;
+	if (!cfg->no_cache) {
+		jv v = baseline_load(key);
+		if (jv_is_valid(v)) {
+			*out = v;
+			*cached = 1;
+			return 0;
+		}
+	}
+	char prefix[PATHLEN];
+	snprintf(prefix, sizeof prefix, "%s/kept-%s-", s->trusted, mode);
+	jv req = time_request(j, mode, prefix, keep_indices(cfg, j->seed));
+	jv reply;
+	double t_start = 0;
+	jv fault;
+	if (worker_call(&s->reference, req, cfg->timeout_s * 10 + (strcmp(mode, "compile") ? 0 : 600), &reply, &fault, &t_start) != 0) {
+		job_fault(j, fault, "reference: ");
+		j->result = set_str(j->result, "stage", "reference");
+		return -1;
+	}
+	double t_end = ca_proc_now();
+	if (ca_json_bool(reply, "ok") != 1) {
+		job_fault(j, reply, "reference: ");
+		j->result = set_str(j->result, "stage", "reference");
+		return -1;
+	}
+	double median = 0, cv = 0, loop = 0;
+	ca_json_number(reply, "median_us", &median);
+	ca_json_number(reply, "cv", &cv);
+	jv times = ca_json_get(reply, "times_us");
+	double sum = 0;
+	for (int i = 0; i < jv_array_length(jv_copy(times)); i++) {
+		jv t = jv_array_get(jv_copy(times), i);
+		sum += jv_number_value(t);
+		jv_free(t);
+	}
+	jv_free(times);
+	ca_json_number(reply, "loop_s", &loop);
+	jv v = jv_object();
+	v = set_num(v, "median_us", median);
+	v = set_num(v, "cv", cv);
+	/* Our clock around the timed loop minus the reported call times: the per-batch overhead. */
+	v = set_num(v, "overhead_s", t_start > 0 ? (t_end - t_start) - sum * 1e-6 : 0);
+	jv kl = ca_json_get(reply, "kernels");
+	int nbad = 0;
+	v = jv_object_set(v, jv_string("kernels"), top_kernels(kl, cfg->top, &nbad, NULL));
+	jv_free(kl);
+	jv_free(reply);
+	if (!cfg->no_cache)
+		baseline_store(key, v);
+	*out = v;
+	return 0;
+}
+
+static void do_profile(struct job *j)
+{
+	struct slot *s = j->slot;
+	const struct ca_eval_config *cfg = s->cfg;
+	jv reply;
+	/* Timing input sets and the reference's outputs on them (for the spot checks). */
+	for (int k = 0; k < cfg->sets; k++) {
+		char in[PATHLEN], ref[PATHLEN];
+		snprintf(in, sizeof in, "%s/tin-%d.ten", j->io, k);
+		snprintf(ref, sizeof ref, "%s/tref-%d.ten", s->trusted, k);
+		jv req = set_num(set_str(set_str(jv_object(), "op", "inputs"), "out", in), "seed", (double)(j->seed + 1000 + (unsigned)k));
+		if (reference_call(j, req, cfg->timeout_s * 4, &reply) != 0)
+			return;
+		jv_free(reply);
+		chmod(in, 0644);
+		req = set_str(set_str(set_str(jv_object(), "op", "run"), "inputs", in), "out", ref);
+		if (reference_call(j, req, cfg->timeout_s * 4, &reply) != 0)
+			return;
+		jv_free(reply);
+	}
+	jv eager, compiled = jv_null();
+	int eager_cached = 0, compile_cached = 0;
+	if (baseline(j, "eager", &eager, &eager_cached) != 0)
+		return;
+	if (!cfg->no_compile && baseline(j, "compile", &compiled, &compile_cached) != 0) {
+		jv_free(eager);
+		return;
+	}
+	double eager_us = 0, eager_cv = 0, overhead = 0, compile_us = NAN, compile_cv = NAN;
+	ca_json_number(eager, "median_us", &eager_us);
+	ca_json_number(eager, "cv", &eager_cv);
+	ca_json_number(eager, "overhead_s", &overhead);
+	if (jv_get_kind(compiled) == JV_KIND_OBJECT) {
+		ca_json_number(compiled, "median_us", &compile_us);
+		ca_json_number(compiled, "cv", &compile_cv);
+	}
+	j->result = set_num(j->result, "eager_us", eager_us);
+	j->result = set_num(j->result, "eager_cv", eager_cv);
+	j->result = jv_object_set(j->result, jv_string("compile_us"), ca_json_num_or_null(compile_us));
+	j->result = jv_object_set(j->result, jv_string("compile_cv"), ca_json_num_or_null(compile_cv));
+	j->result = jv_object_set(j->result, jv_string("baseline_cached"), jv_bool(eager_cached && (cfg->no_compile || compile_cached)));
+	j->result = jv_object_set(j->result, jv_string("eager_kernels"), ca_json_get(eager, "kernels"));
+	if (jv_get_kind(compiled) == JV_KIND_OBJECT)
+		j->result = jv_object_set(j->result, jv_string("compile_kernels"), ca_json_get(compiled, "kernels"));
+	jv_free(eager);
+	jv_free(compiled);
+
+	/* The candidate, timed the same way. */
+	char prefix[PATHLEN];
+	snprintf(prefix, sizeof prefix, "%s/kept-", j->io);
+	jv req = time_request(j, "candidate", prefix, keep_indices(cfg, j->seed ^ 0x5eed));
+	double t_start = 0;
+	if (candidate_call(j, req, cfg->timeout_s * 10, &reply, &t_start) != 0) {
+		if (jv_get_kind(reply) == JV_KIND_OBJECT)
+			jv_free(reply);
+		return;
+	}
+	double t_end = ca_proc_now();
+	double median = 0, cv = 0;
+	ca_json_number(reply, "median_us", &median);
+	ca_json_number(reply, "cv", &cv);
+	j->result = set_num(j->result, "candidate_us", median);
+	j->result = set_num(j->result, "cv", cv);
+	j->result = jv_object_set(j->result, jv_string("iterations"), jv_number(cfg->iters));
+	j->result = jv_object_set(j->result, jv_string("warmup"), jv_number(cfg->warmup));
+	j->result = jv_object_set(j->result, jv_string("input_sets"), jv_number(cfg->sets));
+	j->result = set_str(j->result, "method", "host clock around call + device synchronize; L2 flushed; inputs refilled per call");
+	jv kl = ca_json_get(reply, "kernels");
+	int nbad = 0;
+	jv bad_names = jv_array();
+	j->result = jv_object_set(j->result, jv_string("kernels"), top_kernels(kl, cfg->top, &nbad, &bad_names));
+	jv_free(kl);
+
+	/* Our own clock: per-call time implied by the batch, less the reference's overhead. */
+	double wall_per_call = NAN;
+	if (t_start > 0 && cfg->iters > 0) {
+		wall_per_call = ((t_end - t_start) - overhead) / cfg->iters * 1e6;
+		j->result = set_num(j->result, "wall_us", wall_per_call);
+	}
+	/* Spot checks of timed calls' outputs. */
+	jv kept = ca_json_get(reply, "kept");
+	int nkept = jv_get_kind(kept) == JV_KIND_ARRAY ? jv_array_length(jv_copy(kept)) : 0;
+	int want = cfg->keep < cfg->iters ? cfg->keep : cfg->iters;
+	jv_free(reply);
+	if (nkept < want) {
+		job_fail(j, "spot-check", "the candidate worker did not return the outputs of the timed calls asked for");
+		goto out;
+	}
+	for (int i = 0; i < nkept; i++) {
+		jv e = jv_array_get(jv_copy(kept), i);
+		double set = -1, index = -1;
+		ca_json_number(e, "set", &set);
+		ca_json_number(e, "index", &index);
+		jv_free(e);
+		if (!(set >= 0 && set < cfg->sets) || !(index >= 0 && index < cfg->iters)) {
+			job_fail(j, "spot-check", "bad kept-output entry from the candidate worker");
+			goto out;
+		}
+		/* The set is ours to know: call i used set (warmup + i) % sets. */
+		int expected_set = (cfg->warmup + (int)index) % cfg->sets;
+		char ref[PATHLEN], got[PATHLEN];
+		snprintf(ref, sizeof ref, "%s/tref-%d.ten", s->trusted, expected_set);
+		snprintf(got, sizeof got, "%s/kept-%d.ten", j->io, (int)index);
+		struct ca_compare_result cr;
+		int c = ca_compare_files(ref, got, &cfg->tol, &cr);
+		if (c != 1) {
+			char msg[800];
+			snprintf(msg, sizeof msg, "timed call %d: %s", (int)index, cr.message);
+			job_fail(j, c < 0 ? "reference" : "spot-check", msg);
+			goto out;
+		}
+	}
+	if (nbad && !cfg->allow_torch) {
+		char msg[1024];
+		jv first = jv_array_get(jv_copy(bad_names), 0);
+		snprintf(msg, sizeof msg, "torch fallback in timed calls: %d ATen/torch.compile kernel%s ran, e.g. %.400s",
+			nbad, nbad == 1 ? "" : "s", jv_string_value(first));
+		jv_free(first);
+		job_fail(j, "policy", msg);
+		goto out;
+	}
+	if (isfinite(wall_per_call) && median < 0.5 * wall_per_call - 20) {
+		char msg[256];
+		snprintf(msg, sizeof msg, "self-reported %.1f us per call, but our clock around the timed calls "
+			"implies at least %.1f us: the timer was tampered with", median, wall_per_call);
+		job_fail(j, "timing", msg);
+		goto out;
+	}
+	j->result = jv_object_set(j->result, jv_string("ok"), jv_true());
+out:
+	jv_free(kept);
+	jv_free(bad_names);
+}
+
+/* ------------------------------------------------------------------ dispatch */
+
+static jv evaluate_record(struct slot *s, jv record, int *status)
+{
+	const struct ca_eval_config *cfg = s->cfg;
+	const char *field = cfg->mode == CA_EVAL_VERIFY ? "verify" : "profile";
+	struct job j;
+	memset(&j, 0, sizeof j);
+	j.slot = s;
+	j.result = jv_object();
+	j.cand.hello = jv_invalid();
+	j.started = ca_proc_now();
+	if (cfg->mode == CA_EVAL_PROFILE) {
+		jv verify = ca_json_get(record, "verify");
+		int vok = jv_get_kind(verify) == JV_KIND_OBJECT ? ca_json_bool(verify, "ok") : -2;
+		jv_free(verify);
+		if (vok == 0 || vok == -1) {
+			jv r = jv_object_set(jv_object(), jv_string("ok"), jv_false());
+			r = jv_object_set(r, jv_string("skipped"), jv_true());
+			r = set_str(r, "error", "not profiled: verify.ok is not true");
+			return jv_object_set(record, jv_string(field), r);
+		}
+	}
+	if (job_prepare(&j, record) == 0) {
+		if (cfg->mode == CA_EVAL_VERIFY)
+			do_verify(&j);
+		else
+			do_profile(&j);
+	}
+	if (j.cand.dir[0] || j.cand.running)
+		candidate_release(s, &j.cand);
+	int ok = ca_json_bool(j.result, "ok");
+	if (ok != 1) {
+		j.result = jv_object_set(j.result, jv_string("ok"), jv_false());
+		char *stage = ca_json_strdup(j.result, "stage");
+		if (stage && !strcmp(stage, "input"))
+			*status = ca_err_worst(*status, CA_EXIT_DATA);
+		else if (stage && (!strcmp(stage, "system") || !strcmp(stage, "reference") || !strcmp(stage, "sandbox")))
+			*status = ca_err_worst(*status, CA_EXIT_SYSTEM);
+		else
+			*status = ca_err_worst(*status, CA_EXIT_NEGATIVE);
+		free(stage);
+	}
+	j.result = set_num(j.result, "seconds", ca_proc_now() - j.started);
+	/* Put "ok" first for people reading the records. */
+	jv ordered = jv_object_set(jv_object(), jv_string("ok"), jv_bool(ok == 1));
+	jv_object_foreach(j.result, key, value) {
+		ordered = jv_object_set(ordered, key, value);
+	}
+	jv_free(j.result);
+	return jv_object_set(record, jv_string(field), ordered);
+}
+
+/* A one-line summary for -H. */
+static void print_human(const struct ca_eval_config *cfg, jv record)
+{
+	const char *field = cfg->mode == CA_EVAL_VERIFY ? "verify" : "profile";
+	jv r = ca_json_get(record, field);
+	char *id = ca_json_strdup(record, "id");
+	if (jv_get_kind(r) != JV_KIND_OBJECT) {
+		jv err = ca_json_get(record, "error");
+		jv msg = jv_get_kind(err) == JV_KIND_OBJECT ? ca_json_get(err, "message") : jv_invalid();
+		printf("%s: malformed record: %s\n", id ? id : "-", jv_get_kind(msg) == JV_KIND_STRING ? jv_string_value(msg) : "?");
+		jv_free(msg);
+		jv_free(err);
+		jv_free(r);
+		free(id);
+		return;
+	}
+	int ok = ca_json_bool(r, "ok") == 1;
+	char *stage = ca_json_strdup(r, "stage");
+	char *error = ca_json_strdup(r, "error");
+	double a = 0, b = 0, c = NAN, d = 0, e = 0;
+	printf("%s: ", id ? id : "-");
+	if (!ok) {
+		printf("FAIL (%s): %s\n", stage ? stage : "?", error ? error : "");
+	} else if (cfg->mode == CA_EVAL_VERIFY) {
+		ca_json_number(r, "checks_passed", &a);
+		ca_json_number(r, "max_abs_err", &b);
+		ca_json_number(r, "max_rel_err", &d);
+		ca_json_number(r, "seconds", &e);
+		printf("PASS %g/%g checks, max abs err %.3g, max rel err %.3g (%.1f s)\n", a, a, b, d, e);
+	} else {
+		ca_json_number(r, "eager_us", &a);
+		ca_json_number(r, "candidate_us", &b);
+		ca_json_number(r, "compile_us", &c);
+		ca_json_number(r, "cv", &d);
+		printf("candidate %.1f us, eager %.1f us (%.2fx)", b, a, b > 0 ? a / b : 0);
+		if (isfinite(c))
+			printf(", compile %.1f us (%.2fx)", c, b > 0 ? c / b : 0);
+		printf(", cv %.1f%%\n", 100 * d);
+		jv ks = ca_json_get(r, "kernels");
+		for (int i = 0; jv_get_kind(ks) == JV_KIND_ARRAY && i < jv_array_length(jv_copy(ks)); i++) {
+			jv k = jv_array_get(jv_copy(ks), i);
+			char *name = ca_json_strdup(k, "name");
+			double us = 0, calls = 0;
+			ca_json_number(k, "total_us", &us);
+			ca_json_number(k, "calls", &calls);
+			printf("  %10.1f us %6g calls  %.100s\n", us, calls, name ? name : "?");
+			free(name);
+			jv_free(k);
+		}
+		jv_free(ks);
+	}
+	free(stage);
+	free(error);
+	free(id);
+	jv_free(r);
+}
+
+/* ------------------------------------------------------------------ the pool */
+
+struct item {
+	jv in, out;
+	int done;
+	int status;
+	struct item *next;  /* pending list, input order */
+	struct item *nq;    /* work queue */
+};
+
+struct pool {
+	const struct ca_eval_config *cfg;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct item *queue_head, *queue_tail;  /* waiting for a slot */
+	int queued;
+	int closed;
+	struct item *pending_head, *pending_tail;  /* all not yet written, in input order */
+	int status;
+	int write_failed;
+};
+
+struct thread_arg {
+	struct pool *pool;
+	struct slot *slot;
+};
+
+static void emit(struct pool *p, struct item *it)
+{
+	if (p->cfg->human) {
+		print_human(p->cfg, it->out);
+		jv_free(it->out);
+		fflush(stdout);
+	} else if (ca_ndjson_write(it->out) != 0) {
+		p->write_failed = 1;
+	}
+	it->out = jv_invalid();
+	p->status = ca_err_worst(p->status, it->status);
+}
+
+/* Write what can be written; called with the lock held. */
+static void flush_done(struct pool *p)
+{
+	struct item **link = &p->pending_head, *prev = NULL;
+	while (*link) {
+		struct item *it = *link;
+		if (!it->done) {
+			if (!p->cfg->unordered)
+				break;
+			prev = it;
+			link = &it->next;
+			continue;
+		}
+		emit(p, it);
+		*link = it->next;
+		if (p->pending_tail == it)
+			p->pending_tail = prev;
+		free(it);
+	}
+}
+
+static void *slot_thread(void *arg)
+{
+	struct thread_arg *ta = arg;
+	struct pool *p = ta->pool;
+	for (;;) {
+		pthread_mutex_lock(&p->lock);
+		while (!p->queue_head && !p->closed)
+			pthread_cond_wait(&p->cond, &p->lock);
+		struct item *it = p->queue_head;
+		if (!it) {
+			pthread_mutex_unlock(&p->lock);
+			break;
+		}
+		p->queue_head = it->nq;
+		if (!p->queue_head)
+			p->queue_tail = NULL;
+		p->queued--;
+		pthread_cond_broadcast(&p->cond);
+		pthread_mutex_unlock(&p->lock);
+
+		int status = 0;
+		jv out = evaluate_record(ta->slot, it->in, &status);
+		it->in = jv_invalid();
+
+		pthread_mutex_lock(&p->lock);
+		it->out = out;
+		it->status = status;
+		it->done = 1;
+		pthread_cond_broadcast(&p->cond);
+		pthread_mutex_unlock(&p->lock);
+	}
+	return NULL;
+}
+
+int ca_eval_stream(const struct ca_eval_config *cfg, int nfiles, char **files)
+{
+	int nslots = cfg->ngpus > 0 ? cfg->ngpus : 1;
+	struct slot *slots = ca_xcalloc((size_t)nslots, sizeof *slots);
+	struct thread_arg *args = ca_xcalloc((size_t)nslots, sizeof *args);
+	struct pool p;
+	memset(&p, 0, sizeof p);
+	p.cfg = cfg;
+	pthread_mutex_init(&p.lock, NULL);
+	pthread_cond_init(&p.cond, NULL);
+	/* Our writes to a dead worker must not kill us; proc blocks SIGPIPE around its writes. */
+	for (int i = 0; i < nslots; i++) {
+		int gpu = strcmp(cfg->device, "cpu") ? (cfg->ngpus > 0 ? cfg->gpus[i] : 0) : -1;
+		if (slot_open(&slots[i], cfg, i, gpu) != 0)
+			ca_err_die_sys(CA_EXIT_SYSTEM, "cannot create a temporary directory");
+		args[i].pool = &p;
+		args[i].slot = &slots[i];
+		/* Start the reference worker and a spare candidate now: both take seconds. */
+		jv fault;
+		if (worker_start(&slots[i], &slots[i].reference, 0, &fault) != 0)
+			jv_free(fault);
+		if (pthread_create(&slots[i].thread, NULL, slot_thread, &args[i]) != 0)
+			ca_err_die_sys(CA_EXIT_SYSTEM, "cannot start a worker thread");
+	}
+	struct ca_ndjson_reader *r = ca_ndjson_open(nfiles, files);
+	int queue_cap = 2 * nslots;
+	for (;;) {
+		jv rec;
+		int kind = ca_ndjson_next(r, &rec);
+		if (kind == CA_NDJSON_EOF)
+			break;
+		struct item *it = ca_xcalloc(1, sizeof *it);
+		it->in = jv_invalid();
+		it->out = jv_invalid();
+		if (kind == CA_NDJSON_BAD) {
+			ca_ndjson_warn(r, "%s", jv_string_value(rec));
+			it->out = ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(rec));
+			jv_free(rec);
+			it->status = CA_EXIT_DATA;
+			it->done = 1;
+		} else {
+			it->in = rec;
+		}
+		pthread_mutex_lock(&p.lock);
+		if (p.pending_tail)
+			p.pending_tail->next = it;
+		else
+			p.pending_head = it;
+		p.pending_tail = it;
+		if (!it->done) {
+			while (p.queued >= queue_cap) {
+				flush_done(&p);
+				if (p.queued >= queue_cap)
+					pthread_cond_wait(&p.cond, &p.lock);
+			}
+			if (p.queue_tail)
+				p.queue_tail->nq = it;
+			else
+				p.queue_head = it;
+			p.queue_tail = it;
+			p.queued++;
+			pthread_cond_broadcast(&p.cond);
+		}
+		flush_done(&p);
+		pthread_mutex_unlock(&p.lock);
+	}
+	pthread_mutex_lock(&p.lock);
+	p.closed = 1;
+	pthread_cond_broadcast(&p.cond);
+	for (;;) {
+		flush_done(&p);
+		if (!p.pending_head)
+			break;
+		pthread_cond_wait(&p.cond, &p.lock);
+	}
+	pthread_mutex_unlock(&p.lock);
+	for (int i = 0; i < nslots; i++) {
+		pthread_join(slots[i].thread, NULL);
+		slot_close(&slots[i]);
+	}
+	int status = ca_err_worst(p.status, ca_ndjson_status(r));
+	ca_ndjson_close(r);
+	free(slots);
+	free(args);
+	if (p.write_failed)
+		status = CA_EXIT_SYSTEM;
+	return ca_err_finish(status);
+}
+
+int ca_eval_directory(const struct ca_eval_config *cfg, const char *dir)
+{
+	char path[PATHLEN], abs[PATH_MAX];
+	if (!realpath(dir, abs)) {
+		ca_err_warn_sys("%s", dir);
+		return CA_EXIT_USAGE;
+	}
+	snprintf(path, sizeof path, "%s/model.py", abs);
+	size_t len;
+	char *code = read_file(path, 16 << 20, &len);
+	if (!code) {
+		ca_err_warn("%s: no model.py (the reference task) in this directory", dir);
+		return CA_EXIT_USAGE;
+	}
+	snprintf(path, sizeof path, "%s/model_new.py", abs);
+	if (access(path, R_OK) != 0) {
+		free(code);
+		ca_err_warn("%s: no model_new.py (the candidate) in this directory", dir);
+		return CA_EXIT_USAGE;
+	}
+	const char *base = strrchr(abs, '/') ? strrchr(abs, '/') + 1 : abs;
+	jv rec = jv_object();
+	rec = set_str(rec, "id", base);
+	rec = set_str(rec, "code", code);
+	rec = jv_object_set(rec, jv_string("candidate"), set_str(jv_object(), "dir", abs));
+	free(code);
+	/* Run it through the same loop via a temporary file holding the one record. */
+	char tmp[] = "/tmp/ca-adhoc.XXXXXX";
+	int fd = mkstemp(tmp);
+	if (fd < 0) {
+		jv_free(rec);
+		ca_err_warn_sys("cannot create a temporary file");
+		return CA_EXIT_SYSTEM;
+	}
+	jv text = jv_dump_string(rec, 0);
+	FILE *fp = fdopen(fd, "w");
+	fprintf(fp, "%s\n", jv_string_value(text));
+	fclose(fp);
+	jv_free(text);
+	char *files[] = {tmp};
+	struct ca_eval_config one = *cfg;
+	one.adhoc = 1;
+	one.ngpus = cfg->ngpus > 1 ? 1 : cfg->ngpus;
+	int status = ca_eval_stream(&one, 1, files);
+	unlink(tmp);
+	return status;
+}

@@ -1,0 +1,78 @@
+/*
+ * evaluate: the engine behind ca-verify and ca-profile (owner: B2).
+ *
+ * One slot per GPU (or one CPU slot with device "cpu"): a warm trusted
+ * reference worker (lib/py/ca_runner.py --role reference) that loads tasks,
+ * draws inputs under recorded seeds, runs and times the reference; and, per
+ * candidate, a fresh worker (--role candidate) started inside ca-sandbox
+ * with a private copy of the workspace. A spare candidate process is kept
+ * started ahead, so Python + torch + CUDA start-up overlaps the previous
+ * record. Outputs come back as tensor files and are judged by lib/compare;
+ * timing is judged against our own wall clock.
+ *
+ * ca_eval_stream() runs the record loop over a pool of slots, one thread
+ * each, writing records in input order (or as they finish, unordered).
+ * Records are confined to one thread at a time; nothing else is shared
+ * but the queue.
+ */
+#ifndef CA_EVALUATE_H
+#define CA_EVALUATE_H
+
+#include <jv.h>
+
+#include "compare.h"
+
+enum ca_eval_mode { CA_EVAL_VERIFY, CA_EVAL_PROFILE };
+
+struct ca_eval_config {
+	enum ca_eval_mode mode;
+	const char *device;          /* "cuda" or "cpu" */
+	int *gpus;                   /* GPU indices, one slot each */
+	int ngpus;
+	int unordered;
+	int human;                   /* -H: a summary line per record instead of JSON */
+	int checks;                  /* verify: number of checks (default 5) */
+	unsigned long long seed;     /* base seed */
+	int seed_set;                /* 0: a fresh random seed per record */
+	struct ca_compare_options tol;
+	int allow_torch;
+	int sandbox;                 /* 0: --no-sandbox */
+	double timeout_s;            /* per run/time request of a candidate */
+	double load_timeout_s;       /* candidate start + load (includes load_inline builds) */
+	double build_timeout_s;
+	const char *arch;            /* ca-build --arch, NULL: auto */
+	const char *build_cache;     /* ca-build --cache, NULL: default */
+	long long fsize_mb;          /* candidate's file size limit */
+	/* profile */
+	int warmup, iters, sets, keep;
+	const char *compile_mode;    /* NULL: default */
+	int no_compile;
+	int no_cache;                /* do not read or write cached baselines */
+	int top;                     /* kernels listed per method */
+	int adhoc;                   /* a single ad-hoc record: no spare worker */
+};
+
+void ca_eval_defaults(struct ca_eval_config *cfg, enum ca_eval_mode mode);
+
+/*
+ * Run the record loop over files (nfiles == 0: stdin), adding "verify" or
+ * "profile" to each record. Returns the exit status (0, 1 when a record
+ * failed verification in verify mode, 3 for malformed input, 4 for our
+ * own failures).
+ */
+int ca_eval_stream(const struct ca_eval_config *cfg, int nfiles, char **files);
+
+/* Evaluate one ad-hoc workspace DIR (model.py, model_new.py, kernels/). */
+int ca_eval_directory(const struct ca_eval_config *cfg, const char *dir);
+
+/*
+ * The kernel-name policy, exported for tests: 1 when a GPU kernel of this
+ * name means ATen or torch.compile did compute (copies and fills excepted).
+ */
+int ca_eval_kernel_forbidden(const char *name);
+
+/* Cache key of a baseline: sha256 hex of the fields that decide the number. */
+void ca_eval_baseline_key(const char *task_sha, const char *gpu, const char *torch_version,
+		const char *method, int warmup, int iters, int sets, char hex[65]);
+
+#endif

@@ -1,0 +1,675 @@
+"""ca_runner: the one process type that runs PyTorch for ca's C commands.
+
+ca-verify and ca-profile keep these as workers: a trusted reference worker
+(the task's Model, input generation, baseline timing) and, per candidate, a
+fresh worker inside ca-sandbox (the candidate's ModelNew). Everything the C
+side decides -- whether outputs match, whether the timing is plausible --
+it decides itself from tensor files and its own clocks; this process only
+executes and reports.
+
+Command line:
+    python3 -B ca_runner.py --role reference|candidate [--device cuda|cpu]
+
+Protocol: one JSON object per line. Requests arrive on stdin; replies go to
+the file descriptor that was stdout at start (stdout itself is then pointed
+at stderr, so a print() in task or candidate code cannot corrupt the
+stream). The first line written is
+    {"ready": true, "pid": N, "torch": "2.x", "device": "cuda:0"|"cpu",
+     "gpu": "NVIDIA H200"|null, "tracer": "cupti"|"profiler"|null}
+and every request gets exactly one reply, {"ok": true, ...} or
+    {"ok": false, "stage": "load"|"weights"|"run"|"policy"|"time"|"protocol",
+     "error": "one line", "detail": "traceback tail"}
+except "time", which first writes {"timing": "start"} when its timed loop
+begins so the parent can clock the loop with its own wall clock.
+
+Requests (paths are files; tensor files are described in lib/tensor.h):
+  {"op": "task", "path": P, "seed": S, "weights_out": P, "init_out": P}
+      reference: load class Model, get_inputs and get_init_inputs from P;
+      seed the generators with S, build Model(*get_init_inputs()) on the
+      device in eval mode; write its state_dict and the init inputs.
+      Reply adds "parameters" (count) and "sha256" of the source.
+  {"op": "inputs", "seed": S, "out": P}
+      reference: seed with S, call get_inputs(), write the list to P.
+  {"op": "candidate", "path": P, "weights": P, "init": P, "seed": S,
+   "allow_torch": bool, "kernels_lib": P|null}
+      candidate: import ModelNew from P (its directory first on sys.path,
+      $CA_KERNELS_LIB set to kernels_lib), build ModelNew(*init), load the
+      reference's weights strictly; a mismatch lists the keys.
+  {"op": "run", "inputs": P, "out": P, "trace": bool}
+      run the current model once on the inputs (moved to the device) under
+      torch.no_grad(), synchronize, write the outputs to P. Reply adds
+      "inputs_mutated" (bool), "forbidden" (torch operations the fallback
+      policy refused, candidate role without allow_torch) and, with trace,
+      "kernels": [{"name", "calls", "total_us"}] of the GPU kernels run.
+  {"op": "time", "inputs": [P...], "warmup": W, "iters": N, "mode":
+   "eager"|"compile"|"candidate", "compile_mode": M|null, "keep": [i...],
+   "keep_prefix": P, "trace": bool}
+      time the model (torch.compile'd for "compile") by one method for all
+      modes: the input sets are loaded to the device once; before every
+      call the working input tensors are refilled from set (call % sets),
+      the L2 cache is flushed by writing a buffer twice its size, the
+      device is synchronized; the clock runs from just before the call to
+      after a device-wide synchronize (so work left on side streams is
+      counted). Outputs of timed calls listed in keep are written to
+      keep_prefix + "<i>.ten". Reply adds "times_us" (timed calls),
+      "median_us", "cv", "sets", "kept": [{"index", "set", "path"}],
+      "loop_s" and, with trace, "kernels" (over the timed calls only).
+  {"op": "exit"}
+      reply and exit 0.
+"""
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import os
+import struct
+import sys
+import time
+import traceback
+
+_perf = time.perf_counter
+_proto = None
+
+# ---------------------------------------------------------------- tensor files
+
+MAGIC = b"CATENSOR"
+VERSION = 1
+SCALAR = 1
+_DTYPES = None
+
+
+def _dtypes():
+    global _DTYPES
+    if _DTYPES is None:
+        import torch
+        _DTYPES = {
+            torch.float32: 1, torch.float64: 2, torch.float16: 3, torch.bfloat16: 4,
+            torch.int8: 5, torch.int16: 6, torch.int32: 7, torch.int64: 8,
+            torch.uint8: 9, torch.bool: 10,
+        }
+    return _DTYPES
+
+
+def _flatten(value, prefix, out):
+    import torch
+    if isinstance(value, torch.Tensor):
+        out.append((prefix, value))
+    elif isinstance(value, tuple):
+        for i, v in enumerate(value):
+            _flatten(v, "%s(%d)" % (prefix, i), out)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _flatten(v, "%s[%d]" % (prefix, i), out)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(v, "%s{%s}" % (prefix, k), out)
+    elif value is None or isinstance(value, (bool, int, float)):
+        out.append((prefix, value))
+    else:
+        raise TypeError("cannot store a %s in a tensor file" % type(value).__name__)
+
+
+def _entry_bytes(name, value):
+    import torch
+    flags, dims, raw = 0, (), b""
+    if value is None:
+        code = 0
+    elif isinstance(value, torch.Tensor):
+        t = value.detach()
+        if t.dtype not in _dtypes():
+            raise TypeError("%s: unsupported dtype %s" % (name or "output", t.dtype))
+        code = _dtypes()[t.dtype]
+        dims = tuple(t.shape)
+        t = t.to("cpu").contiguous().reshape(-1)
+        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+    else:
+        flags = SCALAR
+        if isinstance(value, bool):
+            code, raw = 10, struct.pack("<?", value)
+        elif isinstance(value, int):
+            code, raw = 8, struct.pack("<q", value)
+        else:
+            code, raw = 2, struct.pack("<d", value)
+    nb = name.encode("utf-8")
+    head = struct.pack("<I", len(nb)) + nb + struct.pack("<BBH", code, flags, len(dims))
+    head += b"".join(struct.pack("<q", d) for d in dims)
+    head += struct.pack("<Q", len(raw))
+    return head, raw
+
+
+def write_tensors(path, value, flat=False):
+    """Write value (nested tuples/lists/dicts of tensors and numbers) to path.
+    With flat=True, value is a dict whose keys are stored as names as they are."""
+    entries = list(value.items()) if flat else []
+    if not flat:
+        _flatten(value, "", entries)
+    tmp = "%s.tmp%d" % (path, os.getpid())
+    with open(tmp, "wb") as f:
+        f.write(MAGIC + struct.pack("<II", VERSION, len(entries)))
+        for name, v in entries:
+            head, raw = _entry_bytes(name, v)
+            f.write(head)
+            f.write(raw)
+    os.replace(tmp, path)
+
+
+def _read_entries(path):
+    import torch
+    by_code = {v: k for k, v in _dtypes().items()}
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:8] != MAGIC:
+        raise ValueError("%s: not a tensor file" % path)
+    version, count = struct.unpack_from("<II", data, 8)
+    if version != VERSION:
+        raise ValueError("%s: tensor file version %d" % (path, version))
+    pos, out = 16, []
+    for _ in range(count):
+        (nl,) = struct.unpack_from("<I", data, pos)
+        pos += 4
+        name = data[pos:pos + nl].decode("utf-8")
+        pos += nl
+        code, flags, ndim = struct.unpack_from("<BBH", data, pos)
+        pos += 4
+        dims = struct.unpack_from("<%dq" % ndim, data, pos)
+        pos += 8 * ndim
+        (nbytes,) = struct.unpack_from("<Q", data, pos)
+        pos += 8
+        raw = data[pos:pos + nbytes]
+        pos += nbytes
+        if code == 0:
+            out.append((name, None))
+        elif flags & SCALAR:
+            if code == 10:
+                out.append((name, struct.unpack("<?", raw)[0]))
+            elif code == 8:
+                out.append((name, struct.unpack("<q", raw)[0]))
+            else:
+                out.append((name, struct.unpack("<d", raw)[0]))
+        else:
+            dtype = by_code[code]
+            if nbytes:
+                t = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype)
+            else:
+                t = torch.empty(0, dtype=dtype)
+            out.append((name, t.reshape(dims)))
+    return out
+
+
+def _parse_path(name):
+    parts, i = [], 0
+    closing = {"(": ")", "[": "]", "{": "}"}
+    while i < len(name):
+        kind = name[i]
+        j = name.index(closing[kind], i + 1)
+        key = name[i + 1:j]
+        parts.append((kind, key if kind == "{" else int(key)))
+        i = j + 1
+    return parts
+
+
+def _build(items):
+    """items: list of (parts, value) sharing a prefix already stripped."""
+    if len(items) == 1 and not items[0][0]:
+        return items[0][1]
+    kind = items[0][0][0][0]
+    groups, order = {}, []
+    for parts, value in items:
+        key = parts[0][1]
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append((parts[1:], value))
+    children = [(k, _build(groups[k])) for k in order]
+    if kind == "{":
+        return dict(children)
+    seq = [v for _, v in children]
+    return tuple(seq) if kind == "(" else seq
+
+
+def read_tensors(path, flat=False):
+    entries = _read_entries(path)
+    if flat:
+        return dict(entries)
+    if not entries:
+        return []
+    return _build([(_parse_path(n), v) for n, v in entries])
+
+
+# ---------------------------------------------------------------- fallback policy
+
+# ATen operations a candidate may call while its forward runs: creation,
+# views, metadata, copies and conversions. Anything else is compute that
+# the candidate's own kernels must do (see ca-verify(1)).
+ALLOWED_ATEN = frozenset("""
+empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like
+ones ones_like full full_like new_zeros new_ones new_full fill fill_ zero_
+scalar_tensor arange lift_fresh lift_fresh_copy resize_ set_
+view _unsafe_view view_as reshape _reshape_alias as_strided expand expand_as
+permute transpose t numpy_T unsqueeze squeeze select slice narrow detach
+alias unbind split split_with_sizes chunk unfold diagonal movedim flatten
+unflatten view_as_real view_as_complex real imag
+clone contiguous copy_ _to_copy to _copy_from _copy_from_and_resize
+_local_scalar_dense item size stride sym_size sym_stride sym_numel
+sym_storage_offset is_contiguous record_stream _has_compatible_shallow_copy_type
+""".split())
+
+# GPU kernel names that mean ATen or torch.compile did the compute. The
+# allowed copies and fills launch kernels too; those are let through.
+FORBIDDEN_KERNEL_MARKS = ("at::native", "at6native", "at_cuda_detail", "cunn_",
+                          "softmax_warp", "triton_")
+ALLOWED_KERNEL_MARKS = ("FillFunctor", "fill_kernel", "copy_kernel", "CopyKernel",
+                        "direct_copy", "copy_device_to_device")
+
+
+def forbidden_kernels(kernels):
+    bad = []
+    for k in kernels:
+        n = k["name"]
+        if any(m in n for m in FORBIDDEN_KERNEL_MARKS) and not any(m in n for m in ALLOWED_KERNEL_MARKS):
+            bad.append(n)
+    return bad
+
+
+class _Violation(RuntimeError):
+    pass
+
+
+def _where(workspace):
+    """The candidate's innermost source line on the stack, for messages."""
+    for frame in reversed(traceback.extract_stack()):
+        if workspace and frame.filename.startswith(workspace):
+            return "%s:%d" % (os.path.basename(frame.filename), frame.lineno)
+    return None
+
+
+def make_guard(workspace):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class FallbackGuard(TorchDispatchMode):
+        """Refuses ATen compute while the candidate's forward runs; every
+        refusal is also recorded, so catching the exception does not help."""
+
+        def __init__(self):
+            super().__init__()
+            self.violations = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
+            if name not in ALLOWED_ATEN:
+                where = _where(workspace)
+                what = "aten::%s%s" % (name, " at " + where if where else "")
+                if what not in self.violations:
+                    self.violations.append(what)
+                raise _Violation("torch fallback refused: %s (the forward must use its own kernels; "
+                                 "see ca-verify(1) FALLBACK POLICY)" % what)
+            return func(*args, **(kwargs or {}))
+
+    return FallbackGuard()
+
+
+def _refuse_compile():
+    import torch
+
+    def refused(*args, **kwargs):
+        raise _Violation("torch fallback refused: torch.compile is not allowed in a candidate")
+    torch.compile = refused
+    try:
+        import torch._dynamo
+        torch._dynamo.optimize = refused
+    except Exception:
+        pass
+
+
+# ---------------------------------------------------------------- kernel tracing
+
+class Tracer:
+    """GPU kernel activity: the CUPTI shim when $CA_CUPTI_LIB loads, else
+    torch.profiler (run requests only), else nothing."""
+
+    def __init__(self, device):
+        self.kind = None
+        self.lib = None
+        if device != "cuda":
+            return
+        path = os.environ.get("CA_CUPTI_LIB")
+        if path and os.path.isfile(path):
+            try:
+                import ctypes
+                lib = ctypes.CDLL(path)
+                lib.ca_cupti_name.restype = ctypes.c_char_p
+                lib.ca_cupti_calls.restype = ctypes.c_ulonglong
+                lib.ca_cupti_total_ns.restype = ctypes.c_ulonglong
+                if lib.ca_cupti_init() == 0:
+                    self.lib, self.kind = lib, "cupti"
+            except Exception as e:
+                print("ca_runner: CUPTI shim unusable: %s" % e, file=sys.stderr)
+        if self.kind is None:
+            self.kind = "profiler"
+        self._prof = None
+
+    def start(self, timing=False):
+        if self.kind == "cupti":
+            self.lib.ca_cupti_start()
+        elif self.kind == "profiler" and not timing:
+            import torch
+            self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+            self._prof.__enter__()
+
+    def stop(self):
+        if self.kind == "cupti":
+            self.lib.ca_cupti_stop()
+            out = []
+            for i in range(self.lib.ca_cupti_count()):
+                out.append({"name": self.lib.ca_cupti_name(i).decode("utf-8", "replace"),
+                            "calls": int(self.lib.ca_cupti_calls(i)),
+                            "total_us": self.lib.ca_cupti_total_ns(i) / 1000.0})
+            return sorted(out, key=lambda k: -k["total_us"])
+        if self._prof is not None:
+            prof, self._prof = self._prof, None
+            prof.__exit__(None, None, None)
+            out = []
+            for e in prof.key_averages():
+                us = 0.0
+                for attr in ("self_device_time_total", "self_cuda_time_total", "device_time_total"):
+                    if hasattr(e, attr):
+                        us = float(getattr(e, attr))
+                        break
+                if us <= 0:
+                    continue
+                out.append({"name": e.key, "calls": int(e.count), "total_us": us})
+            return sorted(out, key=lambda k: -k["total_us"])
+        return None
+
+
+# ---------------------------------------------------------------- the worker
+
+class Worker:
+    def __init__(self, role, device):
+        import torch
+        self.torch = torch
+        self.role = role
+        self.device = device
+        if device == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("no CUDA device is available to this process")
+        self.dev = torch.device("cuda:0" if device == "cuda" else "cpu")
+        self.module = None
+        self.model = None
+        self.compiled = None
+        self.workspace = None
+        self.allow_torch = True
+        self.tracer = Tracer(device)
+        self.flush_buffer = None
+        if device == "cuda":
+            props = torch.cuda.get_device_properties(0)
+            l2 = getattr(props, "L2_cache_size", 50 << 20) or (50 << 20)
+            self.flush_buffer = torch.empty(max(2 * l2, 64 << 20) // 4, dtype=torch.int32, device=self.dev)
+        if role == "candidate":
+            _refuse_compile()
+
+    def hello(self):
+        t = self.torch
+        return {"ready": True, "pid": os.getpid(), "torch": t.__version__, "device": str(self.dev),
+                "gpu": t.cuda.get_device_name(0) if self.device == "cuda" else None,
+                "tracer": self.tracer.kind}
+
+    def sync(self):
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+
+    def seed(self, s):
+        import random
+        random.seed(s)
+        self.torch.manual_seed(s)
+        try:
+            import numpy
+            numpy.random.seed(s % (1 << 32))
+        except ImportError:
+            pass
+
+    def _import(self, path, name):
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None:
+            raise ImportError("cannot import %s" % path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        return mod
+
+    def to_device(self, value):
+        t = self.torch
+        if isinstance(value, t.Tensor):
+            return value.to(self.dev)
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.to_device(v) for v in value)
+        if isinstance(value, dict):
+            return {k: self.to_device(v) for k, v in value.items()}
+        return value
+
+    # -- requests
+
+    def op_task(self, req):
+        with open(req["path"], "rb") as f:
+            source = f.read()
+        self.module = self._import(req["path"], "ca_task_%d" % (abs(hash(req["path"])) % 10 ** 8))
+        self.seed(int(req.get("seed", 0)))
+        init = list(self.module.get_init_inputs())
+        self.model = self.module.Model(*init).to(self.dev).eval()
+        self.compiled = None
+        write_tensors(req["weights_out"], dict(self.model.state_dict()), flat=True)
+        write_tensors(req["init_out"], init)
+        return {"parameters": sum(p.numel() for p in self.model.parameters()),
+                "sha256": hashlib.sha256(source).hexdigest()}
+
+    def op_inputs(self, req):
+        self.seed(int(req["seed"]))
+        inputs = self.module.get_inputs()
+        write_tensors(req["out"], list(inputs))
+        return {}
+
+    def op_candidate(self, req):
+        path = os.path.abspath(req["path"])
+        self.workspace = os.path.dirname(path) + os.sep
+        self.allow_torch = bool(req.get("allow_torch"))
+        if req.get("kernels_lib"):
+            os.environ["CA_KERNELS_LIB"] = req["kernels_lib"]
+        sys.path.insert(0, os.path.dirname(path))
+        self.seed(int(req.get("seed", 0)))
+        init = read_tensors(req["init"])
+        try:
+            self.module = self._import(path, "model_new")
+            self.model = self.module.ModelNew(*init)
+        except Exception as e:
+            raise _Stage("load", e)
+        weights = read_tensors(req["weights"], flat=True)
+        own = self.model.state_dict()
+        missing = [k for k in weights if k not in own]
+        extra = [k for k in own if k not in weights]
+        shapes = ["%s %s vs %s" % (k, list(own[k].shape), list(weights[k].shape))
+                  for k in weights if k in own and own[k].shape != weights[k].shape]
+        if missing or extra or shapes:
+            parts = []
+            if missing:
+                parts.append("missing in ModelNew: " + ", ".join(missing[:20]))
+            if extra:
+                parts.append("not in the reference: " + ", ".join(extra[:20]))
+            if shapes:
+                parts.append("shapes differ (candidate vs reference): " + ", ".join(shapes[:20]))
+            raise _Stage("weights", RuntimeError(
+                "ModelNew's state_dict does not match the reference's: " + "; ".join(parts)))
+        try:
+            self.model.load_state_dict(weights, strict=True)
+            self.model = self.model.to(self.dev).eval()
+        except Exception as e:
+            raise _Stage("weights", e)
+        return {}
+
+    def _forward(self, model, inputs):
+        with self.torch.no_grad():
+            return model(*inputs)
+
+    def op_run(self, req):
+        t = self.torch
+        inputs = self.to_device(read_tensors(req["inputs"]))
+        before = [x.clone() if isinstance(x, t.Tensor) else None for x in inputs]
+        self.sync()
+        guard = None
+        if self.role == "candidate" and not self.allow_torch:
+            guard = make_guard(self.workspace)
+        if req.get("trace"):
+            self.tracer.start()
+        error = None
+        try:
+            if guard is not None:
+                with guard:
+                    out = self._forward(self.model, inputs)
+            else:
+                out = self._forward(self.model, inputs)
+            self.sync()
+        except Exception as e:
+            error = e
+        kernels = self.tracer.stop() if req.get("trace") else None
+        reply = {}
+        if kernels is not None:
+            reply["kernels"] = kernels[:50]
+        if guard is not None and guard.violations:
+            reply.update({"ok": False, "stage": "policy", "forbidden": guard.violations,
+                          "error": "torch fallback refused: " + ", ".join(guard.violations[:5])})
+            return reply
+        if error is not None:
+            raise _Stage("run", error)
+        mutated = any(b is not None and not t.equal(b, x) for b, x in zip(before, inputs))
+        write_tensors(req["out"], out)
+        reply.update({"inputs_mutated": mutated, "forbidden": []})
+        return reply
+
+    def op_time(self, req):
+        t = self.torch
+        mode = req.get("mode", "eager")
+        model = self.model
+        if mode == "compile":
+            if self.compiled is None:
+                cm = req.get("compile_mode")
+                self.compiled = t.compile(self.model, mode=None if cm in (None, "default") else cm)
+            model = self.compiled
+        sets = [self.to_device(read_tensors(p)) for p in req["inputs"]]
+        work = [x.clone() if isinstance(x, t.Tensor) else x for x in sets[0]]
+        warmup, iters = int(req.get("warmup", 3)), int(req.get("iters", 20))
+        keep = set(int(i) for i in req.get("keep", []))
+        times, kept = [], []
+        loop_start = None
+        for i in range(warmup + iters):
+            timed = i >= warmup
+            if i == warmup:
+                self.sync()
+                _send({"timing": "start"})
+                loop_start = _perf()
+                if req.get("trace"):
+                    self.tracer.start(timing=True)
+            src = sets[i % len(sets)]
+            for w, s in zip(work, src):
+                if isinstance(w, t.Tensor):
+                    w.copy_(s)
+            if self.flush_buffer is not None:
+                self.flush_buffer.zero_()
+            self.sync()
+            t0 = _perf()
+            out = self._forward(model, work)
+            self.sync()
+            t1 = _perf()
+            if timed:
+                times.append((t1 - t0) * 1e6)
+                if (i - warmup) in keep:
+                    path = "%s%d.ten" % (req["keep_prefix"], i - warmup)
+                    write_tensors(path, out)
+                    kept.append({"index": i - warmup, "set": i % len(sets), "path": path})
+        kernels = self.tracer.stop() if req.get("trace") else None
+        loop_s = _perf() - loop_start if loop_start is not None else 0.0
+        s = sorted(times)
+        median = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+        mean = sum(times) / len(times)
+        cv = (sum((x - mean) ** 2 for x in times) / len(times)) ** 0.5 / mean if mean > 0 else 0.0
+        reply = {"times_us": [round(x, 3) for x in times], "median_us": median, "cv": cv,
+                 "sets": len(sets), "kept": kept, "loop_s": loop_s}
+        if kernels is not None:
+            reply["kernels"] = kernels[:50]
+        return reply
+
+
+class _Stage(Exception):
+    def __init__(self, stage, error):
+        super().__init__(str(error))
+        self.stage = stage
+        self.error = error
+
+
+def _send(obj):
+    _proto.write(json.dumps(obj) + "\n")
+    _proto.flush()
+
+
+def _one_line(e):
+    text = "%s: %s" % (type(e).__name__, e)
+    text = " ".join(text.split())
+    return text[:2000]
+
+
+def _detail(e):
+    lines = traceback.format_exception(type(e), e, e.__traceback__)
+    return "".join(lines)[-3000:]
+
+
+def main():
+    global _proto
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--role", choices=("reference", "candidate"), required=True)
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    args = ap.parse_args()
+    _proto = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:
+        worker = Worker(args.role, args.device)
+    except Exception as e:
+        _send({"ready": False, "error": _one_line(e), "detail": _detail(e)})
+        return 4
+    _send(worker.hello())
+    ops = {"task": worker.op_task, "inputs": worker.op_inputs, "candidate": worker.op_candidate,
+           "run": worker.op_run, "time": worker.op_time}
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            req = json.loads(line)
+            op = req.get("op")
+        except ValueError as e:
+            _send({"ok": False, "stage": "protocol", "error": "bad request: %s" % e})
+            continue
+        if op == "exit":
+            _send({"ok": True})
+            return 0
+        fn = ops.get(op)
+        if fn is None:
+            _send({"ok": False, "stage": "protocol", "error": "unknown op %r" % op})
+            continue
+        if args.role == "candidate" and op in ("task", "inputs"):
+            _send({"ok": False, "stage": "protocol", "error": "op %r is for the reference role" % op})
+            continue
+        try:
+            reply = fn(req)
+            reply.setdefault("ok", True)
+        except _Stage as e:
+            reply = {"ok": False, "stage": e.stage, "error": _one_line(e.error), "detail": _detail(e.error)}
+        except _Violation as e:
+            reply = {"ok": False, "stage": "policy", "error": str(e)}
+        except Exception as e:
+            reply = {"ok": False, "stage": {"time": "time", "candidate": "load"}.get(op, "run"),
+                     "error": _one_line(e), "detail": _detail(e)}
+        _send(reply)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
