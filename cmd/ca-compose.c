@@ -1,0 +1,368 @@
+/*
+ * ca-compose: fuse torch operators into new tasks (the second stage of the
+ * paper's synthesis pipeline).
+ *
+ * Reads ca-crawl's seed records, keeps the operators of its built-in
+ * table (lib/synth) that the installed torch has, and writes -n task
+ * records, each 1 to 5 operators stacked so that shapes flow, sized for a
+ * target eager time. Standalone transformers blocks come from concrete
+ * transformers seeds. Duplicates (the same normalised Model class) are
+ * dropped. With --llm the composition itself is delegated to a command.
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "err.h"
+#include "json.h"
+#include "ndjson.h"
+#include "opt.h"
+#include "proc.h"
+#include "pylex.h"
+#include "synth.h"
+
+static const char usage_text[] =
+	"usage: ca-compose [-hu] [--distribution LIST] [--llm CMD] [--llm-timeout S] [--max-tensor-mb N]\n"
+	"                  [-n N] [--no-seeds] [--seed N] [--target-ms X] [file ...]\n";
+
+/* The paper's dataset: 1..5 torch operators, then standalone transformers blocks (percent). */
+static const double paper_distribution[6] = {3.40, 83.77, 7.62, 2.80, 1.23, 1.18};
+
+struct standalone {
+	char *name, *code;
+};
+
+struct seen {
+	char **key;
+	size_t cap, n;
+};
+
+static unsigned long long hash_text(const char *s)
+{
+	unsigned long long h = 1469598103934665603ull;
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	return h;
+}
+
+/* 1 when key was new (and is now remembered). */
+static int remember(struct seen *st, const char *key)
+{
+	if (2 * (st->n + 1) > st->cap) {
+		struct seen big = {ca_xcalloc(st->cap ? st->cap * 2 : 1024, sizeof(char *)), st->cap ? st->cap * 2 : 1024, 0};
+		for (size_t i = 0; i < st->cap; i++)
+			if (st->key[i])
+				remember(&big, st->key[i]), free(st->key[i]);
+		free(st->key);
+		*st = big;
+	}
+	size_t h = (size_t)hash_text(key) & (st->cap - 1);
+	while (st->key[h]) {
+		if (!strcmp(st->key[h], key))
+			return 0;
+		h = (h + 1) & (st->cap - 1);
+	}
+	st->key[h] = ca_xstrdup(key);
+	st->n++;
+	return 1;
+}
+
+static const char prompt_text[] =
+	"You write reference problems for a benchmark of GPU kernels.\n"
+	"Write one self-contained Python file in KernelBench format:\n"
+	"- import torch, torch.nn as nn and, if used, torch.nn.functional as F;\n"
+	"- class Model(nn.Module) whose forward applies these operators, in this order: %s;\n"
+	"  insert the reshapes, reductions or projections the shapes require;\n"
+	"- get_inputs() returning a list with one input made by torch.randn of shape [%s];\n"
+	"- get_init_inputs() returning the constructor arguments as a list.\n"
+	"No randomness or dropout inside the model, no printing, no file or network access.\n"
+	"Reply with the file only, without explanation.\n";
+
+/* The module text inside an LLM's reply: the first fenced block if any, else all of it. */
+static char *extract_code(const char *reply)
+{
+	const char *fence = strstr(reply, "```");
+	if (!fence)
+		return ca_xstrdup(reply);
+	const char *start = strchr(fence, '\n');
+	if (!start)
+		return ca_xstrdup("");
+	start++;
+	const char *end = strstr(start, "```");
+	size_t n = end ? (size_t)(end - start) : strlen(start);
+	char *code = ca_xmalloc(n + 1);
+	memcpy(code, start, n);
+	code[n] = '\0';
+	return code;
+}
+
+static char *ask_llm(const char *cmd, double timeout_s, jv task, const char **why)
+{
+	static char message[256];
+	char ops[1024] = "", shape[256] = "";
+	size_t used = 0;
+	jv list = ca_json_get(task, "ops");
+	for (int i = 0; i < jv_array_length(jv_copy(list)); i++) {
+		jv name = jv_array_get(jv_copy(list), i);
+		used += (size_t)snprintf(ops + used, sizeof ops - used, "%s%s", i ? ", " : "", jv_string_value(name));
+		if (used >= sizeof ops)
+			used = sizeof ops - 1;
+		jv_free(name);
+	}
+	jv_free(list);
+	used = 0;
+	jv in = ca_json_get(task, "input_shape");
+	for (int i = 0; i < jv_array_length(jv_copy(in)); i++) {
+		jv d = jv_array_get(jv_copy(in), i);
+		used += (size_t)snprintf(shape + used, sizeof shape - used, "%s%.0f", i ? ", " : "", jv_number_value(d));
+		if (used >= sizeof shape)
+			used = sizeof shape - 1;
+		jv_free(d);
+	}
+	jv_free(in);
+	size_t n = sizeof prompt_text + strlen(ops) + strlen(shape);
+	char *prompt = ca_xmalloc(n);
+	snprintf(prompt, n, prompt_text, ops, shape);
+	const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+	struct ca_proc p;
+	ca_proc_init(&p, argv);
+	p.timeout_s = timeout_s;
+	struct ca_buf out = {0};
+	int status = ca_proc_capture(&p, prompt, strlen(prompt), &out, NULL, 1 << 20);
+	free(prompt);
+	if (status != 0) {
+		snprintf(message, sizeof message, status < 0 ? "--llm command could not start" :
+		         p.timed_out ? "--llm command timed out" : "--llm command failed with status %d", status);
+		*why = message;
+		ca_buf_free(&out);
+		return NULL;
+	}
+	char *code = extract_code(out.data ? out.data : "");
+	ca_buf_free(&out);
+	if (!strstr(code, "class Model")) {
+		*why = "--llm reply has no class Model";
+		free(code);
+		return NULL;
+	}
+	return code;
+}
+
+/* "batch_size = N" in a crawled seed task, scaled so standalone blocks are a real workload. */
+static char *scale_batch(const char *code, double target_ms)
+{
+	const char *p = strstr(code, "\nbatch_size = ");
+	if (!p)
+		return ca_xstrdup(code);
+	long batch = (long)(8 * 64 * (target_ms / 5.0));
+	if (batch < 1)
+		batch = 1;
+	const char *end = strchr(p + 1, '\n');
+	size_t n = strlen(code) + 32;
+	char *out = ca_xmalloc(n);
+	snprintf(out, n, "%.*s\nbatch_size = %ld%s", (int)(p - code), code, batch, end ? end : "");
+	return out;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"distribution", required_argument, NULL, 'd'},
+		{"help", no_argument, NULL, 'h'},
+		{"llm", required_argument, NULL, 'L'},
+		{"llm-timeout", required_argument, NULL, 'T'},
+		{"max-tensor-mb", required_argument, NULL, 'M'},
+		{"no-seeds", no_argument, NULL, 'N'},
+		{"seed", required_argument, NULL, 's'},
+		{"target-ms", required_argument, NULL, 't'},
+		{"unbuffered", no_argument, NULL, 'u'},
+		{NULL, 0, NULL, 0},
+	};
+	double dist[6];
+	memcpy(dist, paper_distribution, sizeof dist);
+	long long count = 10, seed = 1;
+	double target_ms = 5, llm_timeout = 300, max_mb = 2048;
+	const char *llm = NULL;
+	int use_seeds = 1, c;
+	ca_err_init(argv[0]);
+	while ((c = getopt_long(argc, argv, "hn:u", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'd': {
+			double *v;
+			size_t k = ca_opt_double_list("--distribution", optarg, &v);
+			if (k < 1 || k > 6)
+				ca_err_die(CA_EXIT_USAGE, "--distribution: give 1 to 6 weights (1..5 ops, transformers)");
+			for (size_t i = 0; i < 6; i++) {
+				dist[i] = i < k ? v[i] : 0;
+				if (dist[i] < 0 || !isfinite(dist[i]))
+					ca_err_die(CA_EXIT_USAGE, "--distribution: weights must be non-negative");
+			}
+			free(v);
+			break;
+		}
+		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
+		case 'L': llm = optarg; break;
+		case 'M': max_mb = ca_opt_double("--max-tensor-mb", optarg, 1, 1e9); break;
+		case 'n': count = ca_opt_long("-n", optarg, 0, 100000000); break;
+		case 'N': use_seeds = 0; break;
+		case 's': seed = ca_opt_long("--seed", optarg, 0, (long long)1 << 62); break;
+		case 't': target_ms = ca_opt_double("--target-ms", optarg, 1e-6, 1e6); break;
+		case 'T': llm_timeout = ca_opt_double("--llm-timeout", optarg, 0.001, 1e6); break;
+		case 'u': ca_ndjson_set_unbuffered(1); break;
+		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		}
+	}
+	size_t nops = ca_synth_op_count();
+	unsigned char *enabled = ca_xcalloc(nops, 1);
+	struct standalone *blocks = NULL;
+	size_t nblocks = 0;
+	int status = CA_EXIT_OK;
+	if (use_seeds) {
+		struct ca_ndjson_reader *r = ca_ndjson_open(argc - optind, argv + optind);
+		jv rec;
+		int kind;
+		size_t nseeds = 0;
+		while ((kind = ca_ndjson_next(r, &rec)) != CA_NDJSON_EOF) {
+			if (kind == CA_NDJSON_BAD) {
+				ca_ndjson_warn(r, "%s", jv_string_value(rec));
+				jv_free(rec);
+				status = CA_EXIT_DATA;
+				continue;
+			}
+			jv seed_obj = ca_json_get(rec, "seed");
+			if (jv_get_kind(seed_obj) == JV_KIND_OBJECT) {
+				nseeds++;
+				char *name = ca_json_strdup(seed_obj, "name");
+				char *library = ca_json_strdup(seed_obj, "library");
+				for (size_t i = 0; name && i < nops; i++)
+					if (!strcmp(name, ca_synth_op_qualified(i)))
+						enabled[i] = 1;
+				char *code = ca_json_strdup(rec, "code");
+				if (library && !strcmp(library, "transformers") && code && ca_json_bool(seed_obj, "stochastic") != 1) {
+					blocks = ca_xrealloc(blocks, (nblocks + 1) * sizeof *blocks);
+					blocks[nblocks].name = name;
+					blocks[nblocks++].code = code;
+					name = code = NULL;
+				}
+				free(name);
+				free(library);
+				free(code);
+			}
+			jv_free(seed_obj);
+			jv_free(rec);
+		}
+		status = ca_err_worst(status, ca_ndjson_status(r));
+		ca_ndjson_close(r);
+		size_t on = 0;
+		for (size_t i = 0; i < nops; i++)
+			on += enabled[i];
+		if (nseeds == 0)
+			ca_err_die(CA_EXIT_DATA, "no seed records on input (pipe ca-crawl's output, or give --no-seeds)");
+		if (on == 0)
+			ca_err_die(CA_EXIT_DATA, "none of the seeds is an operator ca-compose can stack");
+	} else {
+		memset(enabled, 1, nops);
+	}
+	if (nblocks == 0)
+		dist[5] = 0;
+	double total = 0;
+	for (int i = 0; i < 6; i++)
+		total += dist[i];
+	if (!(total > 0))
+		ca_err_die(CA_EXIT_USAGE, "--distribution: all weights are zero");
+
+	struct ca_synth_config cfg = {.enabled = enabled, .target_ms = target_ms, .max_tensor_mb = max_mb};
+	struct ca_synth_rng rng;
+	ca_synth_rng_seed(&rng, (uint64_t)seed);
+	struct seen seen = {0};
+	long long made = 0, attempts = 0, limit = 200 * count + 1000, llm_failures = 0;
+	while (made < count && attempts++ < limit) {
+		double u = ca_synth_rng_unit(&rng) * total;
+		int cls = 0;
+		while (cls < 5 && u >= dist[cls]) {
+			u -= dist[cls];
+			cls++;
+		}
+		if (dist[cls] == 0)
+			continue;
+		jv task;
+		char source[32];
+		if (cls == 5) {
+			struct standalone *b = &blocks[ca_synth_rng_below(&rng, nblocks)];
+			task = jv_object();
+			const char *dot = strrchr(b->name, '.');
+			task = jv_object_set(task, jv_string("ops"), jv_array_append(jv_array(), jv_string(dot ? dot + 1 : b->name)));
+			char *code = scale_batch(b->code, target_ms);
+			task = jv_object_set(task, jv_string("code"), jv_string(code));
+			free(code);
+			snprintf(source, sizeof source, "transformers#1");
+		} else {
+			task = ca_synth_compose(&cfg, cls + 1, &rng);
+			if (!jv_is_valid(task)) {
+				jv_free(task);
+				continue;
+			}
+			snprintf(source, sizeof source, "torch#%d", cls + 1);
+		}
+		const char *composer = "builtin";
+		if (llm && cls < 5) {
+			const char *why;
+			char *code = ask_llm(llm, llm_timeout, task, &why);
+			if (!code) {
+				ca_err_warn("task %lld: %s", made, why);
+				llm_failures++;
+				jv_free(task);
+				if (llm_failures > 10 && llm_failures > made)
+					ca_err_die(CA_EXIT_SYSTEM, "--llm keeps failing; giving up");
+				continue;
+			}
+			task = jv_object_set(task, jv_string("code"), jv_string(code));
+			task = jv_object_delete(task, jv_string("adapters"));
+			task = jv_object_delete(task, jv_string("output_shape"));
+			task = jv_object_delete(task, jv_string("est_ms"));
+			free(code);
+			composer = "llm";
+		}
+		char *text = ca_json_strdup(task, "code");
+		const char *why;
+		char *key = ca_pylex_fingerprint(text, strlen(text), CA_PYLEX_KEEP_LITERALS, &why);
+		free(text);
+		if (!key || !remember(&seen, key)) {
+			free(key);
+			jv_free(task);
+			continue;
+		}
+		free(key);
+		char id[64];
+		snprintf(id, sizeof id, "compose-%lld-%lld", seed, made);
+		jv out = jv_object();
+		out = jv_object_set(out, jv_string("id"), jv_string(id));
+		out = jv_object_set(out, jv_string("source"), jv_string(source));
+		jv_object_foreach(task, k, v) out = jv_object_set(out, k, v);
+		jv_free(task);
+		jv meta = jv_object();
+		meta = jv_object_set(meta, jv_string("seed"), jv_number((double)seed));
+		meta = jv_object_set(meta, jv_string("index"), jv_number((double)made));
+		meta = jv_object_set(meta, jv_string("composer"), jv_string(composer));
+		meta = jv_object_set(meta, jv_string("target_ms"), jv_number(target_ms));
+		out = jv_object_set(out, jv_string("compose"), meta);
+		if (ca_ndjson_write(out) < 0)
+			break;
+		made++;
+	}
+	if (made < count) {
+		ca_err_warn("made %lld of %lld tasks: the enabled operators give no more distinct tasks", made, count);
+		status = ca_err_worst(status, CA_EXIT_NEGATIVE);
+	}
+	if (llm_failures)
+		status = ca_err_worst(status, CA_EXIT_SYSTEM);
+	for (size_t i = 0; i < seen.cap; i++)
+		free(seen.key[i]);
+	free(seen.key);
+	for (size_t i = 0; i < nblocks; i++)
+		free(blocks[i].name), free(blocks[i].code);
+	free(blocks);
+	free(enabled);
+	return ca_err_finish(status);
+}

@@ -1,0 +1,832 @@
+/*
+ * ca-filter: the paper's rubric for synthesized tasks.
+ *
+ * Adds "filter" to every task: executable in eager mode and under
+ * torch.compile with agreeing outputs, deterministic, not degenerate, an
+ * eager time within bounds on the GPU, and structurally unlike every
+ * KernelBench problem. Similarity and the static stochastic-op check are
+ * done here in C (lib/pylex); the torch checks run in warm Python workers
+ * (lib/py/ca_synth.py worker), -j of them, each task under a wall-clock
+ * limit. A worker that crashes or runs out of time is killed with its whole
+ * process group and restarted; the task gets the reason, never lost.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "json.h"
+#include "ndjson.h"
+#include "opt.h"
+#include "paths.h"
+#include "proc.h"
+#include "pylex.h"
+
+extern char **environ;
+
+static const char usage_text[] =
+	"usage: ca-filter [-hu] [--against FILE] [--atol X] [--device auto|cpu|cuda] [--drop] [--gpus LIST]\n"
+	"                 [-j N] [--max-ms X] [--max-sim X] [--min-ms X] [--no-compile] [--progress]\n"
+	"                 [--rtol X] [--seed N] [--timeout S] [file ...]\n";
+
+struct config {
+	const char *against, *device;
+	double atol, rtol, min_ms, max_ms, max_sim, timeout_s;
+	long long seed, jobs;
+	int drop, compile;
+	char **gpus;
+	size_t ngpus;
+};
+
+struct worker {
+	struct ca_coproc co;
+	int alive, busy, log_fd, index;
+	long long seq;
+	double started;
+	char torch[64], gpu[128];
+	int cuda;
+	char **env;
+};
+
+struct slot {
+	jv record;   /* the input record (or the error record) */
+	jv filter;   /* the filter object, or jv_null() while pending */
+	int done;
+	int is_error;
+};
+
+static struct config cfg = {
+	.device = "auto", .atol = 1e-2, .rtol = 1e-2, .min_ms = 1, .max_ms = 100,
+	.max_sim = 0.9, .timeout_s = 300, .seed = 42, .jobs = 0, .compile = 1,
+};
+static struct ca_pylex_index *refs;
+static const char *refs_why;  /* why similarity is skipped, when refs is empty */
+static struct worker *workers;
+static struct slot *slots;
+static long long slot_base, slot_count, slot_cap;
+static int exit_status = CA_EXIT_OK;
+static long long accepted, rejected;
+static char lock_path[PATH_MAX];
+
+/* ---------------------------------------------------------------- references */
+
+static void load_references(void)
+{
+	char path[PATH_MAX];
+	refs = ca_pylex_index_new();
+	if (cfg.against) {
+		snprintf(path, sizeof path, "%s", cfg.against);
+	} else {
+		snprintf(path, sizeof path, "%s/data/kernelbench-fingerprints.ndjson", ca_paths_share());
+		if (access(path, R_OK) != 0) {
+			refs_why = "no reference set (give --against FILE; the default data/kernelbench-fingerprints.ndjson is missing)";
+			ca_err_warn("%s: similarity check skipped", path);
+			return;
+		}
+	}
+	char *files[] = {path};
+	struct ca_ndjson_reader *r = ca_ndjson_open(1, files);
+	jv rec;
+	int kind;
+	while ((kind = ca_ndjson_next(r, &rec)) != CA_NDJSON_EOF) {
+		if (kind == CA_NDJSON_BAD) {
+			ca_ndjson_warn(r, "%s", jv_string_value(rec));
+			jv_free(rec);
+			continue;
+		}
+		char name[512];
+		double level, num;
+		char *id = ca_json_strdup(rec, "id");
+		char *pname = ca_json_strdup(rec, "name");
+		if (ca_json_number(rec, "level", &level) == 1 && ca_json_number(rec, "num", &num) == 1)
+			snprintf(name, sizeof name, "kernelbench/L%.0f/%.0f%s%s", level, num, pname ? " " : "", pname ? pname : "");
+		else if (id)
+			snprintf(name, sizeof name, "%s", id);
+		else
+			snprintf(name, sizeof name, "%s:%ld", ca_ndjson_name(r), ca_ndjson_line(r));
+		free(id);
+		free(pname);
+		char *fp = ca_json_strdup(rec, "fingerprint");
+		if (!fp) {
+			char *code = ca_json_strdup(rec, "code");
+			const char *why = "no code or fingerprint field";
+			if (code)
+				fp = ca_pylex_fingerprint(code, strlen(code), 0, &why);
+			free(code);
+			if (!fp)
+				ca_ndjson_warn(r, "reference skipped: %s", why);
+		}
+		if (fp)
+			ca_pylex_index_add(refs, name, fp);
+		free(fp);
+		jv_free(rec);
+	}
+	if (ca_ndjson_status(r) != CA_EXIT_OK)
+		ca_err_die(CA_EXIT_SYSTEM, "%s: cannot read the reference set", path);
+	ca_ndjson_close(r);
+	if (ca_pylex_index_size(refs) == 0)
+		refs_why = "the reference set is empty";
+}
+
+/* ---------------------------------------------------------------- static checks */
+
+static const char *const stochastic_modules[] = {
+	"Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout", "RReLU", NULL,
+};
+static const char *const stochastic_calls[] = {
+	"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout", "rrelu",
+	"rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "randperm", "bernoulli",
+	"multinomial", "normal", "poisson", "gumbel_softmax", "uniform_", "normal_", "exponential_",
+	"geometric_", "cauchy_", "log_normal_", "random_", "bernoulli_", NULL,
+};
+
+static int listed(const char *s, size_t n, const char *const *list)
+{
+	for (int i = 0; list[i]; i++)
+		if (strlen(list[i]) == n && !memcmp(list[i], s, n))
+			return 1;
+	return 0;
+}
+
+/* Name of a random operator in the class (modules anywhere, calls in forward), or NULL. */
+static char *stochastic_op(const char *fp)
+{
+	static char found[64];
+	int in_forward = 0, depth = 0;
+	const char *p = fp;
+	const char *prev = NULL;
+	size_t prevn = 0;
+	while (*p) {
+		while (*p == ' ')
+			p++;
+		const char *e = p;
+		while (*e && *e != ' ')
+			e++;
+		size_t n = (size_t)(e - p);
+		if (n == 0)
+			break;
+		if (prev && prevn == 3 && !memcmp(prev, "def", 3)) {
+			in_forward = n == 7 && !memcmp(p, "forward", 7);
+			depth = 0;
+		}
+		if (in_forward && n == 1 && *p == '{')
+			depth++;
+		if (in_forward && n == 1 && *p == '}' && --depth == 0)
+			in_forward = 0;
+		if (prev && prevn == 1 && *prev == '.' &&
+		    (listed(p, n, stochastic_modules) || (in_forward && listed(p, n, stochastic_calls)))) {
+			snprintf(found, sizeof found, "%.*s", (int)n, p);
+			return found;
+		}
+		prev = p;
+		prevn = n;
+		p = e;
+	}
+	return NULL;
+}
+
+/* ---------------------------------------------------------------- workers */
+
+static char **worker_env(int index)
+{
+	size_t n = 0;
+	while (environ[n])
+		n++;
+	char **env = ca_xcalloc(n + 4, sizeof *env);
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (cfg.ngpus && !strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21))
+			continue;
+		if (!strncmp(environ[i], "CA_SYNTH_TIMING_LOCK=", 21))
+			continue;
+		env[k++] = ca_xstrdup(environ[i]);
+	}
+	char buf[PATH_MAX + 64];
+	if (cfg.ngpus) {
+		snprintf(buf, sizeof buf, "CUDA_VISIBLE_DEVICES=%s", cfg.gpus[(size_t)index % cfg.ngpus]);
+		env[k++] = ca_xstrdup(buf);
+	}
+	snprintf(buf, sizeof buf, "CA_SYNTH_TIMING_LOCK=%s", lock_path);
+	env[k++] = ca_xstrdup(buf);
+	env[k] = NULL;
+	return env;
+}
+
+static void tail_of_log(struct worker *w, char *out, size_t n)
+{
+	out[0] = '\0';
+	struct stat st;
+	if (w->log_fd < 0 || fstat(w->log_fd, &st) < 0 || st.st_size == 0)
+		return;
+	off_t from = st.st_size > (off_t)(n - 1) ? st.st_size - (off_t)(n - 1) : 0;
+	ssize_t got = pread(w->log_fd, out, n - 1, from);
+	if (got <= 0)
+		return;
+	out[got] = '\0';
+	/* the last non-empty line is what matters (a Python exception's summary) */
+	char *end = out + got;
+	while (end > out && (end[-1] == '\n' || end[-1] == ' '))
+		*--end = '\0';
+	char *nl = strrchr(out, '\n');
+	if (nl)
+		memmove(out, nl + 1, strlen(nl + 1) + 1);
+}
+
+static int start_worker(struct worker *w)
+{
+	static char script[PATH_MAX];
+	const char *python = ca_paths_python();
+	snprintf(script, sizeof script, "%s/ca_synth.py", ca_paths_pydir());
+	const char *argv[] = {python, script, "worker", NULL};
+	if (!w->env)
+		w->env = worker_env(w->index);
+	if (w->log_fd < 0) {
+		char tmpl[] = "/tmp/ca-filter-log.XXXXXX";
+		w->log_fd = mkstemp(tmpl);
+		if (w->log_fd >= 0) {
+			unlink(tmpl);
+			fcntl(w->log_fd, F_SETFL, O_APPEND);
+		}
+	}
+	if (w->log_fd >= 0 && ftruncate(w->log_fd, 0) != 0)
+		ca_err_warn_sys("worker log");
+	ca_coproc_init(&w->co, argv);
+	w->co.proc.env = (const char *const *)w->env;
+	w->co.proc.die_with_parent = 1;
+	if (w->log_fd >= 0) {
+		w->co.proc.err_mode = CA_PROC_FD;
+		w->co.proc.err = w->log_fd;
+	}
+	if (ca_coproc_start_prepared(&w->co) < 0) {
+		ca_err_warn_sys("cannot start %s %s", python, script);
+		return -1;
+	}
+	size_t len;
+	char *line = ca_coproc_read_line(&w->co, 600, &len);
+	if (!line) {
+		char tail[512];
+		ca_coproc_close(&w->co, 0);
+		tail_of_log(w, tail, sizeof tail);
+		ca_err_warn("torch worker did not start: %s", tail[0] ? tail : "no hello line");
+		return -1;
+	}
+	jv hello = jv_parse_sized(line, (int)len);
+	free(line);
+	jv h = jv_is_valid(hello) ? ca_json_get(hello, "hello") : jv_invalid();
+	if (jv_get_kind(h) != JV_KIND_OBJECT) {
+		jv_free(h);
+		jv_free(hello);
+		ca_coproc_close(&w->co, 0);
+		ca_err_warn("torch worker sent no hello");
+		return -1;
+	}
+	char *t = ca_json_strdup(h, "torch");
+	char *g = ca_json_strdup(h, "gpu");
+	snprintf(w->torch, sizeof w->torch, "%s", t ? t : "?");
+	snprintf(w->gpu, sizeof w->gpu, "%s", g ? g : "");
+	free(t);
+	free(g);
+	w->cuda = ca_json_bool(h, "cuda") == 1;
+	jv_free(h);
+	jv_free(hello);
+	w->alive = 1;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- results */
+
+static struct slot *slot_at(long long seq)
+{
+	return &slots[seq - slot_base];
+}
+
+static long long new_slot(jv record, int is_error)
+{
+	if (slot_count == slot_cap) {
+		slot_cap = slot_cap ? 2 * slot_cap : 64;
+		slots = ca_xrealloc(slots, (size_t)slot_cap * sizeof *slots);
+	}
+	slots[slot_count] = (struct slot){record, jv_null(), is_error, is_error};
+	return slot_base + slot_count++;
+}
+
+static void flush_done(void)
+{
+	long long k = 0;
+	while (k < slot_count && slots[k].done) {
+		struct slot *s = &slots[k];
+		if (s->is_error) {
+			ca_ndjson_write(s->record);
+			jv_free(s->filter);
+		} else {
+			int ok = ca_json_bool(s->filter, "ok") == 1;
+			if (ok)
+				accepted++;
+			else
+				rejected++;
+			if (ok || !cfg.drop)
+				ca_ndjson_write(jv_object_set(s->record, jv_string("filter"), s->filter));
+			else
+				jv_free(s->record), jv_free(s->filter);
+			ca_ndjson_progress_tick();
+		}
+		k++;
+	}
+	if (k) {
+		memmove(slots, slots + k, (size_t)(slot_count - k) * sizeof *slots);
+		slot_count -= k;
+		slot_base += k;
+	}
+}
+
+static const char *const check_names[] = {"executable", "compile", "deterministic", "non_degenerate", "workload",
+                                          "decontaminated", NULL};
+
+/* Complete the filter object: ok, and checks in a fixed order. */
+static jv finish_filter(jv f)
+{
+	jv checks = ca_json_get(f, "checks");
+	if (jv_get_kind(checks) != JV_KIND_OBJECT) {
+		jv_free(checks);
+		checks = jv_object();
+	}
+	jv ordered = jv_object();
+	int ok = 1, any = 0;
+	for (int i = 0; check_names[i]; i++) {
+		jv v = jv_object_get(jv_copy(checks), jv_string(check_names[i]));
+		if (!jv_is_valid(v)) {
+			jv_free(v);
+			v = jv_null();
+		}
+		if (jv_get_kind(v) == JV_KIND_FALSE)
+			ok = 0;
+		if (jv_get_kind(v) == JV_KIND_TRUE)
+			any = 1;
+		ordered = jv_object_set(ordered, jv_string(check_names[i]), v);
+	}
+	jv_free(checks);
+	jv reasons = ca_json_get(f, "reasons");
+	if (jv_get_kind(reasons) == JV_KIND_ARRAY && jv_array_length(jv_copy(reasons)) > 0)
+		ok = 0;
+	jv_free(reasons);
+	jv out = jv_object();
+	out = jv_object_set(out, jv_string("ok"), ok && any ? jv_true() : jv_false());
+	out = jv_object_set(out, jv_string("checks"), ordered);
+	jv_object_foreach(f, k, v)
+	{
+		if (!strcmp(jv_string_value(k), "checks") || !strcmp(jv_string_value(k), "ok"))
+			jv_free(k), jv_free(v);
+		else
+			out = jv_object_set(out, k, v);
+	}
+	jv_free(f);
+	return out;
+}
+
+static jv add_reason(jv f, const char *reason)
+{
+	jv reasons = ca_json_get(f, "reasons");
+	if (jv_get_kind(reasons) != JV_KIND_ARRAY) {
+		jv_free(reasons);
+		reasons = jv_array();
+	}
+	reasons = jv_array_append(reasons, jv_string(reason));
+	return jv_object_set(f, jv_string("reasons"), reasons);
+}
+
+static jv add_skipped(jv f, const char *what)
+{
+	jv skipped = ca_json_get(f, "skipped");
+	if (jv_get_kind(skipped) != JV_KIND_ARRAY) {
+		jv_free(skipped);
+		skipped = jv_array();
+	}
+	skipped = jv_array_append(skipped, jv_string(what));
+	return jv_object_set(f, jv_string("skipped"), skipped);
+}
+
+static jv set_check(jv f, const char *name, jv value)
+{
+	jv checks = ca_json_get(f, "checks");
+	if (jv_get_kind(checks) != JV_KIND_OBJECT) {
+		jv_free(checks);
+		checks = jv_object();
+	}
+	checks = jv_object_set(checks, jv_string(name), value);
+	return jv_object_set(f, jv_string("checks"), checks);
+}
+
+/* Merge the worker's answer (consumed) into the pending filter of slot s. */
+static void complete(struct slot *s, struct worker *w, jv answer)
+{
+	jv f = s->filter;
+	jv checks = ca_json_get(answer, "checks");
+	if (jv_get_kind(checks) == JV_KIND_OBJECT) {
+		jv_object_foreach(checks, k, v) f = set_check(f, jv_string_value(k), v), jv_free(k);
+	}
+	jv_free(checks);
+	jv reasons = ca_json_get(answer, "reasons");
+	if (jv_get_kind(reasons) == JV_KIND_ARRAY) {
+		jv_array_foreach(reasons, i, r)
+		{
+			if (jv_get_kind(r) == JV_KIND_STRING)
+				f = add_reason(f, jv_string_value(r));
+			jv_free(r);
+		}
+	}
+	jv_free(reasons);
+	double eager, compiled;
+	int has_eager = ca_json_number(answer, "eager_ms", &eager) == 1;
+	f = jv_object_set(f, jv_string("eager_ms"), has_eager ? jv_number(round(eager * 1e4) / 1e4) : jv_null());
+	f = jv_object_set(f, jv_string("compile_ms"), ca_json_number(answer, "compile_ms", &compiled) == 1 ?
+	                  jv_number(round(compiled * 1e4) / 1e4) : jv_null());
+	jv shape = ca_json_get(answer, "output_shape");
+	if (jv_get_kind(shape) == JV_KIND_ARRAY)
+		f = jv_object_set(f, jv_string("output_shape"), shape);
+	else
+		jv_free(shape);
+	jv c = ca_json_path(answer, "checks.executable");
+	int ran = jv_get_kind(c) == JV_KIND_TRUE;
+	jv_free(c);
+	if (w && w->cuda && strcmp(cfg.device, "cpu")) {
+		if (!has_eager) {
+			f = set_check(f, "workload", ran ? jv_false() : jv_null());
+			if (ran)
+				f = add_reason(f, "workload: no eager time was measured");
+		} else if (eager < cfg.min_ms || eager > cfg.max_ms) {
+			char why[160];
+			snprintf(why, sizeof why, "workload: eager time %.4g ms is outside [%g, %g] ms", eager, cfg.min_ms, cfg.max_ms);
+			f = set_check(f, "workload", jv_false());
+			f = add_reason(f, why);
+		} else {
+			f = set_check(f, "workload", jv_true());
+		}
+	} else {
+		f = set_check(f, "workload", jv_null());
+		f = add_skipped(f, "workload: needs a GPU (checked on the cpu)");
+	}
+	double secs;
+	if (ca_json_number(answer, "check_s", &secs) == 1)
+		f = jv_object_set(f, jv_string("seconds"), jv_number(secs));
+	if (w) {
+		f = jv_object_set(f, jv_string("device"), jv_string(w->cuda && strcmp(cfg.device, "cpu") ? "cuda" : "cpu"));
+		if (w->gpu[0] && strcmp(cfg.device, "cpu"))
+			f = jv_object_set(f, jv_string("gpu"), jv_string(w->gpu));
+		f = jv_object_set(f, jv_string("torch"), jv_string(w->torch));
+	}
+	jv_free(answer);
+	s->filter = finish_filter(f);
+	s->done = 1;
+}
+
+/* The worker died or ran out of time on its task: the task gets the reason. */
+static void fail_worker(struct worker *w, int timed_out)
+{
+	char tail[400], why[600];
+	if (timed_out)
+		ca_proc_kill(&w->co.proc, SIGKILL);
+	int status = ca_coproc_close(&w->co, timed_out ? 0 : 5);
+	tail_of_log(w, tail, sizeof tail);
+	if (timed_out)
+		snprintf(why, sizeof why, "timeout: the checks took more than %g s", cfg.timeout_s);
+	else if (status > 128)
+		snprintf(why, sizeof why, "crash: the checker was killed by signal %d%s%s", status - 128,
+		         tail[0] ? ": " : "", tail);
+	else
+		snprintf(why, sizeof why, "crash: the checker exited with status %d%s%s", status, tail[0] ? ": " : "", tail);
+	w->alive = 0;
+	w->busy = 0;
+	struct slot *s = slot_at(w->seq);
+	jv f = add_reason(s->filter, why);
+	f = set_check(f, "executable", jv_false());
+	f = jv_object_set(f, jv_string("torch"), jv_string(w->torch));
+	s->filter = finish_filter(f);
+	s->done = 1;
+}
+
+/* Wait for at least one busy worker to finish (answer, crash or timeout). */
+static void wait_any(void)
+{
+	for (;;) {
+		struct pollfd pfd[256];
+		int idx[256], n = 0;
+		double now = ca_proc_now(), soonest = -1;
+		for (long long i = 0; i < cfg.jobs && n < 256; i++) {
+			struct worker *w = &workers[i];
+			if (!w->busy)
+				continue;
+			double left = w->started + cfg.timeout_s - now;
+			if (left <= 0) {
+				fail_worker(w, 1);
+				return;
+			}
+			if (soonest < 0 || left < soonest)
+				soonest = left;
+			/* bytes already buffered count as readable */
+			pfd[n] = (struct pollfd){.fd = w->co.proc.out, .events = POLLIN};
+			idx[n++] = (int)i;
+		}
+		if (n == 0)
+			return;
+		int r = poll(pfd, (nfds_t)n, (int)(soonest * 1000) + 1);
+		if (r < 0 && errno != EINTR)
+			ca_err_die_sys(CA_EXIT_SYSTEM, "poll");
+		int finished = 0;
+		for (int k = 0; k < n && r > 0; k++) {
+			if (!(pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			struct worker *w = &workers[idx[k]];
+			size_t len;
+			char *line = ca_coproc_read_line(&w->co, 0.05, &len);
+			if (!line) {
+				if (errno == ETIMEDOUT)
+					continue;
+				fail_worker(w, 0);
+				finished = 1;
+				continue;
+			}
+			jv answer = jv_parse_sized(line, (int)len);
+			free(line);
+			w->busy = 0;
+			finished = 1;
+			if (!jv_is_valid(answer)) {
+				jv_free(answer);
+				struct slot *s = slot_at(w->seq);
+				s->filter = finish_filter(add_reason(s->filter, "crash: the checker answered garbage"));
+				s->done = 1;
+				continue;
+			}
+			complete(slot_at(w->seq), w, answer);
+		}
+		if (finished)
+			return;
+	}
+}
+
+static struct worker *free_worker(void)
+{
+	for (;;) {
+		for (long long i = 0; i < cfg.jobs; i++)
+			if (!workers[i].busy)
+				return &workers[i];
+		wait_any();
+		flush_done();
+	}
+}
+
+static void dispatch(long long seq, const char *code)
+{
+	struct slot *s;
+	for (int attempt = 0; attempt < 2; attempt++) {
+		struct worker *w = free_worker();
+		if (!w->alive && start_worker(w) < 0) {
+			exit_status = ca_err_worst(exit_status, CA_EXIT_SYSTEM);
+			continue;
+		}
+		const char *device = !strcmp(cfg.device, "auto") ? (w->cuda ? "cuda" : "cpu") : cfg.device;
+		if (!strcmp(device, "cuda") && !w->cuda) {
+			s = slot_at(seq);
+			s->filter = finish_filter(add_reason(s->filter, "device: --device cuda but torch sees no GPU"));
+			s->done = 1;
+			exit_status = ca_err_worst(exit_status, CA_EXIT_SYSTEM);
+			return;
+		}
+		jv req = jv_object();
+		req = jv_object_set(req, jv_string("code"), jv_string(code));
+		req = jv_object_set(req, jv_string("device"), jv_string(device));
+		req = jv_object_set(req, jv_string("compile"), cfg.compile ? jv_true() : jv_false());
+		req = jv_object_set(req, jv_string("seed"), jv_number((double)cfg.seed));
+		req = jv_object_set(req, jv_string("atol"), jv_number(cfg.atol));
+		req = jv_object_set(req, jv_string("rtol"), jv_number(cfg.rtol));
+		req = jv_object_set(req, jv_string("timing"), jv_true());
+		jv text = jv_dump_string(req, 0);
+		int wrote = ca_coproc_write(&w->co, jv_string_value(text), (size_t)jv_string_length_bytes(jv_copy(text)));
+		jv_free(text);
+		if (wrote < 0) {
+			ca_coproc_close(&w->co, 0);
+			w->alive = 0;
+			continue;
+		}
+		w->busy = 1;
+		w->seq = seq;
+		w->started = ca_proc_now();
+		return;
+	}
+	s = slot_at(seq);
+	s->filter = finish_filter(add_reason(s->filter, "crash: no torch worker could be started"));
+	s->done = 1;
+}
+
+/* ---------------------------------------------------------------- records */
+
+static void handle(jv record)
+{
+	jv f = jv_object();
+	char *code = ca_json_strdup(record, "code");
+	long long seq = new_slot(record, 0);
+	if (!code) {
+		ca_ndjson_record_warn("record has no code field");
+		exit_status = ca_err_worst(exit_status, CA_EXIT_DATA);
+		f = set_check(f, "executable", jv_false());
+		slot_at(seq)->filter = finish_filter(add_reason(f, "input: no code field"));
+		slot_at(seq)->done = 1;
+		return;
+	}
+	const char *why;
+	char *fp = ca_pylex_fingerprint(code, strlen(code), 0, &why);
+	int rejected_early = 0;
+	if (!fp) {
+		char reason[160];
+		snprintf(reason, sizeof reason, "syntax: %s", why);
+		f = add_reason(f, reason);
+		f = set_check(f, "executable", jv_false());
+		f = jv_object_set(f, jv_string("max_sim"), jv_null());
+		rejected_early = 1;
+	} else {
+		if (refs && ca_pylex_index_size(refs) > 0) {
+			const char *nearest = NULL;
+			double sim = ca_pylex_index_best(refs, fp, &nearest);
+			f = jv_object_set(f, jv_string("max_sim"), jv_number(round(sim * 1e4) / 1e4));
+			f = jv_object_set(f, jv_string("nearest"), jv_string(nearest));
+			if (sim > cfg.max_sim) {
+				char reason[600];
+				snprintf(reason, sizeof reason, "contaminated: similarity %.3f to %s exceeds %g", sim, nearest, cfg.max_sim);
+				f = add_reason(f, reason);
+				f = set_check(f, "decontaminated", jv_false());
+				rejected_early = 1;
+			} else {
+				f = set_check(f, "decontaminated", jv_true());
+			}
+		} else {
+			f = jv_object_set(f, jv_string("max_sim"), jv_null());
+			f = add_skipped(f, refs_why ? refs_why : "no reference set");
+		}
+		const char *op = stochastic_op(fp);
+		if (op) {
+			char reason[160];
+			snprintf(reason, sizeof reason, "stochastic: the model uses %s", op);
+			f = add_reason(f, reason);
+			f = set_check(f, "deterministic", jv_false());
+			rejected_early = 1;
+		}
+		free(fp);
+	}
+	slot_at(seq)->filter = f;
+	if (rejected_early) {
+		/* Not worth the torch checks; they are marked as not run. */
+		slot_at(seq)->filter = finish_filter(add_skipped(slot_at(seq)->filter, "torch checks: rejected before running"));
+		slot_at(seq)->done = 1;
+	} else {
+		dispatch(seq, code);
+	}
+	free(code);
+}
+
+static int split_gpus(const char *text)
+{
+	char *copy = ca_xstrdup(text);
+	for (char *tok = strtok(copy, ","); tok; tok = strtok(NULL, ",")) {
+		long long v;
+		const char *why;
+		if (ca_parse_long(tok, &v, &why) < 0 || v < 0)
+			return -1;
+		cfg.gpus = ca_xrealloc(cfg.gpus, (cfg.ngpus + 1) * sizeof *cfg.gpus);
+		cfg.gpus[cfg.ngpus++] = ca_xstrdup(tok);
+	}
+	free(copy);
+	return cfg.ngpus ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"against", required_argument, NULL, 'a'},
+		{"atol", required_argument, NULL, 'A'},
+		{"device", required_argument, NULL, 'D'},
+		{"drop", no_argument, NULL, 'd'},
+		{"gpus", required_argument, NULL, 'g'},
+		{"help", no_argument, NULL, 'h'},
+		{"jobs", required_argument, NULL, 'j'},
+		{"max-ms", required_argument, NULL, 'X'},
+		{"max-sim", required_argument, NULL, 'S'},
+		{"min-ms", required_argument, NULL, 'm'},
+		{"no-compile", no_argument, NULL, 'C'},
+		{"progress", no_argument, NULL, 'P'},
+		{"rtol", required_argument, NULL, 'R'},
+		{"seed", required_argument, NULL, 's'},
+		{"timeout", required_argument, NULL, 't'},
+		{"unbuffered", no_argument, NULL, 'u'},
+		{NULL, 0, NULL, 0},
+	};
+	int c, progress = 0;
+	ca_err_init(argv[0]);
+	while ((c = getopt_long(argc, argv, "hj:u", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'a': cfg.against = optarg; break;
+		case 'A': cfg.atol = ca_opt_double("--atol", optarg, 0, 1e9); break;
+		case 'C': cfg.compile = 0; break;
+		case 'd': cfg.drop = 1; break;
+		case 'D':
+			if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+				ca_err_warn("--device: expected auto, cpu or cuda");
+				ca_opt_bad_usage();
+			}
+			cfg.device = optarg;
+			break;
+		case 'g':
+			if (split_gpus(optarg) < 0) {
+				ca_err_warn("--gpus: expected a comma-separated list of GPU indices");
+				ca_opt_bad_usage();
+			}
+			break;
+		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
+		case 'j': cfg.jobs = ca_opt_long("-j", optarg, 1, 256); break;
+		case 'm': cfg.min_ms = ca_opt_double("--min-ms", optarg, 0, 1e9); break;
+		case 'P': ca_ndjson_set_progress(1), progress = 1; break;
+		case 'R': cfg.rtol = ca_opt_double("--rtol", optarg, 0, 1e9); break;
+		case 's': cfg.seed = ca_opt_long("--seed", optarg, 0, (long long)1 << 31); break;
+		case 'S': cfg.max_sim = ca_opt_double("--max-sim", optarg, 0, 1); break;
+		case 't': cfg.timeout_s = ca_opt_double("--timeout", optarg, 0.001, 1e7); break;
+		case 'u': ca_ndjson_set_unbuffered(1); break;
+		case 'X': cfg.max_ms = ca_opt_double("--max-ms", optarg, 0, 1e9); break;
+		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		}
+	}
+	if (cfg.jobs == 0) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		cfg.jobs = n < 1 ? 1 : n > 16 ? 16 : n;
+	}
+	load_references();
+	/* One lock file serialises GPU timing across workers. */
+	snprintf(lock_path, sizeof lock_path, "%s/ca-filter-timing.%ld.lock", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+	         (long)getpid());
+	int lock_fd = open(lock_path, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+	if (lock_fd < 0)
+		lock_path[0] = '\0';
+	workers = ca_xcalloc((size_t)cfg.jobs, sizeof *workers);
+	for (long long i = 0; i < cfg.jobs; i++) {
+		workers[i].log_fd = -1;
+		workers[i].index = (int)i;
+	}
+
+	struct ca_ndjson_reader *r = ca_ndjson_open(argc - optind, argv + optind);
+	jv rec;
+	int kind;
+	while ((kind = ca_ndjson_next(r, &rec)) != CA_NDJSON_EOF) {
+		if (kind == CA_NDJSON_BAD) {
+			ca_ndjson_warn(r, "%s", jv_string_value(rec));
+			jv err = ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(rec));
+			jv_free(rec);
+			new_slot(err, 1);
+			exit_status = ca_err_worst(exit_status, CA_EXIT_DATA);
+		} else {
+			handle(rec);
+		}
+		flush_done();
+	}
+	exit_status = ca_err_worst(exit_status, ca_ndjson_status(r));
+	ca_ndjson_close(r);
+	for (;;) {
+		int busy = 0;
+		for (long long i = 0; i < cfg.jobs; i++)
+			busy |= workers[i].busy;
+		if (!busy)
+			break;
+		wait_any();
+		flush_done();
+	}
+	flush_done();
+	ca_ndjson_progress_done();
+	for (long long i = 0; i < cfg.jobs; i++) {
+		if (workers[i].alive)
+			ca_coproc_close(&workers[i].co, 5);
+		if (workers[i].log_fd >= 0)
+			close(workers[i].log_fd);
+		if (workers[i].env) {
+			for (char **e = workers[i].env; *e; e++)
+				free(*e);
+			free(workers[i].env);
+		}
+	}
+	if (lock_fd >= 0) {
+		close(lock_fd);
+		unlink(lock_path);
+	}
+	ca_pylex_index_free(refs);
+	for (size_t i = 0; i < cfg.ngpus; i++)
+		free(cfg.gpus[i]);
+	free(cfg.gpus);
+	free(slots);
+	if (isatty(2) || progress)
+		ca_err_warn("%lld accepted, %lld rejected", accepted, rejected);
+	return ca_err_finish(exit_status);
+}
