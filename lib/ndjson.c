@@ -20,7 +20,11 @@ static struct ca_ndjson_reader *current_reader;
 struct ca_ndjson_reader {
 	char **files;
 	int nfiles, index;
-	gzFile gz;           /* current input, NULL between files */
+	int fd;              /* current input, -1 between files */
+	int gzip;            /* current input is gzip: inflate raw into buf */
+	z_stream z;
+	unsigned char *raw;  /* bytes read from fd: [raw_start, raw_end) not yet used */
+	size_t raw_start, raw_end;
 	const char *name;
 	long line;
 	int eof;             /* current file exhausted */
@@ -42,10 +46,22 @@ struct ca_ndjson_reader *ca_ndjson_open(int nfiles, char **files)
 	r->files = files;
 	r->nfiles = nfiles;
 	r->index = -1;
+	r->fd = -1;
 	r->cap = CHUNK;
 	r->buf = ca_xmalloc(r->cap + 1);
+	r->raw = ca_xmalloc(CHUNK);
 	current_reader = r;
 	return r;
+}
+
+static void close_current(struct ca_ndjson_reader *r)
+{
+	if (r->fd < 0)
+		return;
+	if (r->gzip)
+		inflateEnd(&r->z);
+	close(r->fd);
+	r->fd = -1;
 }
 
 void ca_ndjson_close(struct ca_ndjson_reader *r)
@@ -54,42 +70,113 @@ void ca_ndjson_close(struct ca_ndjson_reader *r)
 		return;
 	if (current_reader == r)
 		current_reader = NULL;
-	if (r->gz)
-		gzclose(r->gz);
+	close_current(r);
+	free(r->raw);
 	free(r->buf);
 	free(r);
+}
+
+/*
+ * read(2) whatever is there, not a full buffer: a command run as a
+ * coprocess must see a line as soon as it is written. (zlib's gzread
+ * waits for its whole request, so gzip is inflated here by hand.)
+ */
+static ssize_t read_some(struct ca_ndjson_reader *r, void *into, size_t n)
+{
+	for (;;) {
+		ssize_t got = read(r->fd, into, n);
+		if (got >= 0)
+			return got;
+		if (errno != EINTR) {
+			ca_err_warn_sys("%s: read error", r->name);
+			r->status = ca_err_worst(r->status, CA_EXIT_SYSTEM);
+			return -1;
+		}
+	}
 }
 
 static int open_next(struct ca_ndjson_reader *r)
 {
 	for (;;) {
-		if (r->gz) {
-			gzclose(r->gz);
-			r->gz = NULL;
-		}
+		close_current(r);
 		if (++r->index >= r->nfiles)
 			return 0;
 		const char *path = r->files[r->index];
-		int fd;
 		if (strcmp(path, "-") == 0) {
 			r->name = "stdin";
-			fd = dup(0);
+			r->fd = dup(0);
 		} else {
 			r->name = path;
-			fd = open(path, O_RDONLY | O_CLOEXEC);
+			r->fd = open(path, O_RDONLY | O_CLOEXEC);
 		}
-		if (fd < 0 || !(r->gz = gzdopen(fd, "rb"))) {
+		if (r->fd < 0) {
 			ca_err_warn_sys("%s", r->name);
-			if (fd >= 0)
-				close(fd);
 			r->status = ca_err_worst(r->status, CA_EXIT_SYSTEM);
 			continue;
 		}
-		gzbuffer(r->gz, CHUNK);
 		r->line = 0;
 		r->eof = 0;
 		r->start = r->end = 0;
+		r->raw_start = r->raw_end = 0;
+		r->gzip = 0;
+		/* Sniff the gzip magic (1f 8b); a plain first byte decides at once. */
+		while (r->raw_end < 2) {
+			ssize_t got = read_some(r, r->raw + r->raw_end, CHUNK - r->raw_end);
+			if (got <= 0)
+				break;
+			r->raw_end += (size_t)got;
+			if (r->raw[0] != 0x1f)
+				break;
+		}
+		if (r->raw_end >= 2 && r->raw[0] == 0x1f && r->raw[1] == 0x8b) {
+			memset(&r->z, 0, sizeof r->z);
+			if (inflateInit2(&r->z, 15 + 16) != Z_OK)
+				ca_err_die(CA_EXIT_SYSTEM, "%s: cannot start zlib", r->name);
+			r->gzip = 1;
+		}
 		return 1;
+	}
+}
+
+/* Inflate into buf[end..cap); returns bytes produced, 0 at the end of input. */
+static size_t inflate_some(struct ca_ndjson_reader *r)
+{
+	for (;;) {
+		if (r->raw_start == r->raw_end) {
+			ssize_t got = read_some(r, r->raw, CHUNK);
+			if (got < 0)
+				return 0;
+			if (got == 0) {
+				if (r->z.total_in > 0 || r->z.avail_in > 0) {
+					ca_err_warn("%s: truncated gzip data", r->name);
+					r->status = ca_err_worst(r->status, CA_EXIT_DATA);
+				}
+				return 0;
+			}
+			r->raw_start = 0;
+			r->raw_end = (size_t)got;
+		}
+		r->z.next_in = r->raw + r->raw_start;
+		r->z.avail_in = (uInt)(r->raw_end - r->raw_start);
+		size_t room = r->cap - r->end;
+		if (room > (1u << 30))
+			room = 1u << 30;
+		r->z.next_out = (unsigned char *)r->buf + r->end;
+		r->z.avail_out = (uInt)room;
+		int rc = inflate(&r->z, Z_NO_FLUSH);
+		size_t produced = room - r->z.avail_out;
+		r->raw_start = r->raw_end - r->z.avail_in;
+		if (rc == Z_STREAM_END) {
+			/* Concatenated gzip members (cat a.gz b.gz) continue the stream. */
+			inflateReset(&r->z);
+			r->z.total_in = 0;
+		} else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+			ca_err_warn("%s: gzip: %s", r->name, r->z.msg ? r->z.msg : "corrupt data");
+			r->status = ca_err_worst(r->status, CA_EXIT_DATA);
+			return 0;
+		}
+		if (produced > 0)
+			return produced;
 	}
 }
 
@@ -107,25 +194,25 @@ static size_t fill(struct ca_ndjson_reader *r)
 		r->cap *= 2;
 		r->buf = ca_xrealloc(r->buf, r->cap + 1);
 	}
-	int want = (int)((r->cap - r->end) > (1u << 30) ? (1u << 30) : (r->cap - r->end));
-	int got = gzread(r->gz, r->buf + r->end, (unsigned)want);
-	if (got < 0) {
-		int errnum;
-		const char *msg = gzerror(r->gz, &errnum);
-		if (errnum == Z_ERRNO)
-			ca_err_warn_sys("%s: read error", r->name);
-		else
-			ca_err_warn("%s: %s", r->name, msg);
-		r->status = ca_err_worst(r->status, CA_EXIT_SYSTEM);
-		r->eof = 1;
-		return 0;
+	size_t got;
+	if (r->gzip) {
+		got = inflate_some(r);
+	} else if (r->raw_start < r->raw_end) {  /* the sniffed bytes first */
+		got = r->raw_end - r->raw_start;
+		if (got > r->cap - r->end)
+			got = r->cap - r->end;
+		memcpy(r->buf + r->end, r->raw + r->raw_start, got);
+		r->raw_start += got;
+	} else {
+		ssize_t n = read_some(r, r->buf + r->end, r->cap - r->end);
+		got = n > 0 ? (size_t)n : 0;
 	}
 	if (got == 0) {
 		r->eof = 1;
 		return 0;
 	}
-	r->end += (size_t)got;
-	return (size_t)got;
+	r->end += got;
+	return got;
 }
 
 /* Next raw line of the current file; 0 at its end. */
@@ -169,11 +256,10 @@ static int blank(const char *s, size_t n)
 int ca_ndjson_next_text(struct ca_ndjson_reader *r, const char **text, size_t *len)
 {
 	for (;;) {
-		if (!r->gz && !open_next(r))
+		if (r->fd < 0 && !open_next(r))
 			return CA_NDJSON_EOF;
 		if (!next_line(r)) {
-			gzclose(r->gz);
-			r->gz = NULL;
+			close_current(r);
 			continue;
 		}
 		if (blank(r->linep, r->linelen))

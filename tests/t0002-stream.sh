@@ -1,0 +1,60 @@
+#!/bin/sh
+# The record-stream contract (ca(7)), checked on the foundation's filters:
+# malformed and empty lines, count in = count out, a 100 MB line, .gz and
+# several inputs with - as stdin, write errors, -u as a coprocess, usage errors.
+. "$(dirname "$0")/test-lib.sh"
+
+for cmd in ca-reward ca-gae; do
+	expect_status 3 "$cmd: a malformed line becomes an error record, processing goes on, exit 3" '
+		printf "%s\n" "{\"verify\":{\"ok\":false},\"values\":[1],\"reward\":1}" "{bad" "[1,2]" \
+			"{\"verify\":{\"ok\":false},\"values\":[2],\"reward\":0}" >in &&
+		'$cmd' <in >out 2>err; status=$?
+		test $(wc -l <out) = 4 &&
+		jq "select(.error) | .error.line" out >lines && test "$(cat lines | tr "\n" " ")" = "2 3 " &&
+		grep -q "^'$cmd': stdin:2: malformed JSON" err &&
+		grep -q "^'$cmd': stdin:3: record is a JSON array, not an object" err &&
+		exit $status'
+	expect_success "$cmd: empty and blank lines are skipped" '
+		printf "\n{\"verify\":{\"ok\":false},\"values\":[1],\"reward\":1}\n  \n\r\n" | '$cmd' >out &&
+		test $(wc -l <out) = 1'
+	expect_success "$cmd: .gz files, several inputs, - as stdin, in order" '
+		echo "{\"id\":1,\"verify\":{\"ok\":false},\"values\":[1],\"reward\":1}" | gzip >a.gz &&
+		echo "{\"id\":2,\"verify\":{\"ok\":false},\"values\":[1],\"reward\":1}" >b &&
+		echo "{\"id\":3,\"verify\":{\"ok\":false},\"values\":[1],\"reward\":1}" | gzip >c.gz &&
+		cat c.gz | '$cmd' a.gz - b >out &&
+		test "$(jq -c .id out | tr "\n" " ")" = "1 3 2 "'
+	expect_status 4 "$cmd: a write error (/dev/full) gives exit 4" '
+		echo "{\"verify\":{\"ok\":false},\"values\":[1],\"reward\":1}" | '$cmd' >/dev/full 2>err; s=$?
+		grep -q "write error" err; exit $s'
+	expect_status 4 "$cmd: a missing input file gives exit 4, the others are read" '
+		echo "{\"verify\":{\"ok\":false},\"values\":[1],\"reward\":1}" >b &&
+		'$cmd' nonexistent b >out 2>err; s=$?
+		test $(wc -l <out) = 1 && grep -q "nonexistent: No such file" err; exit $s'
+	expect_success "$cmd: -u flushes each record (runs as a coprocess)" '
+		mkfifo in out || exit 1
+		'$cmd' -u <in >out & pid=$!
+		( sleep 20; kill $pid 2>/dev/null ) & watchdog=$!
+		exec 3>in 4<out
+		echo "{\"verify\":{\"ok\":false},\"values\":[1],\"reward\":1}" >&3
+		read -r first <&4
+		echo "{\"verify\":{\"ok\":false},\"values\":[2],\"reward\":1}" >&3
+		read -r second <&4
+		exec 3>&-; wait $pid; kill $watchdog 2>/dev/null
+		case $first in *verify*) ;; *) exit 1 ;; esac
+		case $second in *verify*) ;; *) exit 1 ;; esac'
+	expect_status 2 "$cmd: an unknown option is a usage error (exit 2)" "$cmd --no-such-option </dev/null"
+	expect_success "$cmd: --help prints the usage on stdout" "$cmd --help | grep -q '^usage: $cmd'"
+done
+
+expect_status 2 'ca-reward: a bad --threshold is a usage error' 'ca-reward --threshold abc </dev/null'
+expect_status 2 'ca-gae: --gamma out of [0, 1] is a usage error' 'ca-gae --gamma 1.5 </dev/null'
+expect_status 2 'ca-stats: a bad -p list is a usage error' 'ca-stats -p 0,x </dev/null'
+
+expect_status 3 'a 100 MB line passes through whole' '
+	{ printf "{\"id\":\"big\",\"blob\":\""; head -c 100000000 /dev/zero | tr "\0" a; printf "\"}\n"; } >big &&
+	ca-reward big >out 2>err; s=$?
+	test $(wc -c <out) -gt 100000000 && jq -e ".blob | length == 100000000" out >/dev/null && exit $s'
+expect_success 'ca-gae: a 1,000,000-token line (about 10 MB) on the fast path' '
+	awk "BEGIN { printf \"{\\\"values\\\":[\"; for (i = 0; i < 1000000; i++) printf \"%s0.%d\", (i ? \",\" : \"\"), i % 97; print \"],\\\"reward\\\":1}\" }" >long &&
+	ca-gae long >out && test $(jq ".advantages | length" out) = 1000000'
+test_done
