@@ -1,0 +1,82 @@
+/*
+ * ca-build: build a workspace's kernels, content-addressed; prints one JSON
+ * object. lib/build does the work (ca-verify and ca-profile call it too).
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "build.h"
+#include "err.h"
+#include "opt.h"
+
+static const char usage_text[] =
+	"usage: ca-build [--arch sm_NN] [--cache DIR] [--flavour auto|ca|cuda-agent|kernelbench] [-H] DIR\n";
+
+static int valid_arch(const char *a)
+{
+	size_t n = strlen(a);
+	if (n < 5 || n > 8 || strncmp(a, "sm_", 3) != 0)
+		return 0;
+	for (size_t i = 3; i < n; i++)
+		if (!(a[i] >= '0' && a[i] <= '9') && !(i == n - 1 && i > 4 && a[i] >= 'a' && a[i] <= 'z'))
+			return 0;
+	return 1;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"arch", required_argument, NULL, 'a'},
+		{"cache", required_argument, NULL, 'c'},
+		{"flavour", required_argument, NULL, 'f'},
+		{"help", no_argument, NULL, 'h'},
+		{"human", no_argument, NULL, 'H'},
+		{NULL, 0, NULL, 0},
+	};
+	struct ca_build_options opt = {0};
+	int human = 0, c;
+	ca_err_init(argv[0]);
+	while ((c = getopt_long(argc, argv, "Hh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'a':
+			if (!valid_arch(optarg))
+				ca_err_die(CA_EXIT_USAGE, "--arch: '%s': expected sm_NN (for example sm_90 or sm_90a)", optarg);
+			opt.arch = optarg;
+			break;
+		case 'c': opt.cache = optarg; break;
+		case 'f':
+			if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "ca") != 0 && strcmp(optarg, "cuda-agent") != 0 &&
+					strcmp(optarg, "kernelbench") != 0)
+				ca_err_die(CA_EXIT_USAGE, "--flavour: '%s': expected auto, ca, cuda-agent or kernelbench", optarg);
+			opt.flavour = optarg;
+			break;
+		case 'H': human = 1; break;
+		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
+		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		}
+	}
+	if (argc - optind != 1) {
+		fputs(usage_text, stderr);
+		ca_opt_bad_usage();
+	}
+	struct ca_build_result res;
+	int status = ca_build_workspace(argv[optind], &opt, &res);
+	if (human) {
+		printf("%s: %s (%s, %s%s) in %.2f s\n", argv[optind], res.ok ? "built" : "failed",
+			res.flavour[0] ? res.flavour : "?", res.arch[0] ? res.arch : "?", res.cached ? ", cached" : "",
+			res.seconds);
+		if (res.library)
+			printf("library: %s\n", res.library);
+		if (res.log && res.log[0])
+			printf("%s\n", res.log);
+	} else {
+		jv text = jv_dump_string(ca_build_result_json(&res), 0);
+		printf("%s\n", jv_string_value(text));
+		jv_free(text);
+	}
+	if (status == CA_EXIT_SYSTEM || status == CA_EXIT_DATA)
+		ca_err_warn("%s: %s", argv[optind], res.log);
+	ca_build_result_free(&res);
+	return ca_err_finish(status);
+}

@@ -1,0 +1,64 @@
+/*
+ * build: content-addressed builds of a workspace's kernels (owner: B1).
+ *
+ * Three workspace flavours:
+ *   "ca"          kernels/NAME.cu (+ optional NAME.cpp) with extern "C" launchers
+ *                 and no torch headers: nvcc -shared into libkernels.so;
+ *   "cuda-agent"  CUDA-Agent's layout: kernels/NAME.cu, kernels/NAME_binding.cpp
+ *                 and binding.cpp / binding_registry.h, built as the torch
+ *                 extension cuda_extension.so with nvcc and g++ directly
+ *                 (torch's include and library paths asked once of the
+ *                 Python interpreter and cached);
+ *   "kernelbench" model_new.py builds its own CUDA with load_inline at run
+ *                 time: nothing to prebuild.
+ * The cache key is SHA-256 over the flavour, the GPU architecture, the
+ * nvcc version, the flags and the sorted sources; the result lives in
+ * CACHE/<hash>/ (library, build.log, result.json), so an unchanged
+ * candidate is never rebuilt. Sources are copied into a private build
+ * directory and compiled there by ca-sandbox (no network, a time limit,
+ * writes only into that directory), several files in parallel.
+ */
+#ifndef CA_BUILD_H
+#define CA_BUILD_H
+
+#include <jv.h>
+
+struct ca_build_options {
+	const char *arch;      /* "sm_90"; NULL: from nvidia-smi, else sm_90 */
+	const char *cache;     /* NULL: ca_paths_cache()/build */
+	const char *flavour;   /* NULL or "auto", "ca", "cuda-agent", "kernelbench" */
+	double time_s;         /* limit for the whole compilation; 0: 300 s */
+	int jobs;              /* parallel compiler processes; 0: number of CPUs */
+	int no_sandbox;        /* 1: compile without ca-sandbox (trusted sources only) */
+};
+
+struct ca_build_result {
+	int ok;
+	int status;            /* CA_EXIT_OK, _NEGATIVE (did not compile), _DATA (not a workspace), _SYSTEM */
+	char flavour[16];
+	char arch[16];
+	char hash[65];         /* "" when the workspace could not be read */
+	int cached;
+	double seconds;
+	char *library;         /* absolute path of the built library, or NULL */
+	char *log;             /* trimmed compiler errors or why it failed; "" when ok */
+};
+
+/* Build (or find in the cache) the kernels of the workspace in dir. Returns res->status. */
+int ca_build_workspace(const char *dir, const struct ca_build_options *opt, struct ca_build_result *res);
+void ca_build_result_free(struct ca_build_result *res);
+
+/* {"ok","flavour","hash","cached","seconds","library","log"} plus "arch". Borrows res. */
+jv ca_build_result_json(const struct ca_build_result *res);
+
+/* The architecture builds use when none is given ("sm_90"); cached per boot. */
+const char *ca_build_default_arch(void);
+
+/*
+ * Trim compiler output to what an agent needs: error lines with a little
+ * context, paths below strip_prefix made relative, at most max_bytes.
+ * Returns a malloc'd string.
+ */
+char *ca_build_trim_log(const char *log, const char *strip_prefix, size_t max_bytes);
+
+#endif
