@@ -1,6 +1,7 @@
 /* train: see train.h. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -326,9 +327,14 @@ void ca_train_save(struct ca_model *m, const char *dir)
 		len--;
 	snprintf(tmp, sizeof tmp, "%.*s.tmp.%ld", (int)len, dir, (long)getpid());
 	snprintf(old, sizeof old, "%.*s.old.%ld", (int)len, dir, (long)getpid());
-	if (ca_model_save(m, tmp, -1, 0, why) < 0 || ca_model_save_optimizer(m, tmp, why) < 0) {
+	if (ca_model_save(m, tmp, -1, 0, why) < 0 || (m->adam_m && ca_model_save_optimizer(m, tmp, why) < 0)) {
 		remove_checkpoint_dir(tmp, NULL);
 		ca_err_die(CA_EXIT_SYSTEM, "%s", why);
+	}
+	/* Swap the directories in one step where the kernel can (Linux 3.15). */
+	if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) == 0) {
+		remove_checkpoint_dir(tmp, dir);
+		return;
 	}
 	struct stat st;
 	int had = stat(dir, &st) == 0;

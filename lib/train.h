@@ -91,9 +91,12 @@ void ca_train_split(int nseq, int n, int k, int *first, int *count);
  */
 struct ca_model *ca_train_load(const char *dir, int critic);
 /*
- * Write the model and its optimizer state to dir: into a fresh sibling
- * directory first, then renamed over dir, so a crash leaves either the old
- * checkpoint or the new one. Dies with exit 4 on failure.
+ * Write the model and its optimizer state (when it has one) to dir: into a
+ * fresh sibling directory first, then swapped with dir in one rename
+ * (renameat2 RENAME_EXCHANGE; two renames where that is missing), so a
+ * crash leaves the old checkpoint or the new one, never a mixture. Files
+ * of the old directory that the new one lacks are carried over. Dies with
+ * exit 4 on failure.
  */
 void ca_train_save(struct ca_model *m, const char *dir);
 
