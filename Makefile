@@ -31,11 +31,14 @@ UNITS := $(patsubst tests/unit/%.c,$(BIN)/test-%,$(wildcard tests/unit/*.c))
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)),)
 CUPTI_H := $(firstword $(wildcard $(CUDA_HOME)/extras/CUPTI/include/cupti.h $(CUDA_HOME)/targets/x86_64-linux/include/cupti.h $(CUDA_HOME)/include/cupti.h))
+# The kernel-tracing shim the Python runner loads (lib/cupti.c, owner B2).
+CUPTI_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/extras/CUPTI/lib64/libcupti.so $(CUDA_HOME)/targets/x86_64-linux/lib/libcupti.so $(CUDA_HOME)/lib64/libcupti.so))
+CUPTI_SO := $(if $(and $(CUPTI_H),$(CUPTI_LIBDIR)),$(BIN)/libca-cupti.so,)
 
-.PHONY: all check check-gpu asan bench deps install clean config lint
+.PHONY: all check check-gpu asan bench bench-eval deps install clean config lint
 .SUFFIXES:
 
-all: config $(LIBCA) $(CMDS) $(UNITS)
+all: config $(LIBCA) $(CMDS) $(UNITS) $(CUPTI_SO)
 
 config:
 	@echo "cuda: $(if $(NVCC),nvcc at $(NVCC),not found; GPU build parts disabled)"
@@ -53,6 +56,11 @@ $(LIBCA): $(LIB_OBJ)
 $(BIN)/ca-%: cmd/ca-%.c $(LIBCA) $(LIB_HDR)
 	@mkdir -p $(@D)
 	$(CC) $(CA_CFLAGS) $(LDFLAGS) -o $@ $< $(LIBCA) $(LDLIBS)
+
+$(BIN)/libca-cupti.so: lib/cupti.c lib/cupti.h
+	@mkdir -p $(@D)
+	$(CC) -std=c17 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -shared -fPIC -DCA_HAVE_CUPTI -I$(dir $(CUPTI_H)) -o $@ lib/cupti.c \
+		-L$(dir $(CUPTI_LIBDIR)) -Wl,-rpath,$(dir $(CUPTI_LIBDIR)) -lcupti -lstdc++
 
 $(BIN)/test-%: tests/unit/%.c $(LIBCA) $(LIB_HDR)
 	@mkdir -p $(@D)
@@ -74,6 +82,10 @@ lint:
 
 bench: all
 	sh bench/bench-stream.sh
+
+# Evaluation speed on a GPU machine (ca-verify, ca-profile, ca-build); see bench/bench-eval.sh.
+bench-eval: all
+	CA_BIN=$(CURDIR)/$(BIN) sh bench/bench-eval.sh
 
 deps:
 	sh scripts/install-deps

@@ -21,7 +21,7 @@
 static const char usage_text[] =
 	"usage: ca-verify [-Hhu] [--allow-torch] [--arch sm_NN] [--atol X] [--build-cache DIR]\n"
 	"                 [--checks N] [--device cuda|cpu] [--gpus LIST] [--no-sandbox] [--rtol X]\n"
-	"                 [--seed N] [--timeout S] [--unordered] [file ... | DIR]\n";
+	"                 [--sandbox-user UID] [--seed N] [--timeout S] [--unordered] [file ... | DIR]\n";
 
 /* "0,1,3" into cfg->gpus. */
 static void parse_gpus(struct ca_eval_config *cfg, const char *text)
@@ -52,6 +52,7 @@ int main(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{"no-sandbox", no_argument, NULL, 'S'},
 		{"rtol", required_argument, NULL, 'r'},
+		{"sandbox-user", required_argument, NULL, 'Y'},
 		{"seed", required_argument, NULL, 's'},
 		{"timeout", required_argument, NULL, 'T'},
 		{"unbuffered", no_argument, NULL, 'u'},
@@ -85,14 +86,15 @@ int main(int argc, char **argv)
 			cfg.seed = (unsigned long long)ca_opt_long("--seed", optarg, 0, (1LL << 48) - 1);
 			cfg.seed_set = 1;
 			break;
+		case 'Y':
+			ca_opt_long("--sandbox-user", optarg, 0, 4294967294LL);
+			cfg.sandbox_user = optarg;
+			break;
 		case 'T': cfg.timeout_s = ca_opt_double("--timeout", optarg, 0.1, 86400); break;
 		case 'u': ca_ndjson_set_unbuffered(1); break;
 		case 'U': cfg.unordered = 1; break;
 		default: fputs(usage_text, stderr); ca_opt_bad_usage();
 		}
-	}
-	if (cfg.ngpus > 1 && !strcmp(cfg.device, "cpu")) {
-		/* CPU slots are allowed for testing the pool; each slot is a CPU worker. */
 	}
 	struct stat st;
 	if (argc - optind >= 1 && stat(argv[optind], &st) == 0 && S_ISDIR(st.st_mode)) {

@@ -472,6 +472,10 @@ static int worker_start(struct slot *s, struct worker *w, int candidate, jv *fau
 		w->argv = strv_push(w->argv, &n, buf);
 		w->argv = strv_push(w->argv, &n, "--hide");
 		w->argv = strv_push(w->argv, &n, s->trusted);
+		if (cfg->sandbox_user) {
+			w->argv = strv_push(w->argv, &n, "--user");
+			w->argv = strv_push(w->argv, &n, cfg->sandbox_user);
+		}
 		w->argv = strv_push(w->argv, &n, "--nproc");
 		w->argv = strv_push(w->argv, &n, "4096");
 		w->argv = strv_push(w->argv, &n, "--ro");

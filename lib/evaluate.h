@@ -37,6 +37,7 @@ struct ca_eval_config {
 	struct ca_compare_options tol;
 	int allow_torch;
 	int sandbox;                 /* 0: --no-sandbox */
+	const char *sandbox_user;    /* ca-sandbox --user, NULL: its default */
 	double timeout_s;            /* per run/time request of a candidate */
 	double load_timeout_s;       /* candidate start + load (includes load_inline builds) */
 	double build_timeout_s;

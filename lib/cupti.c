@@ -1,0 +1,135 @@
+/* cupti: see cupti.h. Without CA_HAVE_CUPTI every call reports "unavailable". */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cupti.h"
+
+#ifndef CA_HAVE_CUPTI
+
+int ca_cupti_init(void) { return -1; }
+int ca_cupti_start(void) { return -1; }
+int ca_cupti_stop(void) { return -1; }
+int ca_cupti_count(void) { return 0; }
+const char *ca_cupti_name(int i) { (void)i; return ""; }
+unsigned long long ca_cupti_calls(int i) { (void)i; return 0; }
+unsigned long long ca_cupti_total_ns(int i) { (void)i; return 0; }
+
+#else
+
+#include <pthread.h>
+#include <stdint.h>
+#include <cupti.h>
+
+#if CUPTI_API_VERSION >= 130000
+typedef CUpti_ActivityKernel10 kernel_record;
+#else
+typedef CUpti_ActivityKernel9 kernel_record;
+#endif
+
+/* From libstdc++: demangle C++ names; absent, names stay mangled. */
+extern char *__cxa_demangle(const char *mangled, char *out, size_t *len, int *status) __attribute__((weak));
+
+enum { BUFFER_SIZE = 8 << 20, MAX_KERNELS = 4096 };
+
+struct entry {
+	char *name;
+	unsigned long long calls, ns;
+};
+
+static struct entry table[MAX_KERNELS];
+static int count;
+static int ready;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void note(const char *mangled, unsigned long long ns)
+{
+	pthread_mutex_lock(&lock);
+	for (int i = 0; i < count; i++) {
+		if (!strcmp(table[i].name, mangled)) {
+			table[i].calls++;
+			table[i].ns += ns;
+			pthread_mutex_unlock(&lock);
+			return;
+		}
+	}
+	if (count < MAX_KERNELS) {
+		table[count].name = strdup(mangled);
+		table[count].calls = 1;
+		table[count].ns = ns;
+		if (table[count].name)
+			count++;
+	}
+	pthread_mutex_unlock(&lock);
+}
+
+static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
+{
+	*buffer = aligned_alloc(8, BUFFER_SIZE);
+	*size = *buffer ? BUFFER_SIZE : 0;
+	*max_records = 0;
+}
+
+static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid)
+{
+	(void)ctx; (void)stream; (void)size;
+	CUpti_Activity *record = NULL;
+	while (valid && cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+		if (record->kind == CUPTI_ACTIVITY_KIND_KERNEL || record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
+			const kernel_record *k = (const kernel_record *)record;
+			note(k->name ? k->name : "?", k->end > k->start ? k->end - k->start : 0);
+		}
+	}
+	free(buffer);
+}
+
+int ca_cupti_init(void)
+{
+	if (ready)
+		return 0;
+	if (cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS)
+		return -1;
+	ready = 1;
+	return 0;
+}
+
+int ca_cupti_start(void)
+{
+	if (!ready && ca_cupti_init() != 0)
+		return -1;
+	pthread_mutex_lock(&lock);
+	for (int i = 0; i < count; i++)
+		free(table[i].name);
+	count = 0;
+	pthread_mutex_unlock(&lock);
+	return cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) == CUPTI_SUCCESS ? 0 : -1;
+}
+
+int ca_cupti_stop(void)
+{
+	if (!ready)
+		return -1;
+	cuptiActivityFlushAll(1);
+	cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+	cuptiActivityFlushAll(1);
+	/* Demangle once, at the end, outside the callbacks. */
+	pthread_mutex_lock(&lock);
+	for (int i = 0; i < count; i++) {
+		int status = -1;
+		char *plain = __cxa_demangle ? __cxa_demangle(table[i].name, NULL, NULL, &status) : NULL;
+		if (plain && status == 0) {
+			free(table[i].name);
+			table[i].name = plain;
+		} else {
+			free(plain);
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	return 0;
+}
+
+int ca_cupti_count(void) { return count; }
+const char *ca_cupti_name(int i) { return i >= 0 && i < count ? table[i].name : ""; }
+unsigned long long ca_cupti_calls(int i) { return i >= 0 && i < count ? table[i].calls : 0; }
+unsigned long long ca_cupti_total_ns(int i) { return i >= 0 && i < count ? table[i].ns : 0; }
+
+#endif
