@@ -1,0 +1,24 @@
+#!/bin/sh
+# ca-reward: the paper's discrete reward, --continuous, --threshold, errors as data.
+. "$(dirname "$0")/test-lib.sh"
+D=$TESTS_DIR/data
+
+expect_status 3 'golden: -1/1/2/3, the strict threshold, missing fields as reward.error' '
+	ca-reward "$D/reward-in.ndjson" >out 2>err; s=$?
+	cmp_output "$D/reward-out.ndjson" out && test $(wc -l <err) = 2 && exit $s'
+expect_status 3 'golden: --continuous is compile_us / candidate_us, -1 when incorrect' '
+	ca-reward --continuous "$D/reward-in.ndjson" >out 2>/dev/null; s=$?
+	cmp_output "$D/reward-continuous-out.ndjson" out && exit $s'
+expect_success 'every other field passes through unchanged' '
+	jq -c "del(.reward)" "$D/reward-out.ndjson" >a && jq -c . "$D/reward-in.ndjson" >b && cmp_output b a'
+expect_success '--threshold 0 makes 95 us against 100 us a win over both' '
+	echo "{\"verify\":{\"ok\":true},\"profile\":{\"eager_us\":100,\"compile_us\":100,\"candidate_us\":95}}" |
+	ca-reward --threshold 0 | jq -e ".reward.value == 3 and .reward.threshold == 0"'
+expect_success 'an incorrect candidate needs no profile' '
+	echo "{\"verify\":{\"ok\":false}}" | ca-reward | jq -e ".reward.value == -1"'
+expect_status 3 'verify.ok that is not a boolean is an error' '
+	echo "{\"verify\":{\"ok\":\"yes\"}}" | ca-reward >out 2>/dev/null; s=$?
+	jq -e ".reward.value == null and (.reward.error | test(\"verify.ok\"))" out >/dev/null && exit $s'
+expect_status 3 'a zero or negative time is an error, not an infinite speedup' '
+	echo "{\"verify\":{\"ok\":true},\"profile\":{\"eager_us\":100,\"compile_us\":100,\"candidate_us\":0}}" | ca-reward >out 2>/dev/null'
+test_done
