@@ -951,7 +951,8 @@ int ca_build_workspace(const char *dir, const struct ca_build_options *opt, stru
 	/* Flags. Paths in them are relative to the build directory, so logs are too. */
 	const char *libname = strcmp(flavour, "ca") == 0 ? "libkernels.so" : "cuda_extension.so";
 	arg(&common, "-O3");
-	arg(&common, "-std=c++17");
+	/* Recent torch headers require C++20; our own flavour stays at C++17 for the widest nvcc support. */
+	arg(&common, strcmp(flavour, "cuda-agent") == 0 ? "-std=c++20" : "-std=c++17");
 	arg(&common, "-I.");
 	arg(&common, "-Ikernels");
 	if (strcmp(flavour, "cuda-agent") == 0) {
