@@ -23,7 +23,7 @@
 #include "opt.h"
 
 static const char usage_text[] =
-	"usage: ca-stats [-ht] [--by FIELD]... [--faster-than X] [-p LIST] [file ...]\n";
+	"usage: ca-stats [-ht] [--by FIELD ...] [--faster-than X] [-p LIST] [file ...]\n";
 
 struct config {
 	char **by;             /* dotted paths */
