@@ -710,9 +710,11 @@ static char *tool_glob(struct ca_tools *t, jv args, int *is_error)
 	}
 	walk_free(&w);
 	if (hits == 0)
-		sb_printf(&b, "no files match %s\n", pattern);
+		sb_printf(&b, "no files match %s", pattern);
 	else if (hits > MAX_GLOB_RESULTS)
-		sb_printf(&b, "(%zu more not shown)\n", hits - MAX_GLOB_RESULTS);
+		sb_printf(&b, "(%zu more not shown)", hits - MAX_GLOB_RESULTS);
+	else
+		b.d[--b.len] = '\0';
 	char *r = ca_tools_truncate(b.d, b.len, t->max_output);
 	free(b.d);
 	return r;
@@ -835,7 +837,9 @@ static char *tool_grep(struct ca_tools *t, jv args, int *is_error)
 	walk_free(&w);
 	regfree(&re);
 	if (matched == 0)
-		sb_puts(&b, "no matches\n");
+		sb_puts(&b, "no matches");
+	else if (b.len > 0 && b.d[b.len - 1] == '\n')
+		b.d[--b.len] = '\0';
 	char *r = ca_tools_truncate(b.d, b.len, t->max_output);
 	free(b.d);
 	return r;
@@ -967,7 +971,8 @@ static char *tool_bash(struct ca_tools *t, jv args, int *is_error)
 	/* The sandbox enforces the limit; ours is the backstop. */
 	p.timeout_s = t->sandbox ? limit + 10 : limit;
 	struct ca_buf out = {0}, err = {0};
-	int status = ca_proc_capture(&p, NULL, 0, &out, &err, t->max_output * 4 + (1 << 16));
+	/* Keep plenty, so the tail shown is the real tail for any sensible output. */
+	int status = ca_proc_capture(&p, NULL, 0, &out, &err, 8 << 20);
 	if (status < 0) {
 		ca_buf_free(&out);
 		ca_buf_free(&err);
@@ -996,6 +1001,8 @@ static char *tool_bash(struct ca_tools *t, jv args, int *is_error)
 		}
 	}
 	struct sb b = {0};
+	while (out.len > 0 && out.data[out.len - 1] == '\n')
+		out.len--;
 	if (out.len)
 		sb_add(&b, out.data, out.len);
 	if (out.dropped)
