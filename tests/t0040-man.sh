@@ -36,7 +36,9 @@ for page in $pages; do
 			awk -v want="$number" '/^#(example|skip) / { on = ($2 == want); next } on' \
 				"$TRASH_BASE/examples.$page" >"$TRASH_BASE/example.$page.$number"
 			expect_success "$page: EXAMPLES $number runs" '
-				ln -s "$ROOT/examples" examples && set -e && . "'"$TRASH_BASE/example.$page.$number"'" >out 2>err; ' ;;
+				ln -s "$ROOT/examples" examples || exit 1
+				(set -e; . "'"$TRASH_BASE/example.$page.$number"'") >"$TRASH_BASE/example.log" 2>&1
+				s=$?; [ $s -eq 0 ] || cat "'"$TRASH_BASE/example.$page.$number"'" "$TRASH_BASE/example.log"; exit $s' ;;
 		esac
 	done <<EOF2
 $(grep '^#' "$TRASH_BASE/examples.$page")
