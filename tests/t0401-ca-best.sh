@@ -1,0 +1,63 @@
+#!/bin/sh
+# ca-best: --explode turns trajectories into one candidate per distinct
+# snapshot; the default mode picks the best per trajectory (reward, then
+# speedup over torch.compile, then the earliest); --trajectories joins.
+. "$(dirname "$0")/test-lib.sh"
+
+D=$TESTS_DIR/data/agent
+T=$D/trajectories.ndjson
+
+expect_success 'usage is printed by --help' 'ca-best --help | grep -q "^usage: ca-best"'
+expect_status 2 '--explode and --trajectories conflict' 'ca-best --explode --trajectories x </dev/null'
+
+expect_success 'explode: one candidate per distinct snapshot plus a distinct final' '
+	ca-best --explode "$T" >c &&
+	jq -e -s "length == 4
+		and [.[].snapshot.trajectory] == [\"A#1\", \"A#1\", \"A#1\", \"B#2\"]
+		and [.[].snapshot.index] == [0, 1, 3, 0]
+		and .[0].snapshot.same == [2] and .[2].snapshot.command == \"final\"
+		and [.[].candidate.files[\"model_new.py\"]] == [\"v1\", \"v2\", \"v3\", \"b\"]
+		and all(.[]; has(\"trajectory\") | not) and all(.[]; .code != null)" c
+'
+
+expect_success 'explode drops old scores from the base record' '
+	ca-best --explode "$T" | jq -e -s "all(.[]; has(\"verify\") | not)"
+'
+
+expect_success 'select: the highest reward, then the fastest against torch.compile' '
+	ca-best --explode "$T" | jq -c -f "$D/scores.jq" | ca-best >b &&
+	jq -e -s "length == 2 and .[0].best.trajectory == \"A#1\" and .[0].best.index == 1
+		and .[0].candidate.files[\"model_new.py\"] == \"v2\" and .[0].best.snapshots == 3
+		and .[0].best.correct == 2 and .[0].best.reward == 3
+		and .[1].best.trajectory == \"B#2\" and .[1].best.reward == 1" b
+'
+
+expect_success 'select: ties go to the earliest snapshot; a missing reward ranks last' '
+	printf "%s\n" "{\"snapshot\": {\"trajectory\": \"x\", \"index\": 2}, \"reward\": {\"value\": 2}}" \
+		"{\"snapshot\": {\"trajectory\": \"x\", \"index\": 1}, \"reward\": {\"value\": 2}}" \
+		"{\"snapshot\": {\"trajectory\": \"x\", \"index\": 0}}" | ca-best | jq -e ".best.index == 1"
+'
+
+expect_success 'join: every trajectory comes out once, with the best candidate and its reward' '
+	ca-best --explode "$T" | jq -c -f "$D/scores.jq" | ca-best --trajectories "$T" >j &&
+	jq -e -s "length == 3 and [.[].id] == [\"A\", \"B\", \"C\"]
+		and .[0].reward.value == 3 and .[0].candidate.files[\"model_new.py\"] == \"v2\"
+		and .[0].trajectory.id == \"A#1\" and .[1].reward.value == 1
+		and .[2].best.snapshots == 0 and (.[2] | has(\"candidate\") | not)" j
+'
+
+expect_status 3 'records without snapshot.trajectory are errors, the rest still scored' '
+	{ echo "{\"x\": 1}"; echo "{bad"; echo "{\"snapshot\": {\"trajectory\": \"t\", \"index\": 0}, \"reward\": {\"value\": 1}}"; } |
+	ca-best >o 2>e; s=$?
+	jq -e -s "length == 3 and (map(select(.error)) | length) == 2 and .[2].best.trajectory == \"t\"" o >/dev/null &&
+	grep -q "stdin:2:" e && exit $s
+'
+
+expect_status 3 'explode: a record without a trajectory is an error record' '
+	echo "{\"id\": 1}" | ca-best --explode >o 2>e; s=$?
+	jq -e ".error.line == 1" o >/dev/null && exit $s
+'
+
+expect_success 'writing to a full disk fails with status 4' 'ca-best --explode "$T" >/dev/full; [ $? -eq 4 ]'
+
+test_done

@@ -1,0 +1,62 @@
+#!/bin/sh
+# ca-rft-filter: keep trajectories with positive reward and no degenerate
+# pattern; --keep-marked keeps all and says why.
+. "$(dirname "$0")/test-lib.sh"
+
+# traj REWARD [JQ-EDIT]: a trajectory record with the given outcome reward.
+traj() {
+	jq -nc --argjson r "$1" '
+	def call(id; a): {id: id, type: "function", function: {name: "bash", arguments: a}};
+	{id: "t", reward: {value: $r}, trajectory: {id: "t#1", stop: "done", invalid_tool_calls: 0, invalid_outputs: 0,
+	  messages: [{role: "system", content: "s"}, {role: "user", content: "u"},
+	    {role: "assistant", content: null, tool_calls: [call("a"; "{\"command\":\"ls\"}")]},
+	    {role: "tool", tool_call_id: "a", content: "x"},
+	    {role: "assistant", content: "done"}]}}' | jq -c "${2:-.}"
+}
+# Append n turns that each make the same call; failing ones get is_error.
+repeat='def rep(n; err): reduce range(n) as $i (.; .trajectory.messages += [
+	{role: "assistant", content: null, tool_calls: [{id: "r\($i)", type: "function", function: {name: "bash", arguments: "{\"command\":\"make\"}"}}]},
+	{role: "tool", tool_call_id: "r\($i)", content: "error: x", is_error: err}]);'
+
+expect_success 'usage is printed by --help' 'ca-rft-filter --help | grep -q "^usage: ca-rft-filter"'
+
+expect_success 'a clean trajectory with reward 3 is kept and marked' '
+	traj 3 | ca-rft-filter 2>e | jq -e ".rft.keep == true and .rft.reasons == []" && grep -q "kept 1 of 1" e
+'
+
+expect_success 'reward -1, 0 and a missing reward are dropped' '
+	{ traj -1; traj 0; traj 1 "del(.reward)"; traj 2; } | ca-rft-filter 2>e >o &&
+	[ $(wc -l <o) -eq 1 ] && jq -e ".reward.value == 2" o && grep -q "kept 1 of 4" e
+'
+
+expect_success '--keep-marked keeps every record and says why' '
+	{ traj -1; traj 3 ".trajectory.invalid_tool_calls = 2"; } | ca-rft-filter --keep-marked 2>/dev/null >o &&
+	jq -e -s "length == 2 and .[0].rft.keep == false and (.[0].rft.reasons[0] | test(\"reward -1\"))
+		and (.[1].rft.reasons[0] | test(\"2 invalid\"))" o
+'
+
+expect_success 'the same failing call repeated --max-repeats times is degenerate' '
+	traj 3 "$repeat rep(3; true)" | ca-rft-filter --keep-marked --max-loop 100 2>/dev/null |
+		jq -e "(.rft.reasons | length) == 1 and (.rft.reasons[0] | test(\"same failing tool call 3 times: bash\"))" &&
+	traj 3 "$repeat rep(2; true)" | ca-rft-filter --keep-marked 2>/dev/null | jq -e ".rft.keep"
+'
+
+expect_success 'a run of turns repeating earlier calls is a loop' '
+	traj 3 "$repeat rep(6; false)" | ca-rft-filter --keep-marked 2>/dev/null |
+		jq -e "(.rft.reasons | length) == 1 and (.rft.reasons[0] | test(\"5 turns in a row\"))" &&
+	traj 3 "$repeat rep(6; false)" | ca-rft-filter --max-loop 6 2>/dev/null | jq -e ".rft.keep"
+'
+
+expect_success '--require-done drops trajectories cut by a budget; --min-reward raises the bar' '
+	traj 3 ".trajectory.stop = \"max_turns\"" | ca-rft-filter --require-done --keep-marked 2>/dev/null |
+		jq -e ".rft.reasons[0] | test(\"max_turns\")" &&
+	traj 2 | ca-rft-filter --min-reward 2 2>/dev/null | wc -l | grep -q "^0$"
+'
+
+expect_status 3 'a malformed line and a record without trajectory are reported' '
+	{ echo "{bad"; echo "{\"reward\": {\"value\": 3}}"; traj 3; } | ca-rft-filter --keep-marked >o 2>e; s=$?
+	jq -e -s "length == 3 and .[0].error.line == 1 and .[1].rft.reasons == [\"no trajectory\"] and .[2].rft.keep" o >/dev/null &&
+	grep -q "stdin:2: record has no trajectory" e && exit $s
+'
+
+test_done
