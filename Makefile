@@ -35,7 +35,7 @@ CUPTI_H := $(firstword $(wildcard $(CUDA_HOME)/extras/CUPTI/include/cupti.h $(CU
 CUPTI_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/extras/CUPTI/lib64/libcupti.so $(CUDA_HOME)/targets/x86_64-linux/lib/libcupti.so $(CUDA_HOME)/lib64/libcupti.so))
 CUPTI_SO := $(if $(and $(CUPTI_H),$(CUPTI_LIBDIR)),$(BIN)/libca-cupti.so,)
 
-.PHONY: all check check-gpu asan bench bench-eval deps install clean config lint
+.PHONY: all check check-gpu asan bench bench-eval demo-rl deps install clean config lint
 .SUFFIXES:
 
 all: config $(LIBCA) $(CMDS) $(UNITS) $(CUPTI_SO)
@@ -86,6 +86,11 @@ bench: all
 # Evaluation speed on a GPU machine (ca-verify, ca-profile, ca-build); see bench/bench-eval.sh.
 bench-eval: all
 	CA_BIN=$(CURDIR)/$(BIN) sh bench/bench-eval.sh
+
+# The RL loop on the toy environment, on a CPU: the learning curve as text
+# and, with gnuplot, demo-rl/curve.png (see scripts/toy-rl).
+demo-rl: all
+	PATH=$(CURDIR)/$(BIN):$(CURDIR)/scripts:$$PATH sh scripts/toy-rl -n 30 -o demo-rl
 
 deps:
 	sh scripts/install-deps
