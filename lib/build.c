@@ -669,8 +669,8 @@ static void set_result(struct ca_build_result *res, int ok, int status, const ch
  * succeeded, else the first failing status (124 timeout, 125 sandbox
  * failure, 126/127 could not run, other: compile error).
  */
-static int run_steps(struct step *steps, size_t n, const char *build, const char *cache, double deadline,
-		int jobs, int no_sandbox)
+static int run_steps(struct step *steps, size_t n, const char *build, const char *cache, const char *compiler,
+		double deadline, int jobs, int no_sandbox)
 {
 	struct ca_proc *procs = ca_xcalloc(n, sizeof *procs);
 	char ***wrapped = ca_xcalloc(n, sizeof *wrapped);
@@ -686,6 +686,17 @@ static int run_steps(struct step *steps, size_t n, const char *build, const char
 	if (strncmp(build, cache, strlen(cache)) != 0) {
 		sb.hide = hide;
 		sb.nhide = 1;
+	}
+	/* A compiler kept below /tmp would vanish under the sandbox's private /tmp: show it read-only. */
+	char compiler_dir[PATH_MAX];
+	const char *ro[1];
+	snprintf(compiler_dir, sizeof compiler_dir, "%s", compiler);
+	char *slash = strrchr(compiler_dir, '/');
+	if (slash && slash != compiler_dir && strncmp(compiler_dir, "/tmp/", 5) == 0) {
+		*slash = '\0';
+		ro[0] = compiler_dir;
+		sb.ro = ro;
+		sb.nro = 1;
 	}
 	while (finished < n) {
 		while (started < n && started - finished < (size_t)jobs && !first_bad) {
@@ -1129,7 +1140,7 @@ int ca_build_workspace(const char *dir, const struct ca_build_options *opt, stru
 	if (jobs < 1)
 		jobs = 1;
 	double deadline = t0 + (opt->time_s > 0 ? opt->time_s : 300);
-	int status = run_steps(steps, nsteps, build, cache, deadline, jobs, opt->no_sandbox);
+	int status = run_steps(steps, nsteps, build, cache, nvcc, deadline, jobs, opt->no_sandbox);
 	struct step link = {0};
 	if (status == 0 && !single) {
 		snprintf(link.log_path, sizeof link.log_path, "%s.log.link", build);
@@ -1142,7 +1153,7 @@ int ca_build_workspace(const char *dir, const struct ca_build_options *opt, stru
 		for (size_t i = 0; i < nsteps; i++)
 			arg(&link.argv, "obj/%zu.o", i);
 		args_append(&link.argv, &link_flags);
-		status = run_steps(&link, 1, build, cache, deadline, 1, opt->no_sandbox);
+		status = run_steps(&link, 1, build, cache, nvcc, deadline, 1, opt->no_sandbox);
 	}
 
 	/* The log: every step's output in order. */

@@ -1,0 +1,148 @@
+#!/bin/sh
+# ca-build: flavours, the cache key, cache hits, error trimming, the sandbox
+# around the compiler. Most checks use a stand-in nvcc (fast, and CI needs no
+# CUDA); one cold build and one real error use the real nvcc when present.
+. "$(dirname "$0")/test-lib.sh"
+
+chmod 755 "$TRASH_BASE"
+CA_CACHE=$TRASH_BASE/cache
+export CA_CACHE
+
+# The stand-in: --version, an error for sources containing BROKEN, else it
+# writes its -o file; it also tries to escape the sandbox.
+FAKE=$TRASH_BASE/fake-nvcc
+cat >"$FAKE" <<'EOS'
+#!/bin/sh
+out=; srcs=
+while [ $# -gt 0 ]; do
+	case $1 in
+	--version) echo "fake nvcc 1.0"; exit 0 ;;
+	-o) out=$2; shift ;;
+	*.cu|*.cpp|*.o) srcs="$srcs $1" ;;
+	esac
+	shift
+done
+echo escaped >"$ESCAPE_TO" 2>/dev/null
+echo "argv-had-arch: $(echo "$FAKE_ARGS")" >/dev/null
+for s in $srcs; do
+	if grep -q BROKEN "$s" 2>/dev/null; then
+		line=$(grep -n BROKEN "$s" | head -n 1 | cut -d: -f1)
+		echo "$PWD/$s($line): error: identifier \"BROKEN\" is undefined"
+		echo "      BROKEN;"
+		echo "      ^"
+		echo ""
+		echo "1 error detected in the compilation of \"$s\"."
+		exit 1
+	fi
+done
+printf 'ELF\n' >"$out"
+EOS
+chmod 755 "$FAKE"
+OUTSIDE=$TRASH_BASE/outside
+mkdir -p "$OUTSIDE" && chmod 1777 "$OUTSIDE"
+
+kernel='#include <cuda_runtime.h>
+__global__ void add_kernel(const float *a, const float *b, float *out, long long n)
+{
+	long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+	if (i < n)
+		out[i] = a[i] + b[i];
+}
+extern "C" int add_launcher(const float *a, const float *b, float *out, long long n, cudaStream_t s)
+{
+	add_kernel<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(a, b, out, n);
+	return (int)cudaGetLastError();
+}'
+mkws() { mkdir -p "$1/kernels" && printf '%s\n' "$kernel" >"$1/kernels/add.cu"; }
+
+expect_success 'usage is printed by --help' 'ca-build --help | grep -q "^usage: ca-build"'
+expect_status 2 'a bad --arch is a usage error' 'mkws ws && ca-build --arch 90 ws'
+expect_status 2 'a bad --flavour is a usage error' 'mkws ws && ca-build --flavour torch ws'
+expect_status 2 'DIR is required' 'ca-build'
+expect_status 3 'a directory without kernels is not a workspace' '
+	mkdir ws && ca-build ws >out; status=$?; jq -e ".ok == false" out && exit $status'
+expect_status 3 'a symbolic link among the sources is refused' '
+	mkws ws && ln -s /etc/passwd ws/kernels/x.h && ca-build ws >out; status=$?
+	jq -r .log out | grep -q "links are not followed" && exit $status'
+
+expect_success 'kernelbench: nothing to build, the hash names model_new.py' '
+	mkdir ws && echo "from torch.utils.cpp_extension import load_inline" >ws/model_new.py &&
+	ca-build ws >a && jq -e ".ok and .flavour == \"kernelbench\" and .library == null and (.hash | length) == 64" a &&
+	ca-build ws >b && test "$(jq -r .hash a)" = "$(jq -r .hash b)" &&
+	echo "# changed" >>ws/model_new.py && ca-build ws >c && test "$(jq -r .hash a)" != "$(jq -r .hash c)"
+'
+
+expect_success 'flavours are detected: cuda-agent by its binding files, ca by kernels/*.cu' '
+	mkws ca && mkws agent && echo "// binding" >agent/kernels/add_binding.cpp &&
+	mkws agent2 && echo "// b" >agent2/binding.cpp &&
+	NVCC=/bin/false ca-build agent >a 2>/dev/null; jq -e ".flavour == \"cuda-agent\"" a &&
+	NVCC=/bin/false ca-build agent2 >b 2>/dev/null; jq -e ".flavour == \"cuda-agent\"" b &&
+	NVCC=/bin/false ca-build ca >c 2>/dev/null; jq -e ".flavour == \"ca\"" c
+'
+expect_status 1 'the ca flavour refuses torch headers' '
+	mkws ws && echo "#include <torch/extension.h>" >ws/kernels/bad.cu &&
+	NVCC=$FAKE ca-build --flavour ca ws >out; status=$?
+	jq -r .log out | grep -q "includes torch headers" && exit $status'
+expect_status 4 'a missing nvcc is a system failure' '
+	mkws ws && NVCC=/nonexistent PATH=/usr/bin:/bin CUDA_HOME=/nonexistent "$CA_BIN/ca-build" ws'
+
+expect_success 'build, then a cache hit in under 0.1 s with the same answer' '
+	mkws ws && NVCC=$FAKE ca-build ws >a && NVCC=$FAKE ca-build ws >b &&
+	jq -e ".ok and .cached == false and (.library | test(\"libkernels.so$\"))" a &&
+	jq -e ".ok and .cached and .seconds < 0.1" b &&
+	test "$(jq -r .library a)" = "$(jq -r .library b)" && test -f "$(jq -r .library b)" &&
+	test "$(jq -r .hash a)" = "$(jq -r .hash b)"
+'
+
+expect_success 'the cache key changes with a source, a new file, the arch and the compiler version' '
+	mkws ws && h0=$(NVCC=$FAKE ca-build ws | jq -r .hash) &&
+	echo "// more" >>ws/kernels/add.cu && h1=$(NVCC=$FAKE ca-build ws | jq -r .hash) &&
+	echo "#define X 1" >ws/kernels/util.cuh && h2=$(NVCC=$FAKE ca-build ws | jq -r .hash) &&
+	h3=$(NVCC=$FAKE ca-build --arch sm_80 ws | jq -r .hash) &&
+	sed "s/fake nvcc 1.0/fake nvcc 2.0/" "$FAKE" >nvcc2 && chmod 755 nvcc2 && h4=$(NVCC=$PWD/nvcc2 ca-build ws | jq -r .hash) &&
+	h5=$(NVCC=$PWD/nvcc2 ca-build ws | jq -r .hash) &&
+	test "$(printf "%s\n" $h0 $h1 $h2 $h3 $h4 | sort -u | wc -l)" -eq 5 && test "$h4" = "$h5"
+'
+
+expect_success 'a hand build or timestamps do not change the key' '
+	mkws ws && h0=$(NVCC=$FAKE ca-build ws | jq -r .hash) &&
+	touch ws/kernels/add.cu && echo obj >ws/kernels/add.o && echo so >ws/kernels/libkernels.so &&
+	h1=$(NVCC=$FAKE ca-build ws | jq -r .hash) && test "$h0" = "$h1"
+'
+
+expect_status 1 'errors are trimmed and relative; failures are cached too' '
+	mkws ws && printf "int ok;\n\nBROKEN;\n" >ws/kernels/bad.cu && echo "int helper;" >ws/kernels/helper.cpp &&
+	NVCC=$FAKE ca-build ws >out; status=$?
+	jq -r .log out >log; cat log
+	grep -q "^kernels/bad.cu(3): error: identifier \"BROKEN\" is undefined$" log &&
+	! grep -q "/tmp/" log && ! grep -q "error detected" log &&
+	NVCC=$FAKE ca-build ws >again; jq -e ".cached and .ok == false" again && exit $status
+'
+
+expect_success 'the compiler runs in the sandbox: no writes outside the build directory' '
+	mkws ws && ESCAPE_TO=$OUTSIDE/escaped NVCC=$FAKE ca-build ws >out && jq -e .ok out &&
+	test ! -e "$OUTSIDE/escaped"
+'
+
+expect_success 'ca_build_trim_log keeps errors with context and caps the size' 'test-build'
+
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+	expect_success 'real nvcc: a cold build makes a loadable library, then a cache hit' '
+		mkws ws && start=$(date +%s.%N) && ca-build --arch sm_90 ws >a && end=$(date +%s.%N) &&
+		ca-build --arch sm_90 ws >b &&
+		jq -e ".ok and .cached == false" a && jq -e ".ok and .cached and .seconds < 0.1" b &&
+		nm -D "$(jq -r .library a)" | grep -q " T add_launcher" &&
+		echo "# cold build $(awk "BEGIN { print $end - $start }") s wall, cache hit $(jq .seconds b) s" >&3
+	' 3>&1
+	expect_status 1 'real nvcc: an error comes back trimmed, relative, with the source line' '
+		mkws ws && printf "__global__ void k(float *x) { x[0] = n_rows; }\n" >ws/kernels/bad.cu &&
+		ca-build --arch sm_90 ws >out; status=$?
+		jq -r .log out | tee log
+		grep -q "^kernels/bad.cu(1): error: identifier \"n_rows\" is undefined" log && ! grep -q "/tmp" log &&
+		exit $status
+	'
+else
+	skip 'real nvcc builds' 'nvcc not found'
+fi
+
+test_done
