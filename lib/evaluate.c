@@ -1119,7 +1119,7 @@ static void baseline_store(const char *key, jv v)
 	ca_paths_mkdirs(dir, 0755);
 	snprintf(path, sizeof path, "%s/%s.json", dir, key);
 	snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
-	jv text = jv_dump_string(v, 0);
+	jv text = jv_dump_string(jv_copy(v), 0);
 	if (write_file(tmp, jv_string_value(text), (size_t)jv_string_length_bytes(jv_copy(text))) == 0)
 		rename(tmp, path);
 	else

@@ -480,7 +480,11 @@ class Worker:
         try:
             self.module = self._import(path, "model_new")
             self.model = self.module.ModelNew(*init)
+        except _Violation:
+            raise
         except Exception as e:
+            if isinstance(e.__cause__, _Violation) or isinstance(e.__context__, _Violation):
+                raise _Violation(str(e.__cause__ or e.__context__))
             raise _Stage("load", e)
         weights = read_tensors(req["weights"], flat=True)
         own = self.model.state_dict()

@@ -1,0 +1,19 @@
+"""Returns float16 where the reference returns float32."""
+import torch
+import torch.nn as nn
+
+import ca_kernels
+
+lib = ca_kernels.load()
+
+
+def relu_kernel(x):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    ca_kernels.launch(lib.relu_launch, x, y, x.numel())
+    return y
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return relu_kernel(x).half()

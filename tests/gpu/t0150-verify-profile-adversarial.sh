@@ -1,0 +1,88 @@
+#!/bin/sh
+# ca-verify and ca-profile on a GPU: honest candidates (fused elementwise,
+# row softmax, reduction) are accepted with their real speedups; every
+# candidate in tests/adversarial/cheat is rejected at the stage its
+# "expect" file names, or timed honestly; faults do not spoil the records
+# after them; count in = count out.
+. "$(dirname "$0")/../test-lib.sh"
+
+if ! has_gpu; then
+	skip 'adversarial suite on a GPU' 'no GPU here'
+	test_done
+	exit
+fi
+if ! has_torch; then
+	skip 'adversarial suite on a GPU' 'no torch for the Python runner'
+	test_done
+	exit
+fi
+
+ADV=$TESTS_DIR/adversarial
+LOG=${CA_GPU_LOG:-$TRASH_BASE}
+mkdir -p "$LOG"
+# Records: id, the task's code, the candidate's directory.
+records=$TRASH_BASE/records.ndjson
+: >"$records"
+add() { # id task dir
+	jq -nc --arg id "$1" --rawfile code "$ADV/tasks/$2.py" --arg dir "$3" \
+		'{id: $id, code: $code, candidate: {dir: $dir}}' >>"$records"
+}
+for d in "$ADV"/honest/*/ "$ADV"/cheat/*/; do
+	d=${d%/}
+	name=$(basename "$d")
+	case $name in fork_bomb|huge_output|illegal_address) continue ;; esac
+	task=$(sed -n 's/^task=//p' "$d/expect")
+	add "$(basename "$(dirname "$d")")/$name" "$task" "$d"
+done
+# The faults last but one, then an honest record that must still pass.
+for name in illegal_address huge_output fork_bomb; do
+	add "cheat/$name" relu "$ADV/cheat/$name"
+done
+add "honest/relu-after-faults" relu "$ADV/honest/relu"
+
+expect_success 'ca-verify scores every record (count in = count out)' '
+	ca-verify --timeout 30 <"$records" >"$LOG/verified.ndjson" 2>"$LOG/verify.err"
+	test $? -le 1 &&
+	test "$(wc -l <"$records")" -eq "$(wc -l <"$LOG/verified.ndjson")"
+'
+
+# expectation check: prints mismatches, fails when there are any.
+check_field() { # field (verify|profile) file
+	bad=0
+	while read -r line; do
+		id=$(printf "%s" "$line" | jq -r .id)
+		case $id in honest/relu-after-faults) want=ok ;;
+		*) want=$(sed -n "s/^$1=//p" "$ADV/$id/expect") ;; esac
+		[ -n "$want" ] || continue
+		got=$(printf "%s" "$line" | jq -r ".$1 | if .ok then \"ok\" else .stage end")
+		case $want in
+		ok) [ "$got" = ok ] ;;
+		notok) [ "$got" != ok ] ;;
+		*) [ "$got" = "$want" ] ;;
+		esac || { echo "$id: $1 wanted $want, got $got: $(printf "%s" "$line" | jq -c ".$1 | {error, stage}")"; bad=1; }
+	done <"$2"
+	return $bad
+}
+
+expect_success 'each candidate gets the verify outcome its expect file names' '
+	check_field verify "$LOG/verified.ndjson"
+'
+
+expect_success 'nothing was written outside the sandbox' '
+	test ! -e /var/tmp/ca-pwned && test ! -e /etc/ca-pwned
+'
+
+expect_success 'ca-profile times the verified candidates; cheats in timing are caught' '
+	jq -c "select(.verify.ok)" "$LOG/verified.ndjson" >"$TRASH_BASE/ok.ndjson" &&
+	ca-profile --timeout 60 --iters 20 <"$TRASH_BASE/ok.ndjson" >"$LOG/profiled.ndjson" 2>"$LOG/profile.err"
+	test $? -le 1 &&
+	test "$(wc -l <"$TRASH_BASE/ok.ndjson")" -eq "$(wc -l <"$LOG/profiled.ndjson")" &&
+	check_field profile "$LOG/profiled.ndjson"
+'
+
+expect_success 'honest candidates report speedups and the kernels that ran' '
+	jq -e -s "map(select(.id | startswith(\"honest/\")) | .profile) | all(.ok and .candidate_us > 0 and .eager_us > 0 and (.kernels | length) > 0)" "$LOG/profiled.ndjson" &&
+	jq -r "select(.id | startswith(\"honest/\")) | [.id, .profile.eager_us, .profile.compile_us, .profile.candidate_us, .profile.cv] | @tsv" "$LOG/profiled.ndjson" >"$LOG/speedups.tsv"
+'
+
+test_done
