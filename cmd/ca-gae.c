@@ -231,9 +231,14 @@ static int jv_path(const struct config *cfg, struct scratch *s, jv record, struc
 	}
 	if (!why) {
 		jv r = ca_json_get(record, "reward"), rs = ca_json_get(record, "rewards");
+		int reward_object = jv_get_kind(r) == JV_KIND_OBJECT;
+		if (reward_object)  /* ca-reward's object: its value */
+			r = jv_object_get(r, jv_string("value"));
 		int has_r = jv_is_valid(r) && jv_get_kind(r) != JV_KIND_NULL;
 		int has_rs = jv_is_valid(rs) && jv_get_kind(rs) != JV_KIND_NULL;
-		if (has_r && has_rs)
+		if (reward_object && !has_r && !has_rs)
+			why = "reward.value is not a finite number";
+		else if (has_r && has_rs)
 			why = "both reward and rewards are given; give one";
 		else if (!has_r && !has_rs)
 			why = "neither reward nor rewards is given";

@@ -10,6 +10,7 @@
 #include <zlib.h>
 
 #include "err.h"
+#include "json.h"
 #include "ndjson.h"
 
 enum { CHUNK = 1 << 20 };
@@ -433,6 +434,116 @@ int ca_ndjson_map(int nfiles, char **files, ca_record_fn fn, void *ctx)
 		}
 		ca_ndjson_progress_tick();
 	}
+	ca_ndjson_progress_done();
+	status = ca_err_worst(status, ca_ndjson_status(r));
+	ca_ndjson_close(r);
+	return ca_err_finish(status);
+}
+
+/* The fast path of ca_ndjson_map_field; 0 when the caller must use jv. */
+static int map_field_fast(const char *text, size_t len, const char *const *keys, size_t nkeys, const char *field,
+	ca_field_fn fn, void *ctx, int *status, char **out, size_t *outcap)
+{
+	enum { MAX_KEYS = 16 };
+	const char *all[MAX_KEYS + 1];
+	struct ca_json_span spans[MAX_KEYS + 1];
+	size_t close;
+	if (nkeys > MAX_KEYS || len > 0x7fffffff)
+		return 0;
+	memcpy(all, keys, nkeys * sizeof *keys);
+	all[nkeys] = field;
+	if (ca_json_scan_object(text, len, all, nkeys + 1, spans, &close) != 0)
+		return 0;
+	jv view = jv_object();
+	for (size_t i = 0; i < nkeys; i++) {
+		if (!spans[i].start)
+			continue;
+		jv v = jv_parse_sized(spans[i].start, (int)spans[i].len);
+		if (!jv_is_valid(v)) {  /* cannot happen after the scanner; be safe */
+			jv_free(v);
+			jv_free(view);
+			return 0;
+		}
+		view = jv_object_set(view, jv_string(keys[i]), v);
+	}
+	jv value = fn(view, ctx, status);
+	jv_free(view);
+	jv dumped = jv_dump_string(value, 0);
+	size_t vlen = (size_t)jv_string_length_bytes(jv_copy(dumped));
+	size_t flen = strlen(field);
+	size_t need = len + flen + vlen + 8;
+	if (need > *outcap) {
+		*outcap = need * 2;
+		*out = ca_xrealloc(*out, *outcap);
+	}
+	size_t n = 0;
+	len = close + 1;  /* trailing white space (a CR) is not passed on */
+	if (spans[nkeys].start) {
+		/* Replace the old value where it stands, as jv_object_set keeps the key's place. */
+		size_t at = (size_t)(spans[nkeys].start - text), after = at + spans[nkeys].len;
+		memcpy(*out, text, at);
+		memcpy(*out + at, jv_string_value(dumped), vlen);
+		memcpy(*out + at + vlen, text + after, len - after);
+		n = len - spans[nkeys].len + vlen;
+	} else {
+		/* Is there a member before the closing brace? Look back over white space. */
+		size_t k = close;
+		while (k > 0 && (text[k - 1] == ' ' || text[k - 1] == '\t' || text[k - 1] == '\n' || text[k - 1] == '\r'))
+			k--;
+		int empty = text[k - 1] == '{';
+		memcpy(*out, text, close);
+		n = close;
+		if (!empty)
+			(*out)[n++] = ',';
+		(*out)[n++] = '"';
+		memcpy(*out + n, field, flen);
+		n += flen;
+		(*out)[n++] = '"';
+		(*out)[n++] = ':';
+		memcpy(*out + n, jv_string_value(dumped), vlen);
+		n += vlen;
+		(*out)[n++] = '}';
+	}
+	jv_free(dumped);
+	int rc = ca_ndjson_write_raw(*out, n);
+	return rc == 0 ? 1 : -1;
+}
+
+int ca_ndjson_map_field(int nfiles, char **files, const char *const *keys, size_t nkeys, const char *field,
+	ca_field_fn fn, void *ctx)
+{
+	struct ca_ndjson_reader *r = ca_ndjson_open(nfiles, files);
+	int status = CA_EXIT_OK;
+	const char *text;
+	size_t len;
+	char *out = NULL;
+	size_t outcap = 0;
+	while (ca_ndjson_next_text(r, &text, &len) != CA_NDJSON_EOF) {
+		int record_status = CA_EXIT_OK;
+		int done = map_field_fast(text, len, keys, nkeys, field, fn, ctx, &record_status, &out, &outcap);
+		if (done == 0) {
+			jv v, result;
+			if (ca_ndjson_parse(text, len, &v) == CA_NDJSON_BAD) {
+				ca_ndjson_warn(r, "%s", jv_string_value(v));
+				result = ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(v));
+				jv_free(v);
+				record_status = CA_EXIT_DATA;
+			} else {
+				jv value = fn(v, ctx, &record_status);
+				result = jv_object_set(v, jv_string(field), value);
+			}
+			done = ca_ndjson_write(result) == 0 ? 1 : -1;
+		}
+		status = ca_err_worst(status, record_status);
+		if (done < 0) {
+			ca_err_warn_sys("write error on stdout");
+			ca_ndjson_close(r);
+			free(out);
+			return CA_EXIT_SYSTEM;
+		}
+		ca_ndjson_progress_tick();
+	}
+	free(out);
 	ca_ndjson_progress_done();
 	status = ca_err_worst(status, ca_ndjson_status(r));
 	ca_ndjson_close(r);

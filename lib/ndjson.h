@@ -67,6 +67,20 @@ int ca_ndjson_write_raw(const char *text, size_t len);
 typedef jv (*ca_record_fn)(jv record, void *ctx, int *status);
 int ca_ndjson_map(int nfiles, char **files, ca_record_fn fn, void *ctx);
 
+/*
+ * The same loop for the common kind of filter that adds one field computed
+ * from a few others: fn gets a record (borrowed) holding at least the
+ * top-level fields named in keys[0..nkeys) and returns the value of the
+ * field `field` (consumed). Large records are not parsed whole: when the
+ * raw line passes lib/json's validating scanner, only the named fields are
+ * parsed, and the new field is appended to the line's text as it was
+ * (libjq parses the line whenever the scanner is unsure, or when the
+ * record already has `field`, which is then replaced).
+ */
+typedef jv (*ca_field_fn)(jv record, void *ctx, int *status);
+int ca_ndjson_map_field(int nfiles, char **files, const char *const *keys, size_t nkeys, const char *field,
+	ca_field_fn fn, void *ctx);
+
 /* The error record for a malformed line: {"error": {"file":..., "line": N, "message": ...}}. */
 jv ca_ndjson_error_record(const char *file, long line, const char *message);
 

@@ -21,4 +21,12 @@ expect_status 3 'verify.ok that is not a boolean is an error' '
 	jq -e ".reward.value == null and (.reward.error | test(\"verify.ok\"))" out >/dev/null && exit $s'
 expect_status 3 'a zero or negative time is an error, not an infinite speedup' '
 	echo "{\"verify\":{\"ok\":true},\"profile\":{\"eager_us\":100,\"compile_us\":100,\"candidate_us\":0}}" | ca-reward >out 2>/dev/null'
+expect_status 3 'odd spacing, an empty object, unicode: the output stays valid JSON' '
+	printf "%s\n" " { \"id\" : 1 , \"verify\":{\"ok\":false} } " "{}" "{\"id\":\"é\",\"verify\":{\"ok\":false}}" |
+	ca-reward >out 2>/dev/null; s=$?
+	jq -s -e "length == 3 and .[0].reward.value == -1 and .[0].id == 1 and .[1].reward.value == null and .[2].id == \"é\"" out >/dev/null &&
+	exit $s'
+expect_success 'an existing reward field is replaced, not duplicated' '
+	echo "{\"verify\":{\"ok\":false},\"reward\":{\"value\":7}}" | ca-reward >out &&
+	test $(grep -o "\"reward\"" out | wc -l) = 1 && jq -e ".reward.value == -1" out'
 test_done

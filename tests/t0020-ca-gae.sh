@@ -51,6 +51,8 @@ expect_success 'existing advantages and returns fields are replaced, not duplica
 expect_success 'other fields, nested and unicode, pass through' '
 	echo "{\"id\":\"é\",\"meta\":{\"values\":[\"x\"]},\"values\":[1],\"reward\":0}" | ca-gae |
 	jq -e ".id == \"é\" and .meta.values == [\"x\"] and .advantages == [-1]"'
+expect_success 'reward may be ca-reward'"'"'s object: its value is the outcome reward' '
+	echo "{\"values\":[1,2],\"reward\":{\"value\":3,\"speedup_eager\":2}}" | ca-gae | jq -e ".advantages == [1.95, 1]"'
 n=0
 for bad in '"values":[1,2],"mask":[1],"reward":1|mask has 1 entries' \
 	'"values":[1,"x"],"reward":1|values\[1\] is a string' \
@@ -60,7 +62,8 @@ for bad in '"values":[1,2],"mask":[1],"reward":1|mask has 1 entries' \
 	'"values":[1],"reward":"1"|reward is not a finite number' \
 	'"values":[1,2],"rewards":[1]|rewards has 1 entries' \
 	'"reward":1|values is missing' \
-	'"values":[1e999],"reward":1|values\[0\] is not a finite number'; do
+	'"values":[1e999],"reward":1|values\[0\] is not a finite number' \
+	'"values":[1],"reward":{"value":null}|reward.value is not a finite number'; do
 	n=$((n + 1))
 	printf "%s\n" "{\"id\":1,${bad%|*}}" "{\"id\":2,\"values\":[1],\"reward\":1}" >"$TRASH_BASE/bad.$n"
 	expect_status 3 "bad input (${bad#*|}) is an error record, exit 3" '
