@@ -5,6 +5,8 @@
 #   make check-gpu    GPU tests (skip with a message without a GPU)
 #   make asan         the CPU suite under AddressSanitizer and UBSan
 #   make bench        throughput benchmarks (no GPU)
+#   make demo         the demo pipeline over examples/, ending in a ca-stats table
+#   make lint         mandoc -Tlint over man/
 #   make deps         install missing build/test dependencies (Debian, PyPI)
 #   make install      PREFIX=/usr/local DESTDIR=
 
@@ -35,7 +37,7 @@ CUPTI_H := $(firstword $(wildcard $(CUDA_HOME)/extras/CUPTI/include/cupti.h $(CU
 CUPTI_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/extras/CUPTI/lib64/libcupti.so $(CUDA_HOME)/targets/x86_64-linux/lib/libcupti.so $(CUDA_HOME)/lib64/libcupti.so))
 CUPTI_SO := $(if $(and $(CUPTI_H),$(CUPTI_LIBDIR)),$(BIN)/libca-cupti.so,)
 
-.PHONY: all check check-gpu asan bench bench-eval demo-rl deps install clean config lint
+.PHONY: all check check-gpu asan bench bench-eval demo demo-rl deps install clean config lint
 .SUFFIXES:
 
 all: config $(LIBCA) $(CMDS) $(UNITS) $(CUPTI_SO)
@@ -78,10 +80,18 @@ asan:
 		LDFLAGS="-fsanitize=address,undefined" check
 
 lint:
+	@command -v mandoc >/dev/null || { echo "lint: mandoc is not installed (make deps)"; exit 1; }
 	@for m in man/*.[157]; do mandoc -Tlint -Wwarning $$m || exit 1; done; echo "man pages: mandoc -Tlint clean"
 
+# Stream throughput against jq on a generated token stream (BENCH_MB, default 200).
+BENCH_MB ?= 200
 bench: all
-	sh bench/bench-stream.sh
+	CA_BIN=$(CURDIR)/$(BIN) sh bench/bench-stream.sh $(BENCH_MB)
+
+# The main job, for now: the demo pipeline over the shipped example records,
+# ending in a ca-stats table (see examples/demo.sh).
+demo: all
+	@CA_BIN=$(CURDIR)/$(BIN) sh examples/demo.sh
 
 # Evaluation speed on a GPU machine (ca-verify, ca-profile, ca-build); see bench/bench-eval.sh.
 bench-eval: all
