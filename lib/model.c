@@ -421,7 +421,7 @@ int ca_model_save(const struct ca_model *m, const char *dir, int dtype, size_t m
 		cfg = jv_object_set(cfg, jv_string("torch_dtype"), jv_string(dtname));
 	if (jv_object_has(jv_copy(cfg), jv_string("dtype")))
 		cfg = jv_object_set(cfg, jv_string("dtype"), jv_string(dtname));
-	jv text = jv_dump_string(cfg, JV_PRINT_PRETTY | JV_PRINT_SORTED);
+	jv text = jv_dump_string(cfg, JV_PRINT_PRETTY | JV_PRINT_INDENT_FLAGS(2) | JV_PRINT_SORTED);
 	FILE *fp = fopen(path, "w");
 	rc = fp && fputs(jv_string_value(text), fp) != EOF && fputc('\n', fp) != EOF ? 0 : -1;
 	if (fp && fclose(fp) != 0)

@@ -591,7 +591,7 @@ int ca_st_write_dir(const char *dir, int n, const struct ca_st_out *tensors,
 	index = jv_object_set(index, jv_string("metadata"),
 			      jv_object_set(jv_object(), jv_string("total_size"), jv_number((double)total)));
 	index = jv_object_set(index, jv_string("weight_map"), map);
-	jv text = jv_dump_string(index, JV_PRINT_PRETTY | JV_PRINT_SORTED);
+	jv text = jv_dump_string(index, JV_PRINT_PRETTY | JV_PRINT_INDENT_FLAGS(2) | JV_PRINT_SORTED);
 	snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
 	FILE *fp = fopen(path, "w");
 	if (!fp || fputs(jv_string_value(text), fp) == EOF || fputc('\n', fp) == EOF) {

@@ -27,6 +27,10 @@ Commands:
   train-tokenizer DIR CORPUS [--vocab N] [--style qwen2|llama3]
   encode DIR < texts.ndjson          {"text": s} -> {"ids": [...]}
   decode DIR < ids.ndjson            {"ids": [...]} -> {"text": s}
+  fixture DIR                        all of the make-check references at once
+  check-checkpoint DIR < tokens      like logprob (for a checkpoint ca wrote)
+  compare A B [--tol X]              per-tensor relative error of two
+                                     safetensors files or checkpoint dirs
   unicode-table                      the C tables of \\p{L} and \\p{N} ranges
 """
 import json
@@ -273,6 +277,118 @@ def unicode_table(args):
         print("};")
 
 
+def load_tensors(path):
+    import glob
+    import os
+    from safetensors.torch import load_file
+    if os.path.isdir(path):
+        out = {}
+        for f in sorted(glob.glob(os.path.join(path, "*.safetensors"))):
+            out.update(load_file(f))
+        return out
+    return load_file(path)
+
+
+def compare(args):
+    """Relative error ||a - b|| / ||b|| per tensor; exit 1 above --tol."""
+    tol = opt(args, "--tol", 1e-4, float)
+    a, b = load_tensors(args[0]), load_tensors(args[1])
+    worst = 0.0
+    bad = []
+    if set(a) != set(b):
+        bad.append("tensor names differ: %s" % sorted(set(a) ^ set(b)))
+    for name in sorted(set(a) & set(b)):
+        x, y = a[name].double(), b[name].double()
+        if x.shape != y.shape:
+            bad.append("%s: shape %s vs %s" % (name, list(x.shape), list(y.shape)))
+            continue
+        den = y.norm().item()
+        rel = (x - y).norm().item() / den if den > 0 else (x - y).norm().item()
+        worst = max(worst, rel)
+        write({"tensor": name, "rel_err": rel, "max_abs_err": (x - y).abs().max().item()})
+        if not rel <= tol:
+            bad.append("%s: relative error %.3g" % (name, rel))
+    write({"worst_rel_err": worst, "tensors": len(b)})
+    for line in bad:
+        sys.stderr.write("ca_hf.py: %s\n" % line)
+    sys.exit(1 if bad else 0)
+
+
+def fixture(args):
+    """Everything the make-check test needs from transformers, in one process
+    (starting torch costs seconds): models, reference outputs, tokenizer."""
+    import os
+    import random
+    import torch
+    out = args[0]
+    os.makedirs(out, exist_ok=True)
+    rnd = random.Random(5)
+    recs = []
+    for n in (6, 23, 1, 40, 3):
+        recs.append({"id": "r%d" % n, "tokens": [rnd.randrange(300) for _ in range(n)],
+                     "weights": [rnd.gauss(0, 1) for _ in range(n)],
+                     "entropy_weights": [rnd.gauss(0, 0.3) for _ in range(n)]})
+    with open(os.path.join(out, "tokens.ndjson"), "w") as f:
+        for r in recs:
+            f.write(json.dumps(r) + "\n")
+    models = {
+        "qwen2-untied-bf16": ["--dtype", "bfloat16", "--shard-bytes", "60000"],
+        "qwen2-tied": ["--tied", "--seed", "2"],
+        "llama": ["--arch", "llama", "--layers", "3", "--seed", "3"],
+        "critic": ["--critic", "--seed", "4"],
+    }
+    for name, opts in models.items():
+        path = os.path.join(out, name)
+        make_model(opts + [path])
+        model, critic = load(path)
+        with open(os.path.join(path, "ref-logprob.ndjson"), "w") as f, torch.no_grad():
+            for rec in recs:
+                outs, _ = loss_terms(model, critic, rec)
+                res = {k: v.tolist() for k, v in outs.items()}
+                if "logprobs" in res:
+                    res["logprobs"][0] = None
+                    res["entropy"][0] = None
+                f.write(json.dumps(res) + "\n")
+        total = sum(loss_terms(model, critic, rec)[1] for rec in recs)
+        total.backward()
+        from safetensors.torch import save_file
+        save_file({k: p.grad.float().contiguous() for k, p in model.named_parameters()
+                   if p.grad is not None}, os.path.join(path, "ref-grad.safetensors"))
+        if name == "qwen2-tied":
+            # Three AdamW steps with weight decay and clipping, as ca's test does.
+            model, critic = load(path)
+            params = list(model.parameters())
+            optim = torch.optim.AdamW(params, lr=1e-2, betas=(0.9, 0.999), eps=1e-8,
+                                      weight_decay=0.1, foreach=False)
+            for _ in range(3):
+                optim.zero_grad()
+                sum(loss_terms(model, critic, rec)[1] for rec in recs).backward()
+                torch.nn.utils.clip_grad_norm_(params, 0.5, foreach=False)
+                optim.step()
+            model.save_pretrained(os.path.join(out, "ref-adamw"))
+            model, _ = load(path)
+            with open(os.path.join(path, "ref-generate.ndjson"), "w") as f:
+                for rec in recs[:3]:
+                    ids = torch.tensor([rec["tokens"]])
+                    g = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12,
+                                       do_sample=False, eos_token_id=None, pad_token_id=0)
+                    f.write(json.dumps({"completion": g[0, ids.shape[1]:].tolist()}) + "\n")
+
+
+def check_checkpoint(args):
+    """Log-probs of transformers on a checkpoint ca wrote, for tokens.ndjson."""
+    import torch
+    model, critic = load(args[0])
+    with torch.no_grad():
+        for rec in read_records():
+            outs, _ = loss_terms(model, critic, rec)
+            res = {k: v.tolist() for k, v in outs.items()}
+            if "logprobs" in res:
+                res["logprobs"][0] = None
+                res["entropy"][0] = None
+            write(res)
+
+
 def main():
     if len(sys.argv) < 2:
         sys.stderr.write(__doc__)
@@ -280,7 +396,8 @@ def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     table = {"make-model": make_model, "logprob": logprob, "grad": grad, "adamw": adamw,
              "generate": generate, "train-tokenizer": train_tokenizer, "encode": encode,
-             "decode": decode, "unicode-table": unicode_table}
+             "decode": decode, "unicode-table": unicode_table, "compare": compare,
+             "fixture": fixture, "check-checkpoint": check_checkpoint}
     if cmd not in table:
         sys.stderr.write("ca_hf.py: unknown command %s\n" % cmd)
         sys.exit(2)

@@ -1,0 +1,73 @@
+#!/bin/sh
+# The policy engine against transformers on CPU: tiny random Qwen2 and Llama
+# checkpoints built by lib/py/ca_hf.py (tied, untied, bf16 sharded, critic).
+# Log-probs, entropies and values within 1e-5; gradients of a weighted
+# log-prob + entropy loss within 1e-4 relative per tensor; three AdamW steps
+# with clipping and weight decay; a checkpoint written by ca read back by
+# transformers; greedy generation token for token.
+. "$(dirname "$0")/test-lib.sh"
+
+if ! has_torch || ! "$(ca_python)" -c 'import transformers, safetensors' >/dev/null 2>&1; then
+	skip 'policy engine vs transformers' 'torch/transformers not installed (make deps)'
+	test_done
+	exit 0
+fi
+
+FX=$TRASH_BASE/fx
+export FX
+HF="$(ca_python) $ROOT/lib/py/ca_hf.py"
+export HF
+if ! TRANSFORMERS_VERBOSITY=error HF_HUB_DISABLE_PROGRESS_BARS=1 $HF fixture "$FX" >"$TRASH_BASE/fixture.log" 2>&1; then
+	cat "$TRASH_BASE/fixture.log"
+	skip 'policy engine vs transformers' 'building the reference fixture failed'
+	test_done
+	exit 0
+fi
+
+# max_err REF CA FIELD: the largest |ref - ca| over all records and tokens.
+max_err() {
+	jq -n --slurpfile a "$1" --slurpfile b "$2" --arg f "$3" '
+		[range(0; $a | length) as $i | range(0; $a[$i][$f] | length) as $j
+		 | select($a[$i][$f][$j] != null)
+		 | ($a[$i][$f][$j] - $b[$i][$f][$j]) | fabs] | max // 0'
+}
+below() { awk -v x="$1" -v t="$2" 'BEGIN { exit !(x + 0 <= t + 0) }'; }
+
+for m in qwen2-untied-bf16 qwen2-tied llama; do
+	expect_success "$m: log-probs and entropy match transformers within 1e-5" '
+		ca-logprob --entropy -m "$FX/'$m'" "$FX/tokens.ndjson" >out &&
+		e=$(max_err "$FX/'$m'/ref-logprob.ndjson" out logprobs) &&
+		h=$(max_err "$FX/'$m'/ref-logprob.ndjson" out entropy) &&
+		echo "logprob max abs err $e, entropy $h" &&
+		below "$e" 1e-5 && below "$h" 1e-5
+	'
+done
+expect_success 'critic: values match transformers within 1e-5' '
+	ca-logprob -m "$FX/critic" "$FX/tokens.ndjson" >out &&
+	e=$(max_err "$FX/critic/ref-logprob.ndjson" out values) && echo "values max abs err $e" &&
+	below "$e" 1e-5
+'
+expect_success 'records pass through with their fields; small batches give the same numbers' '
+	ca-logprob --batch-tokens 1 -m "$FX/qwen2-tied" "$FX/tokens.ndjson" >a &&
+	ca-logprob -m "$FX/qwen2-tied" "$FX/tokens.ndjson" >b &&
+	test "$(jq -c "[.id, (.weights | length), (.logprobs | length)]" a)" = \
+	     "$(jq -c "[.id, (.tokens | length), (.tokens | length)]" "$FX/tokens.ndjson")" &&
+	e=$(max_err a b logprobs) && below "$e" 1e-6
+'
+for m in qwen2-untied-bf16 qwen2-tied llama critic; do
+	expect_success "$m: gradients of the weighted loss match torch autograd (rel 1e-4)" '
+		test-model_train grad "$FX/'$m'" g.safetensors <"$FX/tokens.ndjson" &&
+		test-st_compare g.safetensors "$FX/'$m'/ref-grad.safetensors" 1e-4 | tail -n 1
+	'
+done
+expect_success 'three AdamW steps with clipping and weight decay match torch.optim.AdamW' '
+	test-model_train adamw "$FX/qwen2-tied" step 1e-2 0.1 0.5 3 <"$FX/tokens.ndjson" &&
+	test-st_compare step "$FX/ref-adamw" 5e-3 | tail -n 1
+'
+expect_success 'a checkpoint written by ca loads in transformers with the same log-probs' '
+	test-model_train adamw "$FX/llama" step 1e-3 0 1 1 <"$FX/tokens.ndjson" &&
+	TRANSFORMERS_VERBOSITY=error $HF check-checkpoint step <"$FX/tokens.ndjson" >ref &&
+	ca-logprob --entropy -m step "$FX/tokens.ndjson" >out &&
+	e=$(max_err ref out logprobs) && echo "max abs err $e" && below "$e" 1e-5
+'
+test_done
