@@ -5,7 +5,7 @@
 # ship) is counted as skipped. Examples run in a scratch directory where
 # examples/ is the repository's.
 . "$(dirname "$0")/test-lib.sh"
-pages="ca-reward.1 ca-gae.1 ca-stats.1 ca.7 ca-records.5"
+pages="ca-reward.1 ca-gae.1 ca-stats.1 ca.7 ca-records.5 ca-agent.1 ca-best.1 ca-rft-filter.1"
 
 if ! command -v mandoc >/dev/null 2>&1; then
 	skip 'man pages' 'mandoc is not installed (make deps)'
@@ -22,7 +22,7 @@ for page in $pages; do
 	*.1)
 		cmd=${page%.1}
 		expect_success "$page: SYNOPSIS equals $cmd --help" '
-			mandoc -Tascii -Owidth=300 "'"$m"'" | col -b | sed -n "/^SYNOPSIS/,/^DESCRIPTION/p" | sed "1d;\$d" |
+			mandoc -Tascii -Owidth=300 "'"$m"'" | col -bx | sed -n "/^SYNOPSIS/,/^DESCRIPTION/p" | sed "1d;\$d" |
 				tr -s " \n" "  " | sed "s/^ //; s/ \$//" >synopsis &&
 			'"$cmd"' --help | sed "s/^usage: //" | tr -s " \n" "  " | sed "s/ \$//" >usage &&
 			cmp_output usage synopsis' ;;
