@@ -159,6 +159,15 @@ int main(int argc, char **argv)
 				compare(recs[k].mask[i] ? (recs[k].adv[i] - mean) / sqrt(var + 1e-8) : 0,
 					recs[k].got_white[i], "advantages_whitened", (long)k + 1, i);
 	}
+	for (size_t k = 0; k < nrecs; k++) {
+		free(recs[k].adv); free(recs[k].ret); free(recs[k].mask);
+		free(recs[k].got_adv); free(recs[k].got_ret); free(recs[k].got_white);
+	}
+	free(recs);
+	free(a);
+	free(b);
+	fclose(in);
+	fclose(out);
 	printf("gae-check: %ld values compared, max relative error %.3g\n", compared, max_rel);
 	return max_rel <= 1e-12 ? 0 : 1;
 }
