@@ -34,9 +34,9 @@
 extern char **environ;
 
 static const char usage_text[] =
-	"usage: ca-filter [-hu] [--against FILE] [--atol X] [--device auto|cpu|cuda] [--drop] [--gpus LIST]\n"
-	"                 [-j N] [--max-ms X] [--max-sim X] [--min-ms X] [--no-compile] [--progress]\n"
-	"                 [--rtol X] [--seed N] [--timeout S] [file ...]\n";
+	"usage: ca-filter [-hu] [--against FILE] [--atol X] [--device auto|cpu|cuda] [--drop] [--fingerprint]\n"
+	"                 [--gpus LIST] [-j N] [--max-ms X] [--max-sim X] [--min-ms X] [--no-compile]\n"
+	"                 [--progress] [--rtol X] [--seed N] [--timeout S] [file ...]\n";
 
 struct config {
 	const char *against, *device;
@@ -201,8 +201,12 @@ static char **worker_env(int index)
 	size_t n = 0;
 	while (environ[n])
 		n++;
-	char **env = ca_xcalloc(n + 4, sizeof *env);
+	char **env = ca_xcalloc(n + 5, sizeof *env);
 	size_t k = 0;
+	/* Workers compile in parallel already; inductor's own pool of
+	 * compile processes per worker would oversubscribe the cores. */
+	if (!getenv("TORCHINDUCTOR_COMPILE_THREADS"))
+		env[k++] = ca_xstrdup("TORCHINDUCTOR_COMPILE_THREADS=1");
 	for (size_t i = 0; i < n; i++) {
 		if (cfg.ngpus && !strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21))
 			continue;
@@ -377,6 +381,8 @@ static jv finish_filter(jv f)
 	jv reasons = ca_json_get(f, "reasons");
 	if (jv_get_kind(reasons) == JV_KIND_ARRAY && jv_array_length(jv_copy(reasons)) > 0)
 		ok = 0;
+	if (jv_get_kind(reasons) != JV_KIND_ARRAY)
+		f = jv_object_set(f, jv_string("reasons"), jv_array());
 	jv_free(reasons);
 	jv out = jv_object();
 	out = jv_object_set(out, jv_string("ok"), ok && any ? jv_true() : jv_false());
@@ -691,6 +697,23 @@ static void handle(jv record)
 	free(code);
 }
 
+/* --fingerprint: add the similarity measure's token string instead of checking. */
+static jv add_fingerprint(jv record, void *ctx, int *status)
+{
+	char *code = ca_json_strdup(record, "code");
+	const char *why = "no code field";
+	char *fp = code ? ca_pylex_fingerprint(code, strlen(code), 0, &why) : NULL;
+	free(code);
+	if (!fp) {
+		ca_ndjson_record_warn("%s", why);
+		*status = ca_err_worst(*status, CA_EXIT_DATA);
+		return jv_object_set(record, jv_string("fingerprint"), jv_null());
+	}
+	record = jv_object_set(record, jv_string("fingerprint"), jv_string(fp));
+	free(fp);
+	return record;
+}
+
 static int split_gpus(const char *text)
 {
 	char *copy = ca_xstrdup(text);
@@ -713,6 +736,7 @@ int main(int argc, char **argv)
 		{"atol", required_argument, NULL, 'A'},
 		{"device", required_argument, NULL, 'D'},
 		{"drop", no_argument, NULL, 'd'},
+		{"fingerprint", no_argument, NULL, 'f'},
 		{"gpus", required_argument, NULL, 'g'},
 		{"help", no_argument, NULL, 'h'},
 		{"jobs", required_argument, NULL, 'j'},
@@ -727,7 +751,7 @@ int main(int argc, char **argv)
 		{"unbuffered", no_argument, NULL, 'u'},
 		{NULL, 0, NULL, 0},
 	};
-	int c, progress = 0;
+	int c, progress = 0, fingerprint_only = 0;
 	ca_err_init(argv[0]);
 	while ((c = getopt_long(argc, argv, "hj:u", longopts, NULL)) != -1) {
 		switch (c) {
@@ -735,6 +759,7 @@ int main(int argc, char **argv)
 		case 'A': cfg.atol = ca_opt_double("--atol", optarg, 0, 1e9); break;
 		case 'C': cfg.compile = 0; break;
 		case 'd': cfg.drop = 1; break;
+		case 'f': fingerprint_only = 1; break;
 		case 'D':
 			if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
 				ca_err_warn("--device: expected auto, cpu or cuda");
@@ -761,6 +786,8 @@ int main(int argc, char **argv)
 		default: fputs(usage_text, stderr); ca_opt_bad_usage();
 		}
 	}
+	if (fingerprint_only)
+		return ca_ndjson_map(argc - optind, argv + optind, add_fingerprint, NULL);
 	if (cfg.jobs == 0) {
 		long n = sysconf(_SC_NPROCESSORS_ONLN);
 		cfg.jobs = n < 1 ? 1 : n > 16 ? 16 : n;

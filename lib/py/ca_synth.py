@@ -3,7 +3,7 @@
 Run by the interpreter from ca_paths_python(); the C commands own the
 record streams, this file only introspects and executes PyTorch.
 
-  python3 ca_synth.py crawl [--no-transformers] [--families a,b,...]
+  python3 ca_synth.py crawl [--no-functions] [--no-transformers] [--families a,b,...]
       One seed record per line on stdout (see ca-crawl(1)): torch.nn module
       classes, torch.nn.functional functions, torch functions that are also
       Tensor methods, and transformers' self-contained building blocks.
@@ -119,12 +119,22 @@ def tensors_of(x):
     return []
 
 
-def same_outputs(a, b):
+def bitwise_equal(x, y):
+    """Equal bit for bit, NaN included (torch.equal says NaN != NaN)."""
     import torch
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    if x.is_floating_point() or x.is_complex():
+        nx, ny = torch.isnan(x), torch.isnan(y)
+        return torch.equal(nx, ny) and torch.equal(torch.where(nx, 0, x), torch.where(ny, 0, y))
+    return torch.equal(x, y)
+
+
+def same_outputs(a, b):
     ta, tb = tensors_of(a), tensors_of(b)
     if len(ta) != len(tb) or not ta:
         return False
-    return all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(ta, tb))
+    return all(bitwise_equal(x, y) for x, y in zip(ta, tb))
 
 
 def buffers_snapshot(m):
@@ -278,7 +288,7 @@ def seed_record(name, short, kind, library, version, obj, init_sig, fwd_sig, doc
     return rec
 
 
-def crawl_torch(torch):
+def crawl_torch(torch, functions=True):
     import torch.nn as nn
     import torch.nn.functional as F
     version = torch.__version__
@@ -304,6 +314,8 @@ def crawl_torch(torch):
         emit(seed_record("torch.nn." + name, "nn." + name, "module", "torch", version, cls,
                          signature_text(cls.__init__, True), signature_text(cls.forward, True),
                          cls.__doc__, code, reason, stoch, stateful))
+    if not functions:
+        return
     for name in sorted(dir(F)):
         fn = getattr(F, name)
         if name.startswith("_") or not callable(fn) or inspect.isclass(fn) or inspect.ismodule(fn):
@@ -476,10 +488,13 @@ def crawl(argv):
     torch.set_num_threads(1)
     families = DEFAULT_FAMILIES.split(",")
     use_tf = True
+    functions = True
     i = 0
     while i < len(argv):
         if argv[i] == "--no-transformers":
             use_tf = False
+        elif argv[i] == "--no-functions":
+            functions = False
         elif argv[i] == "--families" and i + 1 < len(argv):
             i += 1
             families = [f for f in argv[i].split(",") if f]
@@ -491,7 +506,8 @@ def crawl(argv):
 
     def emit(rec):  # noqa: F811
         real_stdout.write(json.dumps(rec) + "\n")
-    crawl_torch(torch)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    crawl_torch(torch, functions)
     if use_tf:
         crawl_transformers(torch, families)
     real_stdout.flush()
@@ -565,6 +581,7 @@ def run_check(req, torch, hello):
         reasons.append("nondeterministic: the same seed gives different outputs")
     else:
         checks["deterministic"] = True
+    del o2, o3, m3, xs3
     # Not degenerate.
     degenerate = None
     fl = [t.detach().float() for t in t1 if t.numel() > 0]
@@ -585,6 +602,7 @@ def run_check(req, torch, hello):
                 diff = max(float((a - b).abs().max()) for a, b in zip(fl, t4))
                 if diff <= 1e-6 * max(1.0, abs(hi), abs(lo)):
                     degenerate = "output does not depend on the inputs"
+    del o4, m4, xs4
     checks["non_degenerate"] = degenerate is None
     if degenerate:
         reasons.append("degenerate: " + degenerate)
@@ -599,6 +617,7 @@ def run_check(req, torch, hello):
                 oc = cm(*xsc)
                 sync()
             tc = flat_tensors(oc)
+            del mc
             if len(tc) != len(t1) or any(a.shape != b.shape for a, b in zip(t1, tc)):
                 checks["compile"] = False
                 reasons.append("compile: output shapes differ from eager")
