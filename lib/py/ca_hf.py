@@ -27,6 +27,7 @@ Commands:
   train-tokenizer DIR CORPUS [--vocab N] [--style qwen2|llama3]
   encode DIR < texts.ndjson          {"text": s} -> {"ids": [...]}
   decode DIR < ids.ndjson            {"ids": [...]} -> {"text": s}
+  tokenizer-fixture DIR CORPUS       tokenizers, texts and reference ids
   fixture DIR                        all of the make-check references at once
   check-checkpoint DIR < tokens      like logprob (for a checkpoint ca wrote)
   compare A B [--tol X]              per-tensor relative error of two
@@ -375,6 +376,42 @@ def fixture(args):
                     f.write(json.dumps({"completion": g[0, ids.shape[1]:].tolist()}) + "\n")
 
 
+def tokenizer_fixture(out, corpus):
+    """Tokenizers of both styles trained on the corpus, texts to encode
+    (the corpus by lines, whole, and random strings of awkward characters)
+    and the ids the tokenizers library gives them."""
+    import os
+    import random
+    from tokenizers import Tokenizer
+    if not corpus:
+        return
+    os.makedirs(out, exist_ok=True)
+    text = open(corpus, encoding="utf-8", newline="").read()
+    rnd = random.Random(7)
+    alphabet = (list(" \t\n\r'sStTdlLrevVmMaZ09_.,;:!?()[]{}<>=+-*/\\\"#@$%^&|~`") +
+                ["\u00e9", "\u00df", "\u0301", "\u00a0", "\u3000", "\u2028", "\u017f", "\u4e2d",
+                 "\u0663", "\u00bd", "\U0001f680", "\u0416", "<|im_end|>", "<|eot_id|>", "\u0085"])
+    texts = [line + "\n" for line in text.split("\n")] + [text]
+    for _ in range(300):
+        texts.append("".join(rnd.choice(alphabet) for _ in range(rnd.randrange(1, 30))))
+    with open(os.path.join(out, "texts.ndjson"), "w") as f:
+        for t in texts:
+            f.write(json.dumps({"text": t}) + "\n")
+    for style in ("qwen2", "llama3"):
+        d = os.path.join(out, "tok-" + style)
+        train_tokenizer([d, corpus, "--vocab", "600", "--style", style])
+        if style == "llama3":  # as Meta's tokenizer.json
+            path = os.path.join(d, "tokenizer.json")
+            j = json.load(open(path))
+            j["model"]["ignore_merges"] = True
+            json.dump(j, open(path, "w"))
+        tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+        with open(os.path.join(d, "ref-ids.ndjson"), "w") as f:
+            for t in texts:
+                enc = tok.encode(t, add_special_tokens=False).ids
+                f.write(json.dumps({"ids": enc, "text": tok.decode(enc, skip_special_tokens=False)}) + "\n")
+
+
 def check_checkpoint(args):
     """Log-probs of transformers on a checkpoint ca wrote, for tokens.ndjson."""
     import torch
@@ -397,7 +434,8 @@ def main():
     table = {"make-model": make_model, "logprob": logprob, "grad": grad, "adamw": adamw,
              "generate": generate, "train-tokenizer": train_tokenizer, "encode": encode,
              "decode": decode, "unicode-table": unicode_table, "compare": compare,
-             "fixture": fixture, "check-checkpoint": check_checkpoint}
+             "fixture": fixture,
+             "tokenizer-fixture": lambda a: tokenizer_fixture(a[0], a[1]), "check-checkpoint": check_checkpoint}
     if cmd not in table:
         sys.stderr.write("ca_hf.py: unknown command %s\n" % cmd)
         sys.exit(2)

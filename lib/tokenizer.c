@@ -1,0 +1,778 @@
+/* tokenizer: see tokenizer.h. */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "err.h"
+#include "tokenizer.h"
+#include "tokenizer_unicode.h"
+
+/* The pre-tokenizer patterns we implement by hand (see split_piece). */
+static const char qwen2_pattern[] =
+	"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+	"\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char llama3_pattern[] =
+	"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+	"\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+/* Open-addressing hash of byte strings to ids. */
+struct str_map {
+	size_t cap;   /* power of two */
+	struct { const char *s; size_t len; int id; } *slot;
+};
+
+/* Pair (left, right) -> (rank, merged id). */
+struct pair_map {
+	size_t cap;
+	struct { uint64_t key; int rank, id; int used; } *slot;
+};
+
+struct added {
+	char *content;
+	size_t len;
+	int id;
+};
+
+struct ca_tokenizer {
+	int size;
+	char **bytes;          /* id -> raw bytes of the token */
+	size_t *nbytes;
+	int byte_id[256];      /* id of each single byte */
+	struct str_map vocab;  /* raw bytes -> id */
+	struct pair_map merges;
+	int max_digits;        /* 1 (Qwen2) or 3 (Llama 3) */
+	int ignore_merges;
+	int nadded;
+	struct added *added;
+};
+
+static void set_why(char why[CA_TOKENIZER_WHY], const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_why(char why[CA_TOKENIZER_WHY], const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, CA_TOKENIZER_WHY, fmt, ap);
+	va_end(ap);
+}
+
+static uint64_t hash_bytes(const char *s, size_t n)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+	return h;
+}
+
+static void str_map_init(struct str_map *m, size_t n)
+{
+	m->cap = 16;
+	while (m->cap < 2 * n + 16)
+		m->cap *= 2;
+	m->slot = ca_xcalloc(m->cap, sizeof *m->slot);
+}
+
+/* Insert unless present; the string must outlive the map. */
+static void str_map_put(struct str_map *m, const char *s, size_t len, int id)
+{
+	size_t i = hash_bytes(s, len) & (m->cap - 1);
+	while (m->slot[i].s) {
+		if (m->slot[i].len == len && memcmp(m->slot[i].s, s, len) == 0)
+			return;
+		i = (i + 1) & (m->cap - 1);
+	}
+	m->slot[i].s = s;
+	m->slot[i].len = len;
+	m->slot[i].id = id;
+}
+
+static int str_map_get(const struct str_map *m, const char *s, size_t len)
+{
+	size_t i = hash_bytes(s, len) & (m->cap - 1);
+	while (m->slot[i].s) {
+		if (m->slot[i].len == len && memcmp(m->slot[i].s, s, len) == 0)
+			return m->slot[i].id;
+		i = (i + 1) & (m->cap - 1);
+	}
+	return -1;
+}
+
+static uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static void pair_map_put(struct pair_map *m, int a, int b, int rank, int id)
+{
+	uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+	size_t i = mix64(key) & (m->cap - 1);
+	while (m->slot[i].used) {
+		if (m->slot[i].key == key)
+			return;  /* the first (lowest-rank) merge of a pair wins */
+		i = (i + 1) & (m->cap - 1);
+	}
+	m->slot[i].used = 1;
+	m->slot[i].key = key;
+	m->slot[i].rank = rank;
+	m->slot[i].id = id;
+}
+
+static int pair_map_get(const struct pair_map *m, int a, int b, int *id)
+{
+	uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+	size_t i = mix64(key) & (m->cap - 1);
+	while (m->slot[i].used) {
+		if (m->slot[i].key == key) {
+			*id = m->slot[i].id;
+			return m->slot[i].rank;
+		}
+		i = (i + 1) & (m->cap - 1);
+	}
+	return -1;
+}
+
+/* ---- byte-level alphabet ---- */
+
+/* The code point byte b is shown as (GPT-2's printable remapping). */
+static uint32_t byte_to_cp(int b)
+{
+	if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255))
+		return (uint32_t)b;
+	int k = 0;
+	for (int x = 0; x < b; x++)
+		if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255)))
+			k++;
+	return 256u + (uint32_t)k;
+}
+
+/* Decode one UTF-8 sequence at s[0..n); returns its length (1 for invalid bytes, *cp = 0xFFFD). */
+static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
+{
+	unsigned c = s[0];
+	size_t len;
+	uint32_t v, min;
+	if (c < 0x80) {
+		*cp = c;
+		return 1;
+	} else if ((c & 0xe0) == 0xc0) {
+		len = 2, v = c & 0x1f, min = 0x80;
+	} else if ((c & 0xf0) == 0xe0) {
+		len = 3, v = c & 0x0f, min = 0x800;
+	} else if ((c & 0xf8) == 0xf0) {
+		len = 4, v = c & 0x07, min = 0x10000;
+	} else {
+		*cp = 0xfffd;
+		return 1;
+	}
+	if (len > n) {
+		*cp = 0xfffd;
+		return 1;
+	}
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80) {
+			*cp = 0xfffd;
+			return 1;
+		}
+		v = v << 6 | (s[i] & 0x3f);
+	}
+	if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff)) {
+		*cp = 0xfffd;
+		return 1;
+	}
+	*cp = v;
+	return len;
+}
+
+/* A token string of the byte-level alphabet back to raw bytes; -1 if a char is outside it. */
+static int token_to_bytes(const char *s, size_t n, const int cp_to_byte[324], char *out, size_t *outlen)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n;) {
+		uint32_t cp;
+		i += utf8_decode((const unsigned char *)s + i, n - i, &cp);
+		if (cp >= 324 || cp_to_byte[cp] < 0)
+			return -1;
+		out[k++] = (char)cp_to_byte[cp];
+	}
+	*outlen = k;
+	return 0;
+}
+
+/* ---- character classes ---- */
+
+static int in_ranges(uint32_t c, const uint32_t (*r)[2], size_t n)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (c < r[mid][0])
+			hi = mid;
+		else if (c > r[mid][1])
+			lo = mid + 1;
+		else
+			return 1;
+	}
+	return 0;
+}
+
+static int is_letter(uint32_t c)
+{
+	if (c < 128)
+		return (c | 32) >= 'a' && (c | 32) <= 'z';
+	return in_ranges(c, letter_ranges, sizeof letter_ranges / sizeof letter_ranges[0]);
+}
+
+static int is_number(uint32_t c)
+{
+	if (c < 128)
+		return c >= '0' && c <= '9';
+	return in_ranges(c, number_ranges, sizeof number_ranges / sizeof number_ranges[0]);
+}
+
+static int is_space(uint32_t c)
+{
+	return (c >= 9 && c <= 13) || c == 32 || c == 0x85 || c == 0xa0 || c == 0x1680 ||
+	       (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f ||
+	       c == 0x205f || c == 0x3000;
+}
+
+static int is_newline(uint32_t c)
+{
+	return c == '\r' || c == '\n';
+}
+
+static uint32_t fold(uint32_t c)
+{
+	if (c < 128 && c >= 'A' && c <= 'Z')
+		return c | 32;
+	if (c == 0x17f)  /* long s folds to s */
+		return 's';
+	return c;
+}
+
+/*
+ * The end (exclusive) of the pre-token starting at cp[i]: the first
+ * alternative of the pattern that matches, as the regex engine finds it.
+ */
+static size_t match_at(const uint32_t *cp, size_t n, size_t i, int max_digits)
+{
+	uint32_t c = cp[i];
+	/* (?i:'s|'t|'re|'ve|'m|'ll|'d) */
+	if (c == '\'' && i + 1 < n) {
+		uint32_t a = fold(cp[i + 1]), b = i + 2 < n ? fold(cp[i + 2]) : 0;
+		if (a == 's' || a == 't' || a == 'm' || a == 'd')
+			return i + 2;
+		if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
+			return i + 3;
+	}
+	/* [^\r\n\p{L}\p{N}]?\p{L}+ */
+	size_t j = i;
+	if (!is_letter(c) && !is_number(c) && !is_newline(c) && i + 1 < n && is_letter(cp[i + 1]))
+		j = i + 1;
+	if (is_letter(cp[j])) {
+		while (j < n && is_letter(cp[j]))
+			j++;
+		return j;
+	}
+	/* \p{N} or \p{N}{1,3} */
+	if (is_number(c)) {
+		j = i;
+		while (j < n && j - i < (size_t)max_digits && is_number(cp[j]))
+			j++;
+		return j;
+	}
+	/* ' ?[^\s\p{L}\p{N}]+[\r\n]*' */
+	j = c == ' ' ? i + 1 : i;
+	if (j < n && !is_space(cp[j]) && !is_letter(cp[j]) && !is_number(cp[j])) {
+		while (j < n && !is_space(cp[j]) && !is_letter(cp[j]) && !is_number(cp[j]))
+			j++;
+		while (j < n && is_newline(cp[j]))
+			j++;
+		return j;
+	}
+	if (is_space(c)) {
+		size_t e = i;
+		while (e < n && is_space(cp[e]))
+			e++;
+		/* \s*[\r\n]+ : up to and including the run's last line break */
+		size_t p = e;
+		while (p > i && !is_newline(cp[p - 1]))
+			p--;
+		if (p > i)
+			return p;
+		/* \s+(?!\S) : all of the run at the end, else all but its last char */
+		if (e == n)
+			return e;
+		if (e - i >= 2)
+			return e - 1;
+		return e;  /* \s+ */
+	}
+	return i + 1;
+}
+
+/* ---- BPE ---- */
+
+static void push_id(int **ids, size_t *n, size_t *cap, int id)
+{
+	if (*n == *cap)
+		*ids = ca_xrealloc(*ids, sizeof **ids * (*cap = *cap ? 2 * *cap : 64));
+	(*ids)[(*n)++] = id;
+}
+
+static void bpe_piece(const struct ca_tokenizer *t, const char *s, size_t len, int **ids, size_t *n,
+		      size_t *cap)
+{
+	if (t->ignore_merges) {
+		int whole = str_map_get(&t->vocab, s, len);
+		if (whole >= 0) {
+			push_id(ids, n, cap, whole);
+			return;
+		}
+	}
+	int stack[64];
+	int *sym = len <= 64 ? stack : ca_xmalloc(sizeof(int) * len);
+	size_t m = len;
+	for (size_t i = 0; i < len; i++)
+		sym[i] = t->byte_id[(unsigned char)s[i]];
+	for (;;) {
+		int best_rank = INT_MAX, best_id = -1;
+		size_t best_at = 0;
+		for (size_t i = 0; i + 1 < m; i++) {
+			int id, rank = pair_map_get(&t->merges, sym[i], sym[i + 1], &id);
+			if (rank >= 0 && rank < best_rank) {
+				best_rank = rank;
+				best_id = id;
+				best_at = i;
+			}
+		}
+		if (best_id < 0)
+			break;
+		sym[best_at] = best_id;
+		memmove(sym + best_at + 1, sym + best_at + 2, sizeof(int) * (m - best_at - 2));
+		m--;
+	}
+	for (size_t i = 0; i < m; i++)
+		push_id(ids, n, cap, sym[i]);
+	if (sym != stack)
+		free(sym);
+}
+
+/* Pre-tokenize and encode one stretch of text without added tokens. */
+static void encode_plain(const struct ca_tokenizer *t, const char *text, size_t len, int **ids, size_t *n,
+			 size_t *cap)
+{
+	if (len == 0)
+		return;
+	uint32_t *cp = ca_xmalloc(sizeof *cp * len);
+	size_t *off = ca_xmalloc(sizeof *off * (len + 1));
+	size_t ncp = 0;
+	for (size_t i = 0; i < len;) {
+		off[ncp] = i;
+		i += utf8_decode((const unsigned char *)text + i, len - i, &cp[ncp]);
+		ncp++;
+	}
+	off[ncp] = len;
+	for (size_t i = 0; i < ncp;) {
+		size_t e = match_at(cp, ncp, i, t->max_digits);
+		bpe_piece(t, text + off[i], off[e] - off[i], ids, n, cap);
+		i = e;
+	}
+	free(cp);
+	free(off);
+}
+
+size_t ca_tokenizer_encode(const struct ca_tokenizer *t, const char *text, size_t len, int **ids)
+{
+	size_t n = 0, cap = 0;
+	*ids = NULL;
+	size_t start = 0;
+	for (size_t i = 0; i < len;) {
+		int best = -1;
+		for (int a = 0; a < t->nadded; a++)
+			if (t->added[a].len > 0 && t->added[a].len <= len - i &&
+			    memcmp(text + i, t->added[a].content, t->added[a].len) == 0 &&
+			    (best < 0 || t->added[a].len > t->added[best].len))
+				best = a;
+		if (best < 0) {
+			i++;
+			continue;
+		}
+		encode_plain(t, text + start, i - start, ids, &n, &cap);
+		push_id(ids, &n, &cap, t->added[best].id);
+		i += t->added[best].len;
+		start = i;
+	}
+	encode_plain(t, text + start, len - start, ids, &n, &cap);
+	if (!*ids)
+		*ids = ca_xmalloc(sizeof(int));
+	return n;
+}
+
+char *ca_tokenizer_decode(const struct ca_tokenizer *t, const int *ids, size_t n, size_t *len)
+{
+	size_t total = 0;
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] >= 0 && ids[i] < t->size && t->bytes[ids[i]])
+			total += t->nbytes[ids[i]];
+	char *out = ca_xmalloc(total + 1), *p = out;
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] >= 0 && ids[i] < t->size && t->bytes[ids[i]]) {
+			memcpy(p, t->bytes[ids[i]], t->nbytes[ids[i]]);
+			p += t->nbytes[ids[i]];
+		}
+	*p = 0;
+	*len = total;
+	return out;
+}
+
+int ca_tokenizer_added_id(const struct ca_tokenizer *t, const char *content)
+{
+	for (int a = 0; a < t->nadded; a++)
+		if (strcmp(t->added[a].content, content) == 0)
+			return t->added[a].id;
+	return -1;
+}
+
+int ca_tokenizer_size(const struct ca_tokenizer *t)
+{
+	return t->size;
+}
+
+void ca_tokenizer_free(struct ca_tokenizer *t)
+{
+	if (!t)
+		return;
+	for (int i = 0; i < t->size; i++)
+		free(t->bytes[i]);
+	free(t->bytes);
+	free(t->nbytes);
+	free(t->vocab.slot);
+	free(t->merges.slot);
+	for (int a = 0; a < t->nadded; a++)
+		free(t->added[a].content);
+	free(t->added);
+	free(t);
+}
+
+/* ---- loading ---- */
+
+static char *read_file(const char *path, size_t *len)
+{
+	FILE *fp = fopen(path, "rb");
+	if (!fp)
+		return NULL;
+	size_t cap = 1 << 16, n = 0, got;
+	char *buf = ca_xmalloc(cap);
+	while ((got = fread(buf + n, 1, cap - n, fp)) > 0)
+		if ((n += got) == cap)
+			buf = ca_xrealloc(buf, cap *= 2);
+	int bad = ferror(fp);
+	fclose(fp);
+	if (bad) {
+		free(buf);
+		return NULL;
+	}
+	*len = n;
+	return buf;
+}
+
+/* Find the Split regex in the pre-tokenizer and decide which pattern it is. */
+static int check_pre_tokenizer(struct ca_tokenizer *t, jv pre, char why[CA_TOKENIZER_WHY])
+{
+	jv list = jv_object_get(jv_copy(pre), jv_string("pretokenizers"));
+	if (jv_get_kind(list) != JV_KIND_ARRAY) {
+		jv_free(list);
+		list = JV_ARRAY(jv_copy(pre));
+	}
+	int found = 0, rc = 0;
+	for (int i = 0; i < jv_array_length(jv_copy(list)) && rc == 0; i++) {
+		jv p = jv_array_get(jv_copy(list), i);
+		jv type = jv_object_get(jv_copy(p), jv_string("type"));
+		const char *ty = jv_get_kind(type) == JV_KIND_STRING ? jv_string_value(type) : "";
+		if (strcmp(ty, "Split") == 0) {
+			jv re = jv_object_get(jv_object_get(jv_copy(p), jv_string("pattern")), jv_string("Regex"));
+			const char *s = jv_get_kind(re) == JV_KIND_STRING ? jv_string_value(re) : "";
+			if (strcmp(s, qwen2_pattern) == 0) {
+				t->max_digits = 1, found = 1;
+			} else if (strcmp(s, llama3_pattern) == 0) {
+				t->max_digits = 3, found = 1;
+			} else {
+				set_why(why, "tokenizer.json: unsupported pre-tokenizer pattern (Qwen2 and Llama 3 only)");
+				rc = -1;
+			}
+			jv_free(re);
+		} else if (strcmp(ty, "ByteLevel") == 0) {
+			jv use = jv_object_get(jv_copy(p), jv_string("use_regex"));
+			jv prefix = jv_object_get(jv_copy(p), jv_string("add_prefix_space"));
+			if (jv_get_kind(use) == JV_KIND_TRUE || jv_get_kind(prefix) == JV_KIND_TRUE) {
+				set_why(why, "tokenizer.json: ByteLevel with use_regex or add_prefix_space is not supported");
+				rc = -1;
+			}
+			jv_free(use);
+			jv_free(prefix);
+		} else {
+			set_why(why, "tokenizer.json: pre-tokenizer %s is not supported", ty);
+			rc = -1;
+		}
+		jv_free(type);
+		jv_free(p);
+	}
+	jv_free(list);
+	if (rc == 0 && !found) {
+		set_why(why, "tokenizer.json: no Split pre-tokenizer (byte-level BPE of Qwen2/Llama 3 expected)");
+		rc = -1;
+	}
+	return rc;
+}
+
+/* A merge entry: "a b" (older files) or ["a", "b"]. */
+static int merge_parts(jv m, const char **a, size_t *alen, const char **b, size_t *blen, jv *hold)
+{
+	if (jv_get_kind(m) == JV_KIND_STRING) {
+		const char *s = jv_string_value(m);
+		const char *sp = strchr(s, ' ');
+		if (!sp)
+			return -1;
+		*a = s, *alen = (size_t)(sp - s), *b = sp + 1, *blen = strlen(sp + 1);
+		*hold = m;
+		return 0;
+	}
+	if (jv_get_kind(m) == JV_KIND_ARRAY && jv_array_length(jv_copy(m)) == 2) {
+		jv x = jv_array_get(jv_copy(m), 0), y = jv_array_get(jv_copy(m), 1);
+		if (jv_get_kind(x) != JV_KIND_STRING || jv_get_kind(y) != JV_KIND_STRING) {
+			jv_free(x), jv_free(y), jv_free(m);
+			return -1;
+		}
+		hold[0] = x, hold[1] = y;
+		jv_free(m);
+		*a = jv_string_value(x), *alen = (size_t)jv_string_length_bytes(jv_copy(x));
+		*b = jv_string_value(y), *blen = (size_t)jv_string_length_bytes(jv_copy(y));
+		return 1;
+	}
+	jv_free(m);
+	return -1;
+}
+
+struct ca_tokenizer *ca_tokenizer_load(const char *path, char why[CA_TOKENIZER_WHY])
+{
+	char file[PATH_MAX];
+	struct stat st;
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+		snprintf(file, sizeof file, "%s/tokenizer.json", path);
+	else
+		snprintf(file, sizeof file, "%s", path);
+	size_t len;
+	char *text = read_file(file, &len);
+	if (!text) {
+		set_why(why, "%s: %s", file, strerror(errno));
+		return NULL;
+	}
+	jv root = jv_parse_sized(text, (int)len);
+	free(text);
+	if (jv_get_kind(root) != JV_KIND_OBJECT) {
+		jv_free(root);
+		set_why(why, "%s: not a JSON object", file);
+		return NULL;
+	}
+	struct ca_tokenizer *t = ca_xcalloc(1, sizeof *t);
+	jv model = jv_object_get(jv_copy(root), jv_string("model"));
+	jv vocab = jv_invalid(), merges = jv_invalid(), added = jv_invalid();
+	int cp_to_byte[324];
+	char *buf = NULL;
+	int ok = 0;
+	jv type = jv_get_kind(model) == JV_KIND_OBJECT ? jv_object_get(jv_copy(model), jv_string("type")) : jv_invalid();
+	if (jv_get_kind(type) != JV_KIND_STRING || strcmp(jv_string_value(type), "BPE") != 0) {
+		set_why(why, "%s: model type is not BPE", file);
+		jv_free(type);
+		goto out;
+	}
+	jv_free(type);
+	if (check_pre_tokenizer(t, jv_object_get(jv_copy(root), jv_string("pre_tokenizer")), why) < 0)
+		goto out;
+	t->ignore_merges = jv_get_kind(jv_object_get(jv_copy(model), jv_string("ignore_merges"))) == JV_KIND_TRUE;
+	vocab = jv_object_get(jv_copy(model), jv_string("vocab"));
+	merges = jv_object_get(jv_copy(model), jv_string("merges"));
+	added = jv_object_get(jv_copy(root), jv_string("added_tokens"));
+	if (jv_get_kind(vocab) != JV_KIND_OBJECT || jv_get_kind(merges) != JV_KIND_ARRAY) {
+		set_why(why, "%s: model.vocab or model.merges missing", file);
+		goto out;
+	}
+	/* Size: the largest id in the vocabulary or the added tokens, plus one. */
+	int maxid = -1;
+	jv_object_foreach(vocab, k, v) {
+		if (jv_get_kind(v) == JV_KIND_NUMBER && jv_number_value(v) > maxid)
+			maxid = (int)jv_number_value(v);
+		jv_free(k);
+		jv_free(v);
+	}
+	int nadded = jv_get_kind(added) == JV_KIND_ARRAY ? jv_array_length(jv_copy(added)) : 0;
+	t->added = ca_xcalloc((size_t)nadded + 1, sizeof *t->added);
+	for (int i = 0; i < nadded; i++) {
+		jv a = jv_array_get(jv_copy(added), i);
+		jv content = jv_object_get(jv_copy(a), jv_string("content"));
+		jv id = jv_object_get(a, jv_string("id"));
+		if (jv_get_kind(content) == JV_KIND_STRING && jv_get_kind(id) == JV_KIND_NUMBER) {
+			struct added *x = &t->added[t->nadded++];
+			x->content = ca_xstrdup(jv_string_value(content));
+			x->len = strlen(x->content);
+			x->id = (int)jv_number_value(id);
+			if (x->id > maxid)
+				maxid = x->id;
+		}
+		jv_free(content);
+		jv_free(id);
+	}
+	if (maxid < 0 || maxid > 10000000) {
+		set_why(why, "%s: bad vocabulary size", file);
+		goto out;
+	}
+	t->size = maxid + 1;
+	t->bytes = ca_xcalloc((size_t)t->size, sizeof *t->bytes);
+	t->nbytes = ca_xcalloc((size_t)t->size, sizeof *t->nbytes);
+	for (int i = 0; i < 324; i++)
+		cp_to_byte[i] = -1;
+	for (int b = 0; b < 256; b++)
+		cp_to_byte[byte_to_cp(b)] = b;
+	str_map_init(&t->vocab, (size_t)t->size);
+	buf = ca_xmalloc(1 << 16);
+	jv_object_foreach(vocab, k, v) {
+		size_t klen = (size_t)jv_string_length_bytes(jv_copy(k)), blen;
+		int id = jv_get_kind(v) == JV_KIND_NUMBER ? (int)jv_number_value(v) : -1;
+		if (id >= 0 && klen < (1 << 16) &&
+		    token_to_bytes(jv_string_value(k), klen, cp_to_byte, buf, &blen) == 0 && !t->bytes[id]) {
+			t->bytes[id] = ca_xmalloc(blen + 1);
+			memcpy(t->bytes[id], buf, blen);
+			t->nbytes[id] = blen;
+		}
+		jv_free(k);
+		jv_free(v);
+	}
+	for (int a = 0; a < t->nadded; a++) {
+		int id = t->added[a].id;
+		free(t->bytes[id]);
+		t->bytes[id] = ca_xstrdup(t->added[a].content);
+		t->nbytes[id] = t->added[a].len;
+	}
+	for (int id = 0; id < t->size; id++)
+		if (t->bytes[id])
+			str_map_put(&t->vocab, t->bytes[id], t->nbytes[id], id);
+	for (int b = 0; b < 256; b++) {
+		char c = (char)b;
+		t->byte_id[b] = str_map_get(&t->vocab, &c, 1);
+		if (t->byte_id[b] < 0) {
+			set_why(why, "%s: byte %d has no token (not a byte-level vocabulary)", file, b);
+			goto out;
+		}
+	}
+	int nmerges = jv_array_length(jv_copy(merges));
+	t->merges.cap = 16;
+	while (t->merges.cap < 2 * (size_t)nmerges + 16)
+		t->merges.cap *= 2;
+	t->merges.slot = ca_xcalloc(t->merges.cap, sizeof *t->merges.slot);
+	for (int r = 0; r < nmerges; r++) {
+		const char *a, *b;
+		size_t alen, blen, ra, rb;
+		jv hold[2] = {jv_invalid(), jv_invalid()};
+		int kind = merge_parts(jv_array_get(jv_copy(merges), r), &a, &alen, &b, &blen, hold);
+		int bad = kind < 0 || alen + blen >= (1 << 15) ||
+			  token_to_bytes(a, alen, cp_to_byte, buf, &ra) < 0 ||
+			  token_to_bytes(b, blen, cp_to_byte, buf + ra, &rb) < 0;
+		int ia = -1, ib = -1, im = -1;
+		if (!bad) {
+			ia = str_map_get(&t->vocab, buf, ra);
+			ib = str_map_get(&t->vocab, buf + ra, rb);
+			im = str_map_get(&t->vocab, buf, ra + rb);
+		}
+		jv_free(hold[0]);
+		jv_free(hold[1]);
+		if (bad || ia < 0 || ib < 0 || im < 0) {
+			set_why(why, "%s: merge %d is not made of vocabulary tokens", file, r);
+			goto out;
+		}
+		pair_map_put(&t->merges, ia, ib, r, im);
+	}
+	ok = 1;
+out:
+	free(buf);
+	jv_free(vocab);
+	jv_free(merges);
+	jv_free(added);
+	jv_free(model);
+	jv_free(root);
+	if (!ok) {
+		ca_tokenizer_free(t);
+		return NULL;
+	}
+	return t;
+}
+
+/* ---- chat formats ---- */
+
+static void append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
+{
+	while (*len + n + 1 > *cap)
+		*buf = ca_xrealloc(*buf, *cap = *cap ? 2 * *cap : 256);
+	memcpy(*buf + *len, s, n);
+	*len += n;
+	(*buf)[*len] = 0;
+}
+
+#define APPEND(s) append(&out, &len, &cap, (s), strlen(s))
+
+char *ca_tokenizer_chat(const struct ca_tokenizer *t, jv messages, int add_generation_prompt,
+			int *stop_id, char why[CA_TOKENIZER_WHY])
+{
+	int chatml = ca_tokenizer_added_id(t, "<|im_start|>") >= 0;
+	int llama3 = ca_tokenizer_added_id(t, "<|start_header_id|>") >= 0;
+	if (!chatml && !llama3) {
+		set_why(why, "the tokenizer has no chat tokens (<|im_start|> or <|start_header_id|>)");
+		return NULL;
+	}
+	if (jv_get_kind(messages) != JV_KIND_ARRAY) {
+		set_why(why, "messages is not an array");
+		return NULL;
+	}
+	char *out = NULL;
+	size_t len = 0, cap = 0;
+	append(&out, &len, &cap, "", 0);
+	if (llama3 && ca_tokenizer_added_id(t, "<|begin_of_text|>") >= 0)
+		APPEND("<|begin_of_text|>");
+	int n = jv_array_length(jv_copy(messages));
+	for (int i = 0; i < n; i++) {
+		jv m = jv_array_get(jv_copy(messages), i);
+		jv role = jv_get_kind(m) == JV_KIND_OBJECT ? jv_object_get(jv_copy(m), jv_string("role")) : jv_invalid();
+		jv content = jv_get_kind(m) == JV_KIND_OBJECT ? jv_object_get(jv_copy(m), jv_string("content")) : jv_invalid();
+		int good = jv_get_kind(role) == JV_KIND_STRING && jv_get_kind(content) == JV_KIND_STRING;
+		if (good && chatml) {
+			APPEND("<|im_start|>");
+			APPEND(jv_string_value(role));
+			APPEND("\n");
+			APPEND(jv_string_value(content));
+			APPEND("<|im_end|>\n");
+		} else if (good) {
+			APPEND("<|start_header_id|>");
+			APPEND(jv_string_value(role));
+			APPEND("<|end_header_id|>\n\n");
+			APPEND(jv_string_value(content));
+			APPEND("<|eot_id|>");
+		}
+		jv_free(role);
+		jv_free(content);
+		jv_free(m);
+		if (!good) {
+			set_why(why, "message %d lacks a string role or content", i);
+			free(out);
+			return NULL;
+		}
+	}
+	if (add_generation_prompt)
+		APPEND(chatml ? "<|im_start|>assistant\n" : "<|start_header_id|>assistant<|end_header_id|>\n\n");
+	*stop_id = ca_tokenizer_added_id(t, chatml ? "<|im_end|>" : "<|eot_id|>");
+	return out;
+}

@@ -1,0 +1,37 @@
+#!/bin/sh
+# lib/tokenizer against the tokenizers library (which transformers uses):
+# byte-level BPE tokenizers of the Qwen2 and Llama 3 styles trained by the
+# test on a code+prose corpus; the same ids for every text (the corpus by
+# lines, whole, and 300 random strings of awkward characters: contractions,
+# CRLF, Unicode spaces, combining marks, special tokens) and exact round trips.
+. "$(dirname "$0")/test-lib.sh"
+
+if ! "$(ca_python)" -c 'import tokenizers' >/dev/null 2>&1; then
+	skip 'tokenizer vs tokenizers' 'the tokenizers library is not installed (make deps)'
+	test_done
+	exit 0
+fi
+FX=$TRASH_BASE/fx
+export FX
+if ! "$(ca_python)" "$ROOT/lib/py/ca_hf.py" tokenizer-fixture "$FX" "$TESTS_DIR/data/t0503-corpus.txt" \
+	>"$TRASH_BASE/fixture.log" 2>&1; then
+	cat "$TRASH_BASE/fixture.log"
+	skip 'tokenizer vs tokenizers' 'building the fixture failed'
+	test_done
+	exit 0
+fi
+for style in qwen2 llama3; do
+	expect_success "$style: encode gives the reference ids on $(wc -l <"$FX/texts.ndjson") texts" '
+		test-tokenizer "$FX/tok-'$style'" <"$FX/texts.ndjson" >out &&
+		jq -c .ids out >ca && jq -c .ids "$FX/tok-'$style'/ref-ids.ndjson" >ref && cmp_output ref ca
+	'
+	expect_success "$style: decode(encode(text)) is the text" '
+		test-tokenizer "$FX/tok-'$style'" <"$FX/texts.ndjson" >out &&
+		jq -c .text out >ca && jq -c .text "$FX/texts.ndjson" >ref && cmp_output ref ca
+	'
+done
+expect_success 'an unsupported tokenizer.json is refused with a reason' '
+	echo "{\"model\":{\"type\":\"WordPiece\"}}" >tokenizer.json &&
+	{ echo "{\"text\":\"x\"}" | test-tokenizer . 2>err; test $? -eq 3; } && grep -q "not BPE" err
+'
+test_done
