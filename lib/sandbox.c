@@ -530,6 +530,8 @@ static noreturn void worker_main(const struct plan *pl)
 	apply_landlock(pl);
 	if (!cfg->allow_network)
 		apply_seccomp(pl);
+	/* Die with the supervisor (set after the uid change, which clears it). */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	exec_command(pl);
 }
 
