@@ -201,7 +201,7 @@ int main(int argc, char **argv)
 		[CA_TRAIN_REF_LOGPROBS] = cfg.kl_coef != 0 ? "ref_logprobs" : NULL,
 	};
 	struct ca_train_data d;
-	ca_train_read(argc - optind, argv + optind, names, m->cfg.vocab_size, &d);
+	ca_train_read(argc - optind, argv + optind, names, &m->cfg, &d);
 	if (cfg.whiten)
 		whiten(&d);
 	struct totals t = {.ratio_min = INFINITY, .ratio_max = -INFINITY};

@@ -103,7 +103,7 @@ int main(int argc, char **argv)
 	struct ca_model *m = ca_train_load(in, 0);
 	const char *names[CA_TRAIN_NFIELDS] = {0};
 	struct ca_train_data d;
-	ca_train_read(argc - optind, argv + optind, names, m->cfg.vocab_size, &d);
+	ca_train_read(argc - optind, argv + optind, names, &m->cfg, &d);
 	struct totals t = {0};
 	int nmb = o.mini_batches < d.nseq ? o.mini_batches : d.nseq;
 	for (int e = 0; e < o.epochs; e++) {

@@ -124,7 +124,7 @@ int main(int argc, char **argv)
 		[CA_TRAIN_VALUES] = isfinite(clip) ? "values" : NULL,
 	};
 	struct ca_train_data d;
-	ca_train_read(argc - optind, argv + optind, names, m->cfg.vocab_size, &d);
+	ca_train_read(argc - optind, argv + optind, names, &m->cfg, &d);
 	struct totals t = {0};
 	int nmb = o.mini_batches < d.nseq ? o.mini_batches : d.nseq;
 	for (int e = 0; e < o.epochs; e++) {

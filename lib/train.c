@@ -17,41 +17,106 @@
 #include "paths.h"
 #include "train.h"
 
-/* A per-token number array; null is allowed (read as 0) where the mask is 0. */
-static const char *number_array(jv record, const char *key, int n, const unsigned char *mask,
-	double **out)
+/*
+ * Reading. A record's arrays are first gathered as doubles (null as NaN,
+ * booleans as 0/1), from the raw text when lib/json's scanner vouches for
+ * the line (large batches are mostly number arrays, and building jv values
+ * for them costs more than anything else here), else through libjq, which
+ * also decides what a malformed line is. One validation serves both.
+ */
+enum { K_TOKENS, K_MASK, K_REWARD, K_FIELD0 };
+#define NKEYS (K_FIELD0 + CA_TRAIN_NFIELDS)
+
+struct raw {
+	double *a[NKEYS];
+	long n[NKEYS];        /* -1: absent; -2: present but not an array of numbers */
+	size_t cap[NKEYS];
+	double reward;
+	int has_reward;
+};
+
+static void raw_reserve(struct raw *r, int k, size_t n)
 {
-	static char why[160];
-	jv a = ca_json_get(record, key);
-	if (jv_get_kind(a) != JV_KIND_ARRAY) {
-		jv_free(a);
-		snprintf(why, sizeof why, "record has no %s array", key);
-		return why;
+	if (r->cap[k] < n) {
+		r->cap[k] = n * 2;
+		r->a[k] = ca_xrealloc(r->a[k], sizeof(double) * r->cap[k]);
 	}
-	if (jv_array_length(jv_copy(a)) != n) {
-		jv_free(a);
-		snprintf(why, sizeof why, "%s has a different length than tokens", key);
-		return why;
-	}
-	double *x = ca_xmalloc(sizeof(double) * (size_t)n);
-	for (int i = 0; i < n; i++) {
-		jv e = jv_array_get(jv_copy(a), i);
-		if (jv_get_kind(e) == JV_KIND_NUMBER && isfinite(jv_number_value(e))) {
-			x[i] = jv_number_value(e);
-		} else if (jv_get_kind(e) == JV_KIND_NULL && !mask[i]) {
-			x[i] = 0;
+}
+
+static const char *skip_space(const char *p, const char *end)
+{
+	while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+		p++;
+	return p;
+}
+
+/* An array of numbers, nulls and booleans from validated JSON text; -1 otherwise. */
+static long text_array(struct raw *r, int k, struct ca_json_span sp)
+{
+	const char *p = sp.start, *end = sp.start + sp.len;
+	p = skip_space(p, end);
+	if (p == end || *p != '[')
+		return -1;
+	p = skip_space(p + 1, end);
+	long n = 0;
+	if (p < end && *p == ']')
+		return 0;
+	for (;;) {
+		raw_reserve(r, k, (size_t)n + 1);
+		double x;
+		if (end - p >= 4 && memcmp(p, "null", 4) == 0) {
+			x = NAN;
+			p += 4;
+		} else if (end - p >= 4 && memcmp(p, "true", 4) == 0) {
+			x = 1;
+			p += 4;
+		} else if (end - p >= 5 && memcmp(p, "false", 5) == 0) {
+			x = 0;
+			p += 5;
+		} else if (*p == '-' || (*p >= '0' && *p <= '9')) {
+			char *stop;
+			x = ca_json_strtod(p, &stop);
+			if (stop == p)
+				return -1;
+			p = stop;
 		} else {
-			jv_free(e);
-			jv_free(a);
-			free(x);
-			snprintf(why, sizeof why, "%s[%d] is not a finite number", key, i);
-			return why;
+			return -1;
 		}
-		jv_free(e);
+		r->a[k][n++] = x;
+		p = skip_space(p, end);
+		if (p < end && *p == ',') {
+			p = skip_space(p + 1, end);
+			continue;
+		}
+		return p < end && *p == ']' ? n : -1;
+	}
+}
+
+static long jv_numbers(struct raw *r, int k, jv record, const char *key)
+{
+	jv a = ca_json_get(record, key);
+	long n;
+	if (jv_get_kind(a) == JV_KIND_INVALID || jv_get_kind(a) == JV_KIND_NULL) {
+		n = -1;
+	} else if (jv_get_kind(a) != JV_KIND_ARRAY) {
+		n = -2;
+	} else {
+		n = jv_array_length(jv_copy(a));
+		raw_reserve(r, k, (size_t)n + 1);
+		for (long i = 0; i < n && n >= 0; i++) {
+			jv e = jv_array_get(jv_copy(a), (int)i);
+			switch (jv_get_kind(e)) {
+			case JV_KIND_NUMBER: r->a[k][i] = jv_number_value(e); break;
+			case JV_KIND_NULL: r->a[k][i] = NAN; break;
+			case JV_KIND_TRUE: r->a[k][i] = 1; break;
+			case JV_KIND_FALSE: r->a[k][i] = 0; break;
+			default: n = -2; break;
+			}
+			jv_free(e);
+		}
 	}
 	jv_free(a);
-	*out = x;
-	return NULL;
+	return n;
 }
 
 static void seq_free(struct ca_train_seq *s)
@@ -62,113 +127,177 @@ static void seq_free(struct ca_train_seq *s)
 		free(s->field[k]);
 }
 
-static const char *parse_seq(jv record, const char *const names[CA_TRAIN_NFIELDS], int vocab_size,
-	struct ca_train_seq *s)
+/* Check the gathered arrays and build the sequence; NULL or why not. */
+static const char *validate(const struct raw *r, const char *const names[CA_TRAIN_NFIELDS],
+	const struct ca_model_config *cfg, struct ca_train_seq *s)
 {
-	static char why[160];
+	static char why[200];
 	memset(s, 0, sizeof *s);
-	jv toks = ca_json_get(record, "tokens");
-	if (jv_get_kind(toks) != JV_KIND_ARRAY) {
-		jv_free(toks);
-		return "record has no tokens array";
-	}
-	int n = jv_array_length(jv_copy(toks));
-	if (n < 2) {
-		jv_free(toks);
+	long n = r->n[K_TOKENS];
+	if (n < 0)
+		return n == -1 ? "record has no tokens array" : "tokens is not an array of numbers";
+	if (n < 2)
 		return "a record needs at least two tokens (the first is never trained on)";
+	if (n > cfg->max_positions) {
+		snprintf(why, sizeof why, "%ld tokens exceed the model's max_position_embeddings %d", n,
+			cfg->max_positions);
+		return why;
 	}
-	s->n = n;
-	s->tokens = ca_xmalloc(sizeof(int) * (size_t)n);
-	s->mask = ca_xmalloc((size_t)n);
-	for (int i = 0; i < n; i++) {
-		jv t = jv_array_get(jv_copy(toks), i);
-		double x = jv_get_kind(t) == JV_KIND_NUMBER ? jv_number_value(t) : -1;
-		jv_free(t);
-		if (!(x >= 0 && x < vocab_size) || x != floor(x)) {
-			jv_free(toks);
-			snprintf(why, sizeof why, "tokens[%d] is not a token id of the model (vocabulary %d)", i,
-				vocab_size);
+	for (long i = 0; i < n; i++) {
+		double x = r->a[K_TOKENS][i];
+		if (!(x >= 0 && x < cfg->vocab_size) || x != floor(x)) {
+			snprintf(why, sizeof why, "tokens[%ld] is not a token id of the model (vocabulary %d)", i,
+				cfg->vocab_size);
 			return why;
 		}
-		s->tokens[i] = (int)x;
 	}
-	jv_free(toks);
-	jv mask = ca_json_get(record, "mask");
-	if (jv_get_kind(mask) == JV_KIND_ARRAY) {
-		if (jv_array_length(jv_copy(mask)) != n) {
-			jv_free(mask);
-			return "mask has a different length than tokens";
-		}
-		for (int i = 0; i < n; i++) {
-			jv e = jv_array_get(jv_copy(mask), i);
-			int ok = jv_get_kind(e) == JV_KIND_NUMBER &&
-				(jv_number_value(e) == 0 || jv_number_value(e) == 1);
-			s->mask[i] = ok && jv_number_value(e) == 1;
-			jv_free(e);
-			if (!ok) {
-				jv_free(mask);
-				snprintf(why, sizeof why, "mask[%d] is not 0 or 1", i);
-				return why;
-			}
-		}
-	} else if (jv_get_kind(mask) == JV_KIND_INVALID || jv_get_kind(mask) == JV_KIND_NULL) {
-		memset(s->mask, 1, (size_t)n);
-	} else {
-		jv_free(mask);
+	if (r->n[K_MASK] == -2)
 		return "mask is not an array";
+	if (r->n[K_MASK] >= 0 && r->n[K_MASK] != n)
+		return "mask has a different length than tokens";
+	for (long i = 0; r->n[K_MASK] >= 0 && i < n; i++) {
+		double x = r->a[K_MASK][i];
+		if (x != 0 && x != 1) {
+			snprintf(why, sizeof why, "mask[%ld] is not 0 or 1", i);
+			return why;
+		}
 	}
-	jv_free(mask);
-	s->mask[0] = 0;
 	for (int k = 0; k < CA_TRAIN_NFIELDS; k++) {
 		if (!names[k])
 			continue;
-		const char *bad = number_array(record, names[k], n, s->mask, &s->field[k]);
-		if (bad)
-			return bad;
+		long m = r->n[K_FIELD0 + k];
+		if (m < 0) {
+			snprintf(why, sizeof why, m == -1 ? "record has no %s array" : "%s is not an array of numbers",
+				names[k]);
+			return why;
+		}
+		if (m != n) {
+			snprintf(why, sizeof why, "%s has a different length than tokens", names[k]);
+			return why;
+		}
+		for (long i = 1; i < n; i++) {
+			int on = r->n[K_MASK] < 0 || r->a[K_MASK][i] == 1;
+			if (on && !isfinite(r->a[K_FIELD0 + k][i])) {
+				snprintf(why, sizeof why, "%s[%ld] is not a finite number", names[k], i);
+				return why;
+			}
+		}
+	}
+	s->n = (int)n;
+	s->tokens = ca_xmalloc(sizeof(int) * (size_t)n);
+	s->mask = ca_xmalloc((size_t)n);
+	for (long i = 0; i < n; i++) {
+		s->tokens[i] = (int)r->a[K_TOKENS][i];
+		s->mask[i] = i > 0 && (r->n[K_MASK] < 0 || r->a[K_MASK][i] == 1);
+	}
+	for (int k = 0; k < CA_TRAIN_NFIELDS; k++) {
+		if (!names[k])
+			continue;
+		s->field[k] = ca_xmalloc(sizeof(double) * (size_t)n);
+		for (long i = 0; i < n; i++) {
+			double x = r->a[K_FIELD0 + k][i];
+			s->field[k][i] = s->mask[i] ? x : isfinite(x) ? x : 0;
+		}
 	}
 	return NULL;
 }
 
+/* The fast path: 1 with r filled, 0 when libjq must decide. */
+static int gather_text(struct raw *r, const char *text, size_t len, const char *const keys[NKEYS])
+{
+	const char *want[NKEYS];
+	int map[NKEYS], nwant = 0;
+	for (int k = 0; k < NKEYS; k++) {
+		r->n[k] = -1;
+		if (keys[k]) {
+			map[nwant] = k;
+			want[nwant++] = keys[k];
+		}
+	}
+	struct ca_json_span spans[NKEYS];
+	size_t close;
+	if (ca_json_scan_object(text, len, want, (size_t)nwant, spans, &close) < 0)
+		return 0;
+	r->has_reward = 0;
+	for (int j = 0; j < nwant; j++) {
+		int k = map[j];
+		if (!spans[j].start)
+			continue;
+		if (k == K_REWARD) {
+			const char *p = spans[j].start;
+			if (*p == '-' || (*p >= '0' && *p <= '9')) {
+				char *stop;
+				r->reward = ca_json_strtod(p, &stop);
+				r->has_reward = isfinite(r->reward);
+			}
+			continue;
+		}
+		if (spans[j].len == 4 && memcmp(spans[j].start, "null", 4) == 0)
+			continue;
+		if ((r->n[k] = text_array(r, k, spans[j])) < 0)
+			return 0;
+	}
+	return 1;
+}
+
+static void gather_jv(struct raw *r, jv record, const char *const keys[NKEYS])
+{
+	for (int k = 0; k < NKEYS; k++)
+		r->n[k] = k == K_REWARD || !keys[k] ? -1 : jv_numbers(r, k, record, keys[k]);
+	r->has_reward = ca_json_number(record, "reward", &r->reward) == 1;
+}
+
 void ca_train_read(int nfiles, char **files, const char *const names[CA_TRAIN_NFIELDS],
-	int vocab_size, struct ca_train_data *d)
+	const struct ca_model_config *cfg, struct ca_train_data *d)
 {
 	memset(d, 0, sizeof *d);
-	struct ca_ndjson_reader *r = ca_ndjson_open(nfiles, files);
-	int cap = 0, kind;
-	jv v;
-	while ((kind = ca_ndjson_next(r, &v)) != CA_NDJSON_EOF) {
+	const char *keys[NKEYS] = {[K_TOKENS] = "tokens", [K_MASK] = "mask", [K_REWARD] = "reward"};
+	for (int k = 0; k < CA_TRAIN_NFIELDS; k++)
+		keys[K_FIELD0 + k] = names[k];
+	struct raw r;
+	memset(&r, 0, sizeof r);
+	struct ca_ndjson_reader *rd = ca_ndjson_open(nfiles, files);
+	int cap = 0;
+	const char *text;
+	size_t len;
+	while (ca_ndjson_next_text(rd, &text, &len) == CA_NDJSON_RECORD) {
 		d->records++;
-		if (kind == CA_NDJSON_BAD) {
-			ca_ndjson_warn(r, "%s", jv_string_value(v));
+		if (!gather_text(&r, text, len, keys)) {
+			jv v;
+			if (ca_ndjson_parse(text, len, &v) != CA_NDJSON_RECORD) {
+				ca_ndjson_warn(rd, "%s", jv_string_value(v));
+				jv_free(v);
+				d->skipped++;
+				d->status = ca_err_worst(d->status, CA_EXIT_DATA);
+				continue;
+			}
+			gather_jv(&r, v, keys);
 			jv_free(v);
-			d->skipped++;
-			d->status = ca_err_worst(d->status, CA_EXIT_DATA);
-			continue;
 		}
 		if (d->nseq == cap)
 			d->seq = ca_xrealloc(d->seq, sizeof *d->seq * (size_t)(cap = cap ? 2 * cap : 64));
 		struct ca_train_seq *s = &d->seq[d->nseq];
-		const char *bad = parse_seq(v, names, vocab_size, s);
-		double reward;
-		if (!bad && ca_json_number(v, "reward", &reward) == 1) {
-			d->reward_sum += reward;
-			d->rewarded++;
-		}
-		jv_free(v);
+		const char *bad = validate(&r, names, cfg, s);
 		if (bad) {
-			ca_ndjson_warn(r, "%s", bad);
+			ca_ndjson_warn(rd, "%s", bad);
 			seq_free(s);
 			d->skipped++;
 			d->status = ca_err_worst(d->status, CA_EXIT_DATA);
 			continue;
+		}
+		if (r.has_reward) {
+			d->reward_sum += r.reward;
+			d->rewarded++;
 		}
 		d->nseq++;
 		d->tokens += s->n;
 		for (int i = 0; i < s->n; i++)
 			d->agent_tokens += s->mask[i];
 	}
-	d->status = ca_err_worst(d->status, ca_ndjson_status(r));
-	ca_ndjson_close(r);
+	for (int k = 0; k < NKEYS; k++)
+		free(r.a[k]);
+	d->status = ca_err_worst(d->status, ca_ndjson_status(rd));
+	ca_ndjson_close(rd);
 }
 
 void ca_train_data_free(struct ca_train_data *d)

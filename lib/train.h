@@ -56,10 +56,11 @@ struct ca_train_data {
  * field holding per-token field k, or NULL when the command does not need
  * it; a record lacking a needed field, or with a null or non-number at a
  * mask-1 token, is reported as FILE:LINE and skipped (d->status becomes
- * CA_EXIT_DATA). vocab_size bounds the token ids.
+ * CA_EXIT_DATA). Token ids must be in the model's vocabulary and a record
+ * no longer than its max_position_embeddings. Booleans count as 0/1.
  */
 void ca_train_read(int nfiles, char **files, const char *const names[CA_TRAIN_NFIELDS],
-	int vocab_size, struct ca_train_data *d);
+	const struct ca_model_config *cfg, struct ca_train_data *d);
 void ca_train_data_free(struct ca_train_data *d);
 
 /* A mini-batch packed for the engine: sequences first..first+nseq of a batch. */

@@ -68,6 +68,23 @@ expect_status 3 'a bad record is reported as FILE:LINE and left out; the step st
 	grep -q "^ca-ppo-step: stdin:2: " err && grep -q "^ca-ppo-step: stdin:3: record has no logprobs array" err &&
 	jq -e ".records == 4 and .skipped == 2 and .sequences == 2" stats && exit $s'
 
+expect_success 'the raw-text reader and the libjq reader agree (non-ASCII forces libjq); boolean masks' '
+	'"$make_batch"' &&
+	jq -c ".note = \"\u00e9t\u00e9\"" batch >b2 &&
+	jq -c ".mask |= map(. == 1)" batch >b3 &&
+	ca-ppo-step -m pol -o o1 <batch | jq -c "del(.seconds)" >s1 &&
+	ca-ppo-step -m pol -o o2 <b2 | jq -c "del(.seconds)" >s2 &&
+	ca-ppo-step -m pol -o o3 <b3 | jq -c "del(.seconds)" >s3 &&
+	cmp_output s1 s2 && cmp_output s1 s3'
+
+expect_status 3 'a record longer than max_position_embeddings is left out' '
+	'"$make_batch"' &&
+	jq -c "select(.id == \"a\") | .tokens = [range(70)] | .mask = [range(70)] | .logprobs = [range(70)] |
+		.advantages = [range(70)] | .mask |= map(1) | .tokens |= map(. % 16)" batch >long &&
+	cat batch long | ca-ppo-step -m pol -o out >stats 2>err; s=$?
+	grep -q "stdin:3: 70 tokens exceed the model.s max_position_embeddings 64" err &&
+	jq -e ".sequences == 2 and .skipped == 1" stats; exit $s'
+
 expect_status 3 'a token outside the vocabulary is bad data' '
 	'"$make_batch"' &&
 	echo "{\"tokens\":[0,99],\"mask\":[0,1],\"logprobs\":[null,-1],\"advantages\":[0,1]}" |
