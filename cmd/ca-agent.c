@@ -349,6 +349,24 @@ static const char *trusted_command(const char *command, jv *args)
 	return which;
 }
 
+/* 1 when a bash call's command names a trusted command without being one. */
+static int mentions_trusted(jv args)
+{
+	jv cmd = obj_get(args, "command");
+	int r = jv_get_kind(cmd) == JV_KIND_STRING && (strstr(jv_string_value(cmd), "ca-build") ||
+		strstr(jv_string_value(cmd), "ca-verify") || strstr(jv_string_value(cmd), "ca-profile"));
+	jv_free(cmd);
+	return r;
+}
+
+static char *append_note(char *text, const char *note)
+{
+	size_t a = strlen(text), b = strlen(note);
+	text = ca_xrealloc(text, a + b + 1);
+	memcpy(text + a, note, b + 1);
+	return text;
+}
+
 /* Run a trusted evaluation command on a snapshot; returns the observation. */
 static char *run_trusted(struct session *s, const char *which, jv args, int *is_error)
 {
@@ -905,8 +923,10 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 					observation = run_trusted(&s, which, targs, &is_error);
 					jv_free(targs);
 				} else {
-					char *o = ca_tools_call(s.tools, name, args, &is_error);
-					observation = o;
+					observation = ca_tools_call(s.tools, name, args, &is_error);
+					if (!strcmp(name, "bash") && mentions_trusted(args))
+						observation = append_note(observation, "\n[note: ca-build, ca-verify and ca-profile "
+							"run the trusted tools on a snapshot only when typed alone as the whole command]");
 				}
 				jv_free(args);
 			}
