@@ -28,6 +28,7 @@ Commands:
   encode DIR < texts.ndjson          {"text": s} -> {"ids": [...]}
   decode DIR < ids.ndjson            {"ids": [...]} -> {"text": s}
   tokenizer-fixture DIR CORPUS       tokenizers, texts and reference ids
+  sample-fixture DIR CORPUS          tokenizer + model + greedy references
   fixture DIR                        all of the make-check references at once
   check-checkpoint DIR < tokens      like logprob (for a checkpoint ca wrote)
   compare A B [--tol X]              per-tensor relative error of two
@@ -412,6 +413,38 @@ def tokenizer_fixture(out, corpus):
                 f.write(json.dumps({"ids": enc, "text": tok.decode(enc, skip_special_tokens=False)}) + "\n")
 
 
+def sample_fixture(args):
+    """A Qwen2 tokenizer trained on the corpus, a tiny model over its
+    vocabulary (tokenizer.json beside it), and transformers' greedy
+    continuations of token prompts and of a chat prompt."""
+    import os
+    import torch
+    from tokenizers import Tokenizer
+    out, corpus = args[0], args[1]
+    train_tokenizer([out, corpus, "--vocab", "400", "--style", "qwen2"])
+    tok = Tokenizer.from_file(os.path.join(out, "tokenizer.json"))
+    make_model([out, "--vocab", str(tok.get_vocab_size()), "--tied", "--seed", "9", "--std", "0.2"])
+    cfg_path = os.path.join(out, "config.json")
+    cfg = json.load(open(cfg_path))
+    cfg["eos_token_id"] = tok.token_to_id("<|endoftext|>")
+    json.dump(cfg, open(cfg_path, "w"), indent=2)
+    gen_path = os.path.join(out, "generation_config.json")
+    gen = json.load(open(gen_path))
+    gen["eos_token_id"] = cfg["eos_token_id"]
+    json.dump(gen, open(gen_path, "w"), indent=2)
+    model, _ = load(out)
+    prompts = [tok.encode(t).ids for t in ("def forward(self, x):", "The policy", "12345")]
+    chat = "<|im_start|>user\nWrite a CUDA kernel.<|im_end|>\n<|im_start|>assistant\n"
+    prompts.append(tok.encode(chat).ids)
+    stop = [cfg["eos_token_id"], tok.token_to_id("<|im_end|>")]
+    with open(os.path.join(out, "ref-generate.ndjson"), "w") as f:
+        for p in prompts:
+            ids = torch.tensor([p])
+            g = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=20,
+                               do_sample=False, eos_token_id=stop, pad_token_id=0)
+            f.write(json.dumps({"prompt_tokens": p, "completion": g[0, len(p):].tolist()}) + "\n")
+
+
 def check_checkpoint(args):
     """Log-probs of transformers on a checkpoint ca wrote, for tokens.ndjson."""
     import torch
@@ -434,7 +467,7 @@ def main():
     table = {"make-model": make_model, "logprob": logprob, "grad": grad, "adamw": adamw,
              "generate": generate, "train-tokenizer": train_tokenizer, "encode": encode,
              "decode": decode, "unicode-table": unicode_table, "compare": compare,
-             "fixture": fixture,
+             "fixture": fixture, "sample-fixture": sample_fixture,
              "tokenizer-fixture": lambda a: tokenizer_fixture(a[0], a[1]), "check-checkpoint": check_checkpoint}
     if cmd not in table:
         sys.stderr.write("ca_hf.py: unknown command %s\n" % cmd)
