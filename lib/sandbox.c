@@ -746,8 +746,6 @@ static jv describe(const struct plan *pl, jv notes)
 	iso = jv_object_set(iso, jv_string("tree_kill"), jv_string(ns ? "pid namespace" : "process group and subreaper"));
 	if (!ns)
 		not_applied = jv_array_append(not_applied, jv_string("namespaces (refused by the kernel, or CA_SANDBOX_NO_NAMESPACES set)"));
-	if (!ns && (pl->nhidden || pl->nreadonly))
-		not_applied = jv_array_append(not_applied, jv_string("--hide and --ro (need a mount namespace)"));
 	if (!ns && !cfg->gpu)
 		not_applied = jv_array_append(not_applied, jv_string("hiding GPU device nodes (needs a mount namespace)"));
 	if (ns && !has_note(notes, "private_proc"))
@@ -802,6 +800,9 @@ static int fail_early(struct ca_sandbox_result *res, const char *fmt, ...)
 	return res->status;
 }
 
+/* Why a user namespace could be created but not set up (some hosts forbid its mounts). */
+static char userns_failed[512];
+
 int ca_sandbox_run(const struct ca_sandbox *cfg, const char *const *argv, struct ca_sandbox_result *res)
 {
 	struct plan pl;
@@ -839,7 +840,7 @@ int ca_sandbox_run(const struct ca_sandbox *cfg, const char *const *argv, struct
 	pl.mode = root ? MODE_ROOT : MODE_USERNS;
 	/* For tests, and for hosts where namespaces misbehave: the plain mode on request. */
 	const char *force = getenv("CA_SANDBOX_NO_NAMESPACES");
-	if (force && *force && strcmp(force, "0") != 0)
+	if ((force && *force && strcmp(force, "0") != 0) || userns_failed[0])
 		pl.mode = MODE_PLAIN;
 	if (!root)
 		flags |= CLONE_NEWUSER;
@@ -874,6 +875,14 @@ int ca_sandbox_run(const struct ca_sandbox *cfg, const char *const *argv, struct
 	fflush(NULL);
 	pid_t pid = -1;
 	for (int attempt = 0; attempt < 2; attempt++) {
+		if (pl.mode == MODE_PLAIN && (cfg->nhide || cfg->nro)) {
+			/* Hiding is a promise: refuse rather than run with the paths in reach. */
+			errno = EPERM;
+			pid = -1;
+			snprintf(res->error, sizeof res->error, "--hide and --ro need a mount namespace, which this host refuses%s%s",
+				userns_failed[0] ? ": " : "", userns_failed);
+			break;
+		}
 		if (pl.mode == MODE_PLAIN) {
 			pl.netns = 0;
 			if (!cfg->dir) {
@@ -917,6 +926,10 @@ int ca_sandbox_run(const struct ca_sandbox *cfg, const char *const *argv, struct
 		free_strings(pl.envp);
 		free_strings(pl.hidden);
 		free_strings(pl.readonly);
+		if (res->error[0]) {
+			res->status = CA_SANDBOX_SETUP_FAILED;
+			return res->status;
+		}
 		return fail_early(res, "cannot start the sandbox: %s", strerror(e));
 	}
 
@@ -1024,6 +1037,26 @@ int ca_sandbox_run(const struct ca_sandbox *cfg, const char *const *argv, struct
 	free_strings(pl.envp);
 	free_strings(pl.hidden);
 	free_strings(pl.readonly);
+	/*
+	 * The user namespace was created but could not be set up (uid map or
+	 * mounts refused): the command never ran, so run it in the plain mode.
+	 */
+	if (pl.mode == MODE_USERNS && res->status == CA_SANDBOX_SETUP_FAILED && !exec_status && !res->timed_out &&
+			!stopped_by && !userns_failed[0]) {
+		snprintf(userns_failed, sizeof userns_failed, "%s", res->error);
+		ca_sandbox_result_free(res);
+		ca_sandbox_run(cfg, argv, res);
+		jv na = jv_object_get(jv_copy(res->isolation), jv_string("not_applied"));
+		if (jv_get_kind(na) != JV_KIND_ARRAY) {
+			jv_free(na);
+			na = jv_array();
+		}
+		char why[640];
+		snprintf(why, sizeof why, "user namespace (set up failed: %s)", userns_failed);
+		na = jv_array_append(na, jv_string(why));
+		res->isolation = jv_object_set(res->isolation, jv_string("not_applied"), na);
+		userns_failed[0] = '\0';
+	}
 	return res->status;
 }
 

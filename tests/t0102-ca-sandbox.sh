@@ -163,6 +163,8 @@ if [ "$(iso landlock_abi)" -ge 1 ] 2>/dev/null; then
 		jq -e ".isolation.mode == \"plain\" and .isolation.landlock_fs and .isolation.seccomp" r.json &&
 		{ ! command -v python3 >/dev/null || grep -q "Permission denied" w/net; }
 	'
+	expect_status 125 'plain mode refuses --hide rather than leave the path in reach' '
+		mkdir w && CA_SANDBOX_NO_NAMESPACES=1 ca-sandbox --dir w --hide /etc -- true'
 else
 	skip 'plain mode' 'no landlock in this kernel'
 fi
