@@ -24,8 +24,8 @@
 #include "tokenizer.h"
 
 static const char usage_text[] =
-	"usage: ca-sample [-hu] [--max-tokens N] [--progress] [--seed N] [--stop STRING]...\n"
-	"                 [--stop-token ID]... [--temperature X] [--token-record] [--top-p X]\n"
+	"usage: ca-sample [-hu] [--max-tokens N] [--progress] [--seed N] [--stop STRING ...]\n"
+	"                 [--stop-token ID ...] [--temperature X] [--token-record] [--top-p X]\n"
 	"                 -m DIR [file ...]\n";
 
 struct config {
