@@ -34,7 +34,8 @@ static const char usage_text[] =
 	"       ca-toy prompts [-n N] [--seed N]\n"
 	"       ca-toy score [-u] [file ...]\n";
 
-enum { TOY_BOS = 0, TOY_EOS = 1, TOY_FIRST_SYMBOL = 2, TOY_VOCAB = 16, TOY_STARTS = 4 };
+/* Token 1 is reserved; no end token is declared, so completions run to --max-tokens. */
+enum { TOY_BOS = 0, TOY_FIRST_SYMBOL = 2, TOY_VOCAB = 16, TOY_STARTS = 4 };
 #define TOY_SYMBOLS (TOY_VOCAB - TOY_FIRST_SYMBOL)
 
 static uint64_t rng;
@@ -145,11 +146,10 @@ static int cmd_init(const struct init_opts *o, const char *dir)
 		"  \"hidden_act\": \"silu\",\n"
 		"  \"tie_word_embeddings\": false,\n"
 		"  \"torch_dtype\": \"float32\",\n"
-		"  \"bos_token_id\": %d,\n"
-		"  \"eos_token_id\": %d%s\n"
+		"  \"bos_token_id\": %d%s\n"
 		"}\n",
 		o->critic ? "Qwen2ForTokenClassification" : "Qwen2ForCausalLM", V, C, F, o->layers, NH, NKV,
-		TOY_BOS, TOY_EOS, o->critic ? ",\n  \"num_labels\": 1" : "");
+		TOY_BOS, o->critic ? ",\n  \"num_labels\": 1" : "");
 	if (fclose(fp) != 0)
 		ca_err_die_sys(CA_EXIT_SYSTEM, "%s", path);
 	return CA_EXIT_OK;
