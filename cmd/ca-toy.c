@@ -207,17 +207,26 @@ static jv score_error(jv record, const char *message, int *status)
 }
 
 /*
- * The completion is what follows the prompt: either "completion_tokens"
- * next to "prompt_tokens", or the mask-1 tokens of "tokens". The start
- * symbol is the last prompt token.
+ * The completion is what follows the prompt: "completion_tokens" or
+ * ca-sample's "completion.tokens" next to "prompt_tokens", or else the
+ * mask-1 tokens of "tokens". The start symbol is the last prompt token.
  */
 static jv score(jv record, void *ctx, int *status)
 {
 	int np = 0, nc = 0, nt = 0;
 	int *prompt = int_array(record, "prompt_tokens", &np);
 	int *completion = int_array(record, "completion_tokens", &nc);
+	if (!completion) {
+		/* ca-sample's own field: {"completion": {"tokens": [...]}} */
+		jv c = ca_json_get(record, "completion");
+		if (jv_get_kind(c) == JV_KIND_OBJECT)
+			completion = int_array(c, "tokens", &nc);
+		jv_free(c);
+	}
 	int *tokens = int_array(record, "tokens", &nt);
-	if (prompt && completion && !tokens) {
+	if (prompt && completion && tokens) {
+		/* ca-sample --token-record: the token record is there already. */
+	} else if (prompt && completion && !tokens) {
 		int *all = ca_xmalloc(sizeof(int) * (size_t)(np + nc + 1));
 		memcpy(all, prompt, sizeof(int) * (size_t)np);
 		memcpy(all + np, completion, sizeof(int) * (size_t)nc);
