@@ -47,25 +47,25 @@ emit "$(jq -c --arg w1 "$(awk "BEGIN{print $t1 - $t0}")" --arg w2 "$(awk "BEGIN{
 
 # 2. Verify + profile of the matmul candidate; the first pass fills the baseline cache.
 record matmul matmul "$ADV/honest/matmul" >"$WORK/mm.ndjson"
-t0=$(now); ca-verify <"$WORK/mm.ndjson" | ca-profile >"$WORK/first.ndjson"; t1=$(now)
+t0=$(now); ca-verify ${CA_EVAL_OPTS:-} <"$WORK/mm.ndjson" | ca-profile ${CA_EVAL_OPTS:-} >"$WORK/first.ndjson"; t1=$(now)
 emit "$(jq -c --arg w "$(awk "BEGIN{print $t1 - $t0}")" '{bench: "verify+profile, baselines not cached", wall_s: ($w | tonumber), verify_ok: .verify.ok, profile_ok: .profile.ok, eager_us: .profile.eager_us, compile_us: .profile.compile_us, candidate_us: .profile.candidate_us}' "$WORK/first.ndjson")"
-t0=$(now); ca-verify <"$WORK/mm.ndjson" | ca-profile >"$WORK/second.ndjson"; t1=$(now)
+t0=$(now); ca-verify ${CA_EVAL_OPTS:-} <"$WORK/mm.ndjson" | ca-profile ${CA_EVAL_OPTS:-} >"$WORK/second.ndjson"; t1=$(now)
 emit "$(jq -c --arg w "$(awk "BEGIN{print $t1 - $t0}")" '{bench: "verify+profile, baselines cached, single shot", wall_s: ($w | tonumber), baseline_cached: .profile.baseline_cached, verify_s: .verify.seconds, profile_s: .profile.seconds}' "$WORK/second.ndjson")"
 for i in 1 2 3 4; do cat "$WORK/mm.ndjson"; done >"$WORK/mm4.ndjson"
-t0=$(now); ca-verify <"$WORK/mm4.ndjson" | ca-profile >"$WORK/stream.ndjson"; t1=$(now)
+t0=$(now); ca-verify ${CA_EVAL_OPTS:-} <"$WORK/mm4.ndjson" | ca-profile ${CA_EVAL_OPTS:-} >"$WORK/stream.ndjson"; t1=$(now)
 emit "$(jq -c -s --arg w "$(awk "BEGIN{print $t1 - $t0}")" '{bench: "verify+profile, stream of 4 candidates", wall_s: ($w | tonumber), per_candidate_s: (($w | tonumber) / 4), all_ok: (map(.verify.ok and .profile.ok) | all), verify_s: map(.verify.seconds), profile_s: map(.profile.seconds)}' "$WORK/stream.ndjson")"
 
+# 4. Repeatability on the matmul candidate (baselines cached).
+for i in 1 2 3; do ca-profile ${CA_EVAL_OPTS:-} <"$WORK/mm.ndjson"; done >"$WORK/repeat.ndjson"
+emit "$(jq -c -s '{bench: "repeatability, 3 profiles", candidate_us: map(.profile.candidate_us), spread: ((map(.profile.candidate_us) | max) / (map(.profile.candidate_us) | min) - 1), cupti_kernel_us_per_call: map(((.profile.kernels // []) | map(.total_us) | add) / .profile.iterations), cv: map(.profile.cv)}' "$WORK/repeat.ndjson")"
 # 3. CUDA-Agent's path on the relu candidate (its binding wraps one x -> y launcher).
 t0=$(now)
 "$PY" "$ROOT/lib/py/ca_bench_cuda_agent.py" "$ADV/tasks/relu.py" "$ADV/honest/relu/kernels/relu.cu" relu_launch 3 "$WORK/ext" >"$WORK/cuda-agent.json" 2>"$OUTDIR/cuda-agent.err"
 t1=$(now)
 record relu relu "$ADV/honest/relu" >"$WORK/relu.ndjson"
 CA_CACHE=$WORK/cache-relu
-t2=$(now); CA_CACHE=$WORK/cache-relu ca-verify <"$WORK/relu.ndjson" | CA_CACHE=$WORK/cache-relu ca-profile >"$WORK/relu-ca.ndjson"; t3=$(now)
+t2=$(now); CA_CACHE=$WORK/cache-relu ca-verify ${CA_EVAL_OPTS:-} <"$WORK/relu.ndjson" | CA_CACHE=$WORK/cache-relu ca-profile ${CA_EVAL_OPTS:-} >"$WORK/relu-ca.ndjson"; t3=$(now)
 emit "$(jq -c -s --arg wa "$(awk "BEGIN{print $t1 - $t0}")" --arg wc "$(awk "BEGIN{print $t3 - $t2}")" '{bench: "CUDA-Agent path vs ca, relu candidate, cold caches", cuda_agent: .[0], cuda_agent_wall_s: ($wa | tonumber), ca_wall_s: ($wc | tonumber), ratio: (($wa | tonumber) / ($wc | tonumber)), ca_verify_ok: .[1].verify.ok, ca_profile_ok: .[1].profile.ok}' "$WORK/cuda-agent.json" "$WORK/relu-ca.ndjson")"
 
-# 4. Repeatability on the matmul candidate (baselines cached).
-for i in 1 2 3; do ca-profile <"$WORK/mm.ndjson"; done >"$WORK/repeat.ndjson"
-emit "$(jq -c -s '{bench: "repeatability, 3 profiles", candidate_us: map(.profile.candidate_us), spread: ((map(.profile.candidate_us) | max) / (map(.profile.candidate_us) | min) - 1), cupti_kernel_us_per_call: map(((.profile.kernels // []) | map(.total_us) | add) / .profile.iterations), cv: map(.profile.cv)}' "$WORK/repeat.ndjson")"
 cp "$WORK"/*.ndjson "$OUTDIR"/ 2>/dev/null
 exit 0

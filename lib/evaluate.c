@@ -484,7 +484,10 @@ static int worker_start(struct slot *s, struct worker *w, int candidate, jv *fau
 		w->argv = strv_push(w->argv, &n, "--time");
 		w->argv = strv_push(w->argv, &n, buf);
 		for (char **e = w->env; *e; e++)
-			if (!strncmp(*e, "CA_CUPTI_LIB=", 13) || !strncmp(*e, "PYTHON", 6)) {
+			/* The driver's libraries are often found only through LD_LIBRARY_PATH. */
+			if (!strncmp(*e, "CA_CUPTI_LIB=", 13) || !strncmp(*e, "PYTHON", 6) ||
+					!strncmp(*e, "LD_LIBRARY_PATH=", 16) || !strncmp(*e, "NVIDIA_", 7) ||
+					!strncmp(*e, "CUDA_HOME=", 10)) {
 				w->argv = strv_push(w->argv, &n, "--env");
 				w->argv = strv_push(w->argv, &n, *e);
 			}

@@ -3,19 +3,18 @@ import torch.nn as nn
 
 
 class Model(nn.Module):
-    """A tiny elementwise task for the CPU tests: y = relu(x) * scale, small outputs."""
+    """Outputs far below the default atol: an all-zero answer must still fail."""
 
-    def __init__(self, scale):
+    def __init__(self):
         super().__init__()
-        self.scale = scale
 
     def forward(self, x):
-        return torch.relu(x) * self.scale
+        return torch.relu(x) * 0.001
 
 
 def get_inputs():
-    return [torch.randn(8, 64)]
+    return [torch.randn(16, 64)]
 
 
 def get_init_inputs():
-    return [0.001]
+    return []
