@@ -63,7 +63,8 @@ for bad in '"values":[1,2],"mask":[1],"reward":1|mask has 1 entries' \
 	'"values":[1,2],"rewards":[1]|rewards has 1 entries' \
 	'"reward":1|values is missing' \
 	'"values":[1e999],"reward":1|values\[0\] is not a finite number' \
-	'"values":[1],"reward":{"value":null}|reward.value is not a finite number'; do
+	'"values":[1],"reward":{"value":null}|reward.value is not a finite number' \
+	'"values":[nan],"reward":1|values\[0\] is not a finite number'; do
 	n=$((n + 1))
 	printf "%s\n" "{\"id\":1,${bad%|*}}" "{\"id\":2,\"values\":[1],\"reward\":1}" >"$TRASH_BASE/bad.$n"
 	expect_status 3 "bad input (${bad#*|}) is an error record, exit 3" '
