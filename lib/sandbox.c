@@ -521,8 +521,12 @@ static noreturn void worker_main(const struct plan *pl)
 	set_limit(pl, RLIMIT_NOFILE, "nofile", (rlim_t)pl->nofile);
 	set_limit(pl, RLIMIT_NPROC, "nproc", (rlim_t)pl->nproc);
 	set_limit(pl, RLIMIT_FSIZE, "fsize", (rlim_t)pl->fsize_mb << 20);
-	if (cfg->cpu_s > 0)
-		set_limit(pl, RLIMIT_CPU, "cpu", (rlim_t)cfg->cpu_s);
+	if (cfg->cpu_s > 0) {
+		/* SIGXCPU (status 152) at the limit, SIGKILL a second later if it is caught. */
+		struct rlimit rl = {(rlim_t)cfg->cpu_s, (rlim_t)cfg->cpu_s + 1};
+		if (setrlimit(RLIMIT_CPU, &rl) != 0)
+			setup_fail(pl->chan, "cannot set cpu limit");
+	}
 	if (cfg->mem_mb > 0)
 		set_limit(pl, RLIMIT_AS, "address space", (rlim_t)cfg->mem_mb << 20);
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)

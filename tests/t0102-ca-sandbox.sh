@@ -78,6 +78,16 @@ expect_success 'a 10 GB output is stopped by --fsize' '
 	test $? -ne 0 && test "$(stat -c %s w/big)" -le 5242880
 '
 
+expect_status 152 '--cpu stops a busy loop with SIGXCPU' 'ca-sandbox --cpu 1 --time 20 -- sh -c "while :; do :; done"'
+if has_python; then
+	expect_success '--mem limits the address space' '
+		! ca-sandbox --mem 100 -- python3 -c "x = bytearray(300 << 20)" 2>/dev/null &&
+		ca-sandbox --mem 1000 -- python3 -c "x = bytearray(100 << 20)"
+	'
+else
+	skip '--mem' 'no python3'
+fi
+
 if is_root; then
 	expect_success 'a fork bomb is contained by --nproc and killed at --time' '
 		start=$(date +%s)
