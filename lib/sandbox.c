@@ -263,7 +263,7 @@ static void hide_path(const struct plan *pl, const char *path)
 	if (lstat(path, &st) != 0)
 		return;  /* already gone, for example below the private /tmp */
 	if (S_ISDIR(st.st_mode))
-		mount_tmpfs(pl, path, "size=4k,nr_inodes=4,mode=0755", MS_RDONLY);
+		mount_tmpfs(pl, path, "size=64k,nr_inodes=256,mode=0755", 0);  /* read-only once --ro paths are back */
 	else
 		read_only_bind(pl, "/dev/null", path);
 }
@@ -323,9 +323,11 @@ static void setup_mounts(const struct plan *pl)
 	for (size_t i = 0; i < pl->nreadonly; i++) {
 		int hidden = 0;
 		for (size_t j = 0; j < pl->nhidden; j++)
-			hidden |= below(pl->readonly[i], pl->hidden[j]);
-		if (hidden)
-			continue;  /* hiding wins */
+			hidden |= strcmp(pl->readonly[i], pl->hidden[j]) == 0;
+		if (hidden) {
+			close(ro_fd[i]);
+			continue;  /* hiding wins; a path strictly below a hidden one is put back */
+		}
 		if (fstat(ro_fd[i], &st) != 0)
 			setup_fail(pl->chan, "cannot stat %s", pl->readonly[i]);
 		if (same_file(pl->readonly[i], ro_fd[i]))
@@ -339,6 +341,10 @@ static void setup_mounts(const struct plan *pl)
 		close(ro_fd[i]);
 	}
 	free(ro_fd);
+	for (size_t i = 0; i < pl->nhidden; i++)
+		if (stat(pl->hidden[i], &st) == 0 && S_ISDIR(st.st_mode) &&
+				mount(NULL, pl->hidden[i], NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=64k,nr_inodes=256,mode=0755") != 0)
+			setup_fail(pl->chan, "cannot make the cover of %s read-only", pl->hidden[i]);
 	if (dir_fd >= 0)
 		close(dir_fd);
 	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) == 0)

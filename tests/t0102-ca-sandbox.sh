@@ -148,6 +148,12 @@ if [ "$mode" = root ] || [ "$mode" = userns ]; then
 		ca-sandbox --dir w --ro ro -- sh -c "echo changed >$PWD/ro/f" 2>/dev/null;
 		test "$(cat ro/f)" = orig
 	'
+	expect_success '--ro below a --hide directory is put back, read-only and reachable' '
+		mkdir -p w home/lib home/secret && echo code >home/lib/f && echo s3cret >home/secret/key &&
+		chmod 700 home && chmod 755 home/lib && chmod 644 home/lib/f &&
+		ca-sandbox --dir w --hide home --ro home/lib -- sh -c "cat $PWD/home/lib/f; ls -A $PWD/home; cat $PWD/home/secret/key; touch $PWD/home/lib/new" >out 2>&1;
+		cat out; grep -q "^code$" out && ! grep -q s3cret out && ! grep -q "^secret$" out && test ! -e home/lib/new
+	'
 	expect_success 'there is a private PID namespace' '
 		ca-sandbox -- sh -c "echo \$\$" >out && test "$(cat out)" = 2
 	'
