@@ -114,6 +114,7 @@ install: all
 	cp man/*.7 $(DESTDIR)$(MANDIR)/man7/
 	cp -R skills lib/py $(DESTDIR)$(SHAREDIR)/
 	if [ -d scripts/slurm ]; then cp -R scripts/slurm $(DESTDIR)$(SHAREDIR)/; fi
+	if [ -d data ]; then mkdir -p $(DESTDIR)$(SHAREDIR)/data && cp data/*.ndjson* data/README.md $(DESTDIR)$(SHAREDIR)/data/; fi
 
 clean:
 	rm -rf $(BUILD) build-asan $(BIN) bin-asan $(LIBCA)

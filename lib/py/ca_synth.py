@@ -538,11 +538,14 @@ def run_check(req, torch, hello):
         return res
 
     def build(model_seed, input_seed):
-        torch.manual_seed(model_seed)
-        init = ns["get_init_inputs"]()
-        m = ns["Model"](*init).to(dev)
-        torch.manual_seed(input_seed)
-        xs = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
+        # Made on the device directly: a GB of torch.randn on the CPU per
+        # build would cost more than the checks.
+        with torch.device(dev):
+            torch.manual_seed(model_seed)
+            init = ns["get_init_inputs"]()
+            m = ns["Model"](*init).to(dev)
+            torch.manual_seed(input_seed)
+            xs = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
         return m, xs
 
     def sync():
