@@ -6,13 +6,13 @@
 # schedule (RFT, value pretraining, PPO) must run end to end.
 . "$(dirname "$0")/test-lib.sh"
 
-expect_success 'PPO on the toy task: mean reward rises from chance (1/16) within 16 steps' '
-	toy-rl -n 16 --seed 1 -o run >curve.txt 2>err || { cat err run/train.log; exit 1; }
+expect_success 'PPO on the toy task: mean reward rises from chance (1/16) within 20 steps' '
+	toy-rl -n 20 --seed 1 -o run >curve.txt 2>err || { cat err run/train.log; exit 1; }
 	cat curve.txt &&
-	test $(wc -l <run/curve.tsv) = 16 &&
-	awk "NR <= 4 { a += \$3 } NR > 12 { b += \$3 } END {
+	test $(wc -l <run/curve.tsv) = 20 &&
+	awk "NR <= 4 { a += \$3 } NR > 16 { b += \$3 } END {
 		printf \"first 4 steps %.3f, last 4 steps %.3f\\n\", a / 4, b / 4
-		exit !(a / 4 < 0.12 && b / 4 > 0.2 && b > 2.5 * a) }" run/curve.tsv'
+		exit !(a / 4 < 0.12 && b / 4 > 0.25 && b > 3 * a) }" run/curve.tsv'
 
 expect_success 'the run is deterministic for a seed (curve and weights)' '
 	toy-rl -n 3 --seed 7 -o a >/dev/null 2>&1 && toy-rl -n 3 --seed 7 -o b >/dev/null 2>&1 &&
