@@ -257,15 +257,18 @@ static void read_only_bind(const struct plan *pl, const char *source, const char
 		setup_fail(pl->chan, "cannot make %s read-only", target);
 }
 
-static void hide_path(const struct plan *pl, const char *path)
+/* Returns 1 when a directory was covered with a tmpfs (to be made read-only later). */
+static int hide_path(const struct plan *pl, const char *path)
 {
 	struct stat st;
 	if (lstat(path, &st) != 0)
-		return;  /* already gone, for example below the private /tmp */
-	if (S_ISDIR(st.st_mode))
+		return 0;  /* already gone, for example below the private /tmp */
+	if (S_ISDIR(st.st_mode)) {
 		mount_tmpfs(pl, path, "size=64k,nr_inodes=256,mode=0755", 0);  /* read-only once --ro paths are back */
-	else
-		read_only_bind(pl, "/dev/null", path);
+		return 1;
+	}
+	read_only_bind(pl, "/dev/null", path);
+	return 0;
 }
 
 static void hide_gpu_devices(const struct plan *pl)
@@ -280,7 +283,8 @@ static void hide_gpu_devices(const struct plan *pl)
 		if (strncmp(e->d_name, "nvidia", 6) != 0)
 			continue;
 		snprintf(path, sizeof path, "/dev/%s", e->d_name);
-		hide_path(pl, path);
+		if (hide_path(pl, path))
+			mount(NULL, path, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=64k,nr_inodes=256,mode=0755");
 		hidden++;
 	}
 	closedir(dev);
@@ -313,8 +317,9 @@ static void setup_mounts(const struct plan *pl)
 	if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode))
 		mount_tmpfs(pl, "/dev/shm", options, 0);
 	note(pl->chan, "private_tmp");
+	char *covered = ca_xcalloc(pl->nhidden + 1, 1);
 	for (size_t i = 0; i < pl->nhidden; i++)
-		hide_path(pl, pl->hidden[i]);
+		covered[i] = (char)hide_path(pl, pl->hidden[i]);
 	if (!pl->cfg->gpu)
 		hide_gpu_devices(pl);
 	/* The working directory and --ro paths may have been below /tmp: put them back. */
@@ -342,9 +347,10 @@ static void setup_mounts(const struct plan *pl)
 	}
 	free(ro_fd);
 	for (size_t i = 0; i < pl->nhidden; i++)
-		if (stat(pl->hidden[i], &st) == 0 && S_ISDIR(st.st_mode) &&
+		if (covered[i] &&
 				mount(NULL, pl->hidden[i], NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=64k,nr_inodes=256,mode=0755") != 0)
 			setup_fail(pl->chan, "cannot make the cover of %s read-only", pl->hidden[i]);
+	free(covered);
 	if (dir_fd >= 0)
 		close(dir_fd);
 	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) == 0)
