@@ -18,6 +18,7 @@ OUTSIDE=$TRASH_BASE/outside
 mkdir -p "$OUTSIDE" && chmod 1777 "$OUTSIDE"
 chmod 755 "$TRASH_BASE"
 
+expect_success 'lib/sandbox unit tests' 'test-sandbox'
 expect_success 'usage is printed by --help' 'ca-sandbox --help | grep -q "^usage: ca-sandbox"'
 expect_status 2 'no command is a usage error' 'ca-sandbox --time 1'
 expect_status 2 'a bad number is a usage error' 'ca-sandbox --time x -- true'
