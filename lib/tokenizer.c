@@ -482,7 +482,7 @@ static char *read_file(const char *path, size_t *len)
 	return buf;
 }
 
-/* Find the Split regex in the pre-tokenizer and decide which pattern it is. */
+/* Find the Split regex in the pre-tokenizer and decide which pattern it is. Consumes pre. */
 static int check_pre_tokenizer(struct ca_tokenizer *t, jv pre, char why[CA_TOKENIZER_WHY])
 {
 	jv list = jv_object_get(jv_copy(pre), jv_string("pretokenizers"));
@@ -524,6 +524,7 @@ static int check_pre_tokenizer(struct ca_tokenizer *t, jv pre, char why[CA_TOKEN
 		jv_free(p);
 	}
 	jv_free(list);
+	jv_free(pre);
 	if (rc == 0 && !found) {
 		set_why(why, "tokenizer.json: no Split pre-tokenizer (byte-level BPE of Qwen2/Llama 3 expected)");
 		rc = -1;
