@@ -52,6 +52,7 @@ struct config {
 	const char *sandbox;             /* program; NULL with --unconfined */
 	const char *skill;
 	const char *workdir;
+	const char *root;                /* where the task directories are */
 	double command_time, eval_time, max_time, policy_time;
 	long long max_turns, max_context, max_invalid, max_output, jobs;
 	int keep, unconfined;
@@ -738,6 +739,37 @@ static char *task_text(const struct session *s)
 	return t;
 }
 
+/*
+ * What the agent's shell must not reach: the other tasks' directories and
+ * our own state (job logs, snapshots). Below /tmp the sandbox's private
+ * /tmp hides them already (and a hide of a path it cannot see would fail).
+ */
+static char **hidden_paths(const char *root, const char *taskdir, const char *state)
+{
+	char **list = ca_xcalloc(1, sizeof *list);
+	size_t n = 0;
+	if (strncmp(root, "/tmp/", 5) == 0)
+		return list;
+	const char *own = strrchr(taskdir, '/');
+	own = own ? own + 1 : taskdir;
+	DIR *d = opendir(root);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, own))
+			continue;
+		list = ca_xrealloc(list, (n + 2) * sizeof *list);
+		size_t len = strlen(root) + strlen(e->d_name) + 2;
+		list[n] = ca_xmalloc(len);
+		snprintf(list[n++], len, "%s/%s", root, e->d_name);
+	}
+	if (d)
+		closedir(d);
+	list = ca_xrealloc(list, (n + 2) * sizeof *list);
+	list[n++] = ca_xstrdup(state);
+	list[n] = NULL;
+	return list;
+}
+
 static jv message(const char *role, const char *content)
 {
 	jv m = jv_object_set(jv_object(), jv_string("role"), jv_string(role));
@@ -802,12 +834,14 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 	const char *sandbox_argv[] = {cfg->sandbox, "--mem", "16384", "--nproc", "1024", "--fsize", "4096",
 		"--nofile", "1024", NULL};
 	const char *protected[] = {"model.py", "SKILL.md", NULL};
+	char **hide = stop ? NULL : hidden_paths(cfg->root, taskdir, s.state);
 	if (!stop) {
 		struct ca_tools_config tc = {
 			.workspace = s.ws,
 			.state_dir = s.state,
 			.protected = protected,
 			.sandbox = cfg->unconfined ? NULL : sandbox_argv,
+			.hide = (const char *const *)hide,
 			.command_time_s = cfg->command_time,
 			.job_time_s = cfg->max_time > 0 ? cfg->max_time : 3600,
 			.max_output = (size_t)cfg->max_output,
@@ -827,6 +861,9 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 		}
 	}
 	free(skill_text);
+	for (size_t i = 0; hide && hide[i]; i++)
+		free(hide[i]);
+	free(hide);
 
 	int consecutive_invalid = 0;
 	while (!stop) {
@@ -1100,6 +1137,10 @@ static int run_all(const struct config *cfg, int nfiles, char **files, const cha
 	status = ca_err_worst(status, ca_ndjson_status(r));
 	ca_ndjson_close(r);
 
+	/* Every task directory exists before any task starts, so each can hide the others. */
+	for (size_t i = 0; i < n; i++)
+		if (slots[i].is_task && ca_paths_mkdirs(slots[i].dir, 0755) != 0)
+			ca_err_die_sys(CA_EXIT_SYSTEM, "%s", slots[i].dir);
 	size_t next_start = 0, next_emit = 0;
 	long running = 0;
 	fflush(stdout);
@@ -1107,8 +1148,6 @@ static int run_all(const struct config *cfg, int nfiles, char **files, const cha
 		while (running < cfg->jobs && next_start < n) {
 			struct slot *sl = &slots[next_start];
 			if (sl->is_task) {
-				if (ca_paths_mkdirs(sl->dir, 0755) != 0)
-					ca_err_die_sys(CA_EXIT_SYSTEM, "%s", sl->dir);
 				pid_t pid = fork();
 				if (pid < 0)
 					ca_err_die_sys(CA_EXIT_SYSTEM, "fork");
@@ -1244,6 +1283,7 @@ int main(int argc, char **argv)
 		made_root = 1;
 		chmod(root, 0755);
 	}
+	cfg.root = root;
 	int status = run_all(&cfg, argc - optind, argv + optind, root);
 	if (made_root && !cfg.keep)
 		remove_tree(root);

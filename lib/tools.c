@@ -33,7 +33,7 @@ enum {
 struct job {
 	int id;
 	struct ca_proc proc;
-	const char *argv_storage[64];
+	const char **argv_storage;
 	char *log_path;
 	char *owned[4];            /* argv strings the job keeps alive */
 	off_t offset;
@@ -48,6 +48,8 @@ struct ca_tools {
 	char *state_dir;
 	char **protected;          /* absolute paths */
 	size_t nprotected;
+	char **hide;
+	size_t nhide;
 	const char *const *sandbox;
 	double command_time_s, job_time_s;
 	size_t max_output;
@@ -867,21 +869,28 @@ static const char background_script[] =
 	"eval \"$3\" 2>/dev/null\n"
 	"eval \"$1\"\n";
 
-/* Build the argv for one shell command (pointers into storage, valid while args live). */
-static void shell_argv(const struct ca_tools *t, const char **argv, size_t max, const char *script,
-	const char *command, const char *marker, const char *time_text, const char *cwd, const char *env)
+/* Build the argv for one shell command (malloc'd; the strings must outlive it). */
+static const char **shell_argv(const struct ca_tools *t, const char *script, const char *command,
+	const char *marker, const char *time_text, const char *cwd, const char *env)
 {
-	size_t n = 0;
+	size_t n = 0, prefix = 0;
+	while (t->sandbox && t->sandbox[prefix])
+		prefix++;
+	const char **argv = ca_xcalloc(prefix + 2 * (t->nprotected + t->nhide) + 24, sizeof *argv);
 	if (t->sandbox) {
-		for (size_t i = 0; t->sandbox[i] && n < max - 24; i++)
+		for (size_t i = 0; i < prefix; i++)
 			argv[n++] = t->sandbox[i];
 		argv[n++] = "--dir";
 		argv[n++] = t->ws;
 		argv[n++] = "--time";
 		argv[n++] = time_text;
-		for (size_t i = 0; i < t->nprotected && n < max - 16; i++) {
+		for (size_t i = 0; i < t->nprotected; i++) {
 			argv[n++] = "--ro";
 			argv[n++] = t->protected[i];
+		}
+		for (size_t i = 0; i < t->nhide; i++) {
+			argv[n++] = "--hide";
+			argv[n++] = t->hide[i];
 		}
 		argv[n++] = "--";
 	}
@@ -894,6 +903,7 @@ static void shell_argv(const struct ca_tools *t, const char **argv, size_t max, 
 	argv[n++] = env;
 	argv[n++] = marker;
 	argv[n] = NULL;
+	return argv;
 }
 
 static char *run_background(struct ca_tools *t, const char *command, int *is_error)
@@ -917,7 +927,7 @@ static char *run_background(struct ca_tools *t, const char *command, int *is_err
 	job->owned[1] = ca_xstrdup(time_text);
 	job->owned[2] = ca_xstrdup(t->cwd ? t->cwd : t->ws);
 	job->owned[3] = ca_xstrdup(t->env ? t->env : "");
-	shell_argv(t, job->argv_storage, 64, background_script, job->owned[0], "", job->owned[1],
+	job->argv_storage = shell_argv(t, background_script, job->owned[0], "", job->owned[1],
 		job->owned[2], job->owned[3]);
 	ca_proc_init(&job->proc, job->argv_storage);
 	job->proc.cwd = t->ws;
@@ -932,6 +942,7 @@ static char *run_background(struct ca_tools *t, const char *command, int *is_err
 		free(job->log_path);
 		for (int i = 0; i < 4; i++)
 			free(job->owned[i]);
+		free(job->argv_storage);
 		free(job);
 		return fail(is_error, "bash: cannot start the background command: %s", strerror(e));
 	}
@@ -961,8 +972,7 @@ static char *tool_bash(struct ca_tools *t, jv args, int *is_error)
 	char marker[64], time_text[32];
 	snprintf(marker, sizeof marker, "__ca_state_%ld_%lu_%ld", (long)getpid(), ++t->nonce_counter, (long)time(NULL));
 	snprintf(time_text, sizeof time_text, "%.0f", limit < 1 ? 1 : limit);
-	const char *argv[64];
-	shell_argv(t, argv, 64, session_script, command, marker, time_text,
+	const char **argv = shell_argv(t, session_script, command, marker, time_text,
 		t->cwd ? t->cwd : t->ws, t->env ? t->env : "");
 	struct ca_proc p;
 	ca_proc_init(&p, argv);
@@ -974,10 +984,14 @@ static char *tool_bash(struct ca_tools *t, jv args, int *is_error)
 	/* Keep plenty, so the tail shown is the real tail for any sensible output. */
 	int status = ca_proc_capture(&p, NULL, 0, &out, &err, 8 << 20);
 	if (status < 0) {
+		int e = errno;
+		char *r = fail(is_error, "bash: cannot start %s: %s", argv[0], strerror(e));
 		ca_buf_free(&out);
 		ca_buf_free(&err);
-		return fail(is_error, "bash: cannot start %s: %s", argv[0], strerror(errno));
+		free(argv);
+		return r;
 	}
+	free(argv);
 	/* New session state after the marker; anything before it came from the sandbox itself. */
 	char *diag = NULL;
 	if (err.data) {
@@ -1179,6 +1193,10 @@ struct ca_tools *ca_tools_new(const struct ca_tools_config *c)
 		sb_printf(&b, "%s/%s", t->ws, c->protected[i]);
 		t->protected[t->nprotected++] = sb_take(&b);
 	}
+	for (size_t i = 0; c->hide && c->hide[i]; i++) {
+		t->hide = ca_xrealloc(t->hide, (t->nhide + 1) * sizeof *t->hide);
+		t->hide[t->nhide++] = ca_xstrdup(c->hide[i]);
+	}
 	t->sandbox = c->sandbox;
 	t->command_time_s = c->command_time_s > 0 ? c->command_time_s : 300;
 	t->job_time_s = c->job_time_s > 0 ? c->job_time_s : 3600;
@@ -1201,12 +1219,16 @@ void ca_tools_free(struct ca_tools *t)
 		free(job->log_path);
 		for (int k = 0; k < 4; k++)
 			free(job->owned[k]);
+		free(job->argv_storage);
 		free(job);
 	}
 	free(t->jobs);
 	for (size_t i = 0; i < t->nprotected; i++)
 		free(t->protected[i]);
 	free(t->protected);
+	for (size_t i = 0; i < t->nhide; i++)
+		free(t->hide[i]);
+	free(t->hide);
 	for (size_t i = 0; i < t->nread; i++)
 		free(t->read_set[i]);
 	free(t->read_set);

@@ -31,6 +31,7 @@ struct ca_tools_config {
 	 * NULL runs commands unconfined (tests and debugging only).
 	 */
 	const char *const *sandbox;
+	const char *const *hide;        /* absolute paths the shell must not reach (other tasks), NULL-terminated */
 	double command_time_s;          /* default and maximum seconds per bash command */
 	double job_time_s;              /* limit for background commands */
 	size_t max_output;              /* bytes of output shown per observation */

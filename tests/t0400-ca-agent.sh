@@ -300,6 +300,15 @@ else
 		obs 0 >o && grep -q "^ok$" o && ! grep -q "^0$" o &&
 		jq -e ".trajectory.final.files.mine == \"ok\n\"" out
 	'
+	expect_success 'confined: another task'\''s directory and our own state are out of reach' '
+		W=$(mktemp -d /var/tmp/ca-agent-test.XXXXXX) && chmod 755 "$W" &&
+		printf "%s\n" "{\"id\": \"a\", \"code\": \"x\\n\"}" "{\"id\": \"b\", \"code\": \"y\\n\"}" >tasks &&
+		jq -cn --arg c "for d in $W/000002-b $W/000001-a/state; do ls -A \$d 2>/dev/null | wc -l; done; echo end" \
+			"{role: \"assistant\", content: null, tool_calls: [{id: \"c\", type: \"function\",
+			  function: {name: \"bash\", arguments: ({command: \$c} | tojson)}}]}" >turns &&
+		ca-agent -j 2 --workdir "$W" --policy "policy-replay turns" tasks >out; s=$?; rm -rf "$W"
+		[ $s -eq 0 ] && [ "$(head -n 1 out | jq -r ".trajectory.messages[3].content" | tr "\n" " ")" = "0 0 end " ]
+	'
 	expect_success 'confined: the per-command time limit kills the whole tree' '
 		call bash "{\"command\": \"sleep 100 & sleep 100; echo never\", \"timeout\": 1}" >turns &&
 		start=$(date +%s) && printf "%s\n" "$TASK" | ca-agent --policy "policy-replay turns" >out && end=$(date +%s) &&
