@@ -144,7 +144,16 @@ static int try_fast(const struct config *cfg, struct scratch *s, const char *tex
 	if (spans[REWARD].start) {
 		char *stop;
 		const char *p = spans[REWARD].start;
-		double r = (*p == '-' || (*p >= '0' && *p <= '9')) ? ca_json_strtod(p, &stop) : NAN;
+		double r = NAN;
+		if (*p == '-' || (*p >= '0' && *p <= '9')) {
+			r = ca_json_strtod(p, &stop);
+		} else if (*p == '{') {  /* ca-reward's object: parse just that */
+			jv obj = jv_parse_sized(p, (int)spans[REWARD].len);
+			jv value = jv_object_get(obj, jv_string("value"));
+			if (jv_get_kind(value) == JV_KIND_NUMBER)
+				r = jv_number_value(value);
+			jv_free(value);
+		}
 		if (!isfinite(r)) {
 			free(mask);
 			return 0;
