@@ -52,4 +52,15 @@ expect_success 'policy-replay: picks the recording whose task id matches' '
 	jq -e ".trajectory.messages[2].content == \"right\"" out
 '
 
+expect_success 'policy-ca-sample: renders tools and calls for ca-sample, parses <tool_call> blocks' '
+	mkdir fakebin && ln -s "$TESTS_DIR/data/agent/fake-ca-sample" fakebin/ca-sample &&
+	printf "%s\n" "$TASK" | PATH="$PWD/fakebin:$PATH" ca-agent --unconfined --policy "policy-ca-sample -t 0 ckpt" >out &&
+	jq -e ".trajectory.stop == \"done\" and .trajectory.turns == 2 and .trajectory.invalid_tool_calls == 1
+		and .trajectory.messages[2].tool_calls[0].function == {name: \"bash\", arguments: \"{\\\"command\\\":\\\"echo hi\\\"}\"}
+		and .trajectory.messages[3].content == \"hi\" and .trajectory.messages[-1].content == \"Finished.\"" out &&
+	jq -e ".messages[0].content | test(\"<tools>\")" sample-in.json &&
+	jq -e ".messages[2].content | test(\"<tool_call>\")" sample-in.json &&
+	jq -e ".messages[3].role == \"user\" and (.messages[3].content | test(\"<tool_response>\\nhi\\n</tool_response>\"))" sample-in.json
+'
+
 test_done
