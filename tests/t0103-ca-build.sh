@@ -137,6 +137,8 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
 		ca-build --arch sm_90 ws >b &&
 		jq -e ".ok and .cached == false" a && jq -e ".ok and .cached and .seconds < 0.1" b &&
 		nm -D "$(jq -r .library a)" | grep -q " T add_launcher" &&
+		{ ! command -v python3 >/dev/null ||
+		  python3 -c "import ctypes, sys; ctypes.CDLL(sys.argv[1]).add_launcher" "$(jq -r .library a)"; } &&
 		echo "# cold build $(awk "BEGIN { print $end - $start }") s wall, cache hit $(jq .seconds b) s" >&3
 	' 3>&1
 	expect_status 1 'real nvcc: an error comes back trimmed, relative, with the source line' '
