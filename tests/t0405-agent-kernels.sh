@@ -22,4 +22,18 @@ expect_success 'emulated on the CPU, both kernels match the reference' '
 	(cd "$D" && "$NVCC" -O2 -std=c++17 -o "$TRASH/emulate" emulate-kernels.cu) && "$TRASH/emulate"
 '
 
+expect_success 'through ca-agent: the agent writes the L2/18 solution and the real ca-build builds its snapshot' '
+	jq -c "select(.id == \"kernelbench/L2/18\")" "$D/kernelbench-tasks.ndjson" >task &&
+	for f in kernels/linear_sum.cu model_new.py; do
+		jq -cn --arg p "$f" --rawfile c "$D/kb-l2-18/$f" \
+			"{role: \"assistant\", content: null, tool_calls: [{id: \"w\", type: \"function\",
+			  function: {name: \"write\", arguments: ({path: \$p, content: \$c} | tojson)}}]}"
+	done >turns &&
+	jq -cn "{role: \"assistant\", content: null, tool_calls: [{id: \"b\", type: \"function\",
+		function: {name: \"bash\", arguments: \"{\\\"command\\\": \\\"ca-build\\\"}\"}}]}" >>turns &&
+	CA_CACHE=$TRASH/cache ca-agent --policy "policy-replay turns" task >traj &&
+	jq -e ".trajectory.snapshots[0].result.ok == true and .trajectory.snapshots[0].result.flavour == \"ca\"
+		and (.trajectory.snapshots[0].files | keys) == [\"kernels/linear_sum.cu\", \"model_new.py\"]" traj
+'
+
 test_done
