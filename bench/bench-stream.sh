@@ -4,6 +4,7 @@
 #
 #   CA_BIN=bin sh bench/bench-stream.sh [MB]      (default 200 MB)
 #
+# BENCH_JV=1 also times ca-gae --jv (libjq for every record, the reference).
 # The stream (cached as $TMPDIR/ca-bench-MB.ndjson) holds trajectory
 # records as ca-gae reads them: values (6 decimals), a mask with ~20%
 # environment tokens, an outcome reward, plus verify and profile objects
@@ -69,6 +70,10 @@ run() {
 echo "bench: $(awk -v s="$size" 'BEGIN { printf "%.1f MB", s / 1e6 }'), $records records, $tokens tokens; $(nproc) CPUs; $(jq --version)"
 run jq jq -c .
 run ca-gae "$CA_BIN/ca-gae"
-run ca-gae-jv "$CA_BIN/ca-gae" --jv
-run ca-reward "$CA_BIN/ca-reward"
 run ca-gae-whiten "$CA_BIN/ca-gae" --whiten
+run ca-reward "$CA_BIN/ca-reward"
+# The training-side pipeline: the reward object replaces the outcome reward, ca-gae reads its value.
+run reward-gae sh -c '"$0/ca-reward" | "$0/ca-gae"' "$CA_BIN"
+# libjq for every record (ca-gae's reference path); slow, so only on request.
+[ "${BENCH_JV:-0}" = 1 ] && run ca-gae-jv "$CA_BIN/ca-gae" --jv
+true
