@@ -26,8 +26,8 @@ typedef CUpti_ActivityKernel10 kernel_record;
 typedef CUpti_ActivityKernel9 kernel_record;
 #endif
 
-/* From libstdc++: demangle C++ names; absent, names stay mangled. */
-extern char *__cxa_demangle(const char *mangled, char *out, size_t *len, int *status) __attribute__((weak));
+/* From libstdc++ (linked in): demangle C++ kernel names. */
+extern char *__cxa_demangle(const char *mangled, char *out, size_t *len, int *status);
 
 enum { BUFFER_SIZE = 8 << 20, MAX_KERNELS = 4096 };
 
@@ -115,7 +115,7 @@ int ca_cupti_stop(void)
 	pthread_mutex_lock(&lock);
 	for (int i = 0; i < count; i++) {
 		int status = -1;
-		char *plain = __cxa_demangle ? __cxa_demangle(table[i].name, NULL, NULL, &status) : NULL;
+		char *plain = __cxa_demangle(table[i].name, NULL, NULL, &status);
 		if (plain && status == 0) {
 			free(table[i].name);
 			table[i].name = plain;

@@ -122,7 +122,7 @@ def _entry_bytes(name, value):
         code = _dtypes()[t.dtype]
         dims = tuple(t.shape)
         t = t.to("cpu").contiguous().reshape(-1)
-        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        raw = memoryview(t.view(torch.uint8).numpy()) if t.numel() else b""
     else:
         flags = SCALAR
         if isinstance(value, bool):
@@ -134,7 +134,7 @@ def _entry_bytes(name, value):
     nb = name.encode("utf-8")
     head = struct.pack("<I", len(nb)) + nb + struct.pack("<BBH", code, flags, len(dims))
     head += b"".join(struct.pack("<q", d) for d in dims)
-    head += struct.pack("<Q", len(raw))
+    head += struct.pack("<Q", raw.nbytes if isinstance(raw, memoryview) else len(raw))
     return head, raw
 
 
@@ -157,40 +157,43 @@ def write_tensors(path, value, flat=False):
 def _read_entries(path):
     import torch
     by_code = {v: k for k, v in _dtypes().items()}
+    out = []
     with open(path, "rb") as f:
-        data = f.read()
-    if data[:8] != MAGIC:
-        raise ValueError("%s: not a tensor file" % path)
-    version, count = struct.unpack_from("<II", data, 8)
-    if version != VERSION:
-        raise ValueError("%s: tensor file version %d" % (path, version))
-    pos, out = 16, []
-    for _ in range(count):
-        (nl,) = struct.unpack_from("<I", data, pos)
-        pos += 4
-        name = data[pos:pos + nl].decode("utf-8")
-        pos += nl
-        code, flags, ndim = struct.unpack_from("<BBH", data, pos)
-        pos += 4
-        dims = struct.unpack_from("<%dq" % ndim, data, pos)
-        pos += 8 * ndim
-        (nbytes,) = struct.unpack_from("<Q", data, pos)
-        pos += 8
-        raw = data[pos:pos + nbytes]
-        pos += nbytes
-        if code == 0:
-            out.append((name, None))
-        elif flags & SCALAR:
-            if code == 10:
-                out.append((name, struct.unpack("<?", raw)[0]))
-            elif code == 8:
-                out.append((name, struct.unpack("<q", raw)[0]))
-            else:
-                out.append((name, struct.unpack("<d", raw)[0]))
-        else:
+        def take(n):
+            b = f.read(n)
+            if len(b) != n:
+                raise ValueError("%s: truncated tensor file" % path)
+            return b
+        head = take(16)
+        if head[:8] != MAGIC:
+            raise ValueError("%s: not a tensor file" % path)
+        version, count = struct.unpack_from("<II", head, 8)
+        if version != VERSION:
+            raise ValueError("%s: tensor file version %d" % (path, version))
+        for _ in range(count):
+            (nl,) = struct.unpack("<I", take(4))
+            name = take(nl).decode("utf-8")
+            code, flags, ndim = struct.unpack("<BBH", take(4))
+            dims = struct.unpack("<%dq" % ndim, take(8 * ndim))
+            (nbytes,) = struct.unpack("<Q", take(8))
+            if code == 0:
+                out.append((name, None))
+                continue
+            if flags & SCALAR:
+                raw = take(nbytes)
+                if code == 10:
+                    out.append((name, struct.unpack("<?", raw)[0]))
+                elif code == 8:
+                    out.append((name, struct.unpack("<q", raw)[0]))
+                else:
+                    out.append((name, struct.unpack("<d", raw)[0]))
+                continue
             dtype = by_code[code]
             if nbytes:
-                t = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype)
+                buf = bytearray(nbytes)
+                if f.readinto(buf) != nbytes:
+                    raise ValueError("%s: truncated tensor file" % path)
+                t = torch.frombuffer(buf, dtype=torch.uint8).view(dtype)
             else:
                 t = torch.empty(0, dtype=dtype)
             out.append((name, t.reshape(dims)))
@@ -464,9 +467,12 @@ class Worker:
 
     def op_inputs(self, req):
         self.seed(int(req["seed"]))
-        inputs = self.module.get_inputs()
-        write_tensors(req["out"], list(inputs))
-        return {}
+        inputs = list(self.module.get_inputs())
+        write_tensors(req["out"], inputs)
+        if not req.get("ref_out"):
+            return {}
+        # Run the reference on them at once: saves reading the file back.
+        return self._run(self.to_device(inputs), req["ref_out"], False)
 
     def op_candidate(self, req):
         path = os.path.abspath(req["path"])
@@ -514,14 +520,16 @@ class Worker:
             return model(*inputs)
 
     def op_run(self, req):
+        return self._run(self.to_device(read_tensors(req["inputs"])), req["out"], req.get("trace"))
+
+    def _run(self, inputs, out_path, trace):
         t = self.torch
-        inputs = self.to_device(read_tensors(req["inputs"]))
         before = [x.clone() if isinstance(x, t.Tensor) else None for x in inputs]
         self.sync()
         guard = None
         if self.role == "candidate" and not self.allow_torch:
             guard = make_guard(self.workspace)
-        if req.get("trace"):
+        if trace:
             self.tracer.start()
         error = None
         try:
@@ -533,7 +541,7 @@ class Worker:
             self.sync()
         except Exception as e:
             error = e
-        kernels = self.tracer.stop() if req.get("trace") else None
+        kernels = self.tracer.stop() if trace else None
         reply = {}
         if kernels is not None:
             reply["kernels"] = kernels[:50]
@@ -544,7 +552,7 @@ class Worker:
         if error is not None:
             raise _Stage("run", error)
         mutated = any(b is not None and not t.equal(b, x) for b, x in zip(before, inputs))
-        write_tensors(req["out"], out)
+        write_tensors(out_path, out)
         reply.update({"inputs_mutated": mutated, "forbidden": []})
         return reply
 
