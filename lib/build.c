@@ -677,16 +677,16 @@ static int run_steps(struct step *steps, size_t n, const char *build, const char
 	int *fds = ca_xcalloc(n, sizeof *fds);
 	int first_bad = 0;
 	size_t started = 0, finished = 0;
-	const char *hide[] = {cache};
 	struct ca_sandbox sb;
 	ca_sandbox_init(&sb);
 	sb.dir = build;
 	sb.fsize_mb = 1024;
-	/* Hide the other candidates' builds, unless we build inside the cache. */
-	if (strncmp(build, cache, strlen(cache)) != 0) {
-		sb.hide = hide;
-		sb.nhide = 1;
-	}
+	/*
+	 * The cache is not hidden: it holds libraries and logs, no secrets, and
+	 * --hide would make the sandbox refuse to run on hosts without mount
+	 * namespaces. Landlock and the uid keep the compiler from writing there.
+	 */
+	(void)cache;
 	/* A compiler kept below /tmp would vanish under the sandbox's private /tmp: show it read-only. */
 	char compiler_dir[PATH_MAX];
 	const char *ro[1];

@@ -742,7 +742,7 @@ static jv describe(const struct plan *pl, jv notes)
 	iso = jv_object_set(iso, jv_string("private_proc"), jv_bool(has_note(notes, "private_proc")));
 	iso = jv_object_set(iso, jv_string("dir"), jv_string(pl->dir));
 	iso = jv_object_set(iso, jv_string("hidden"), string_array(pl->hidden, ns ? pl->nhidden : 0));
-	iso = jv_object_set(iso, jv_string("read_only"), string_array(pl->readonly, ns ? pl->nreadonly : 0));
+	iso = jv_object_set(iso, jv_string("read_only"), string_array(pl->readonly, pl->nreadonly));
 	iso = jv_object_set(iso, jv_string("gpu"), jv_bool(cfg->gpu));
 	iso = jv_object_set(iso, jv_string("gpu_devices_hidden"), jv_bool(has_note(notes, "gpu_devices_hidden")));
 	iso = jv_object_set(iso, jv_string("landlock_abi"), jv_number(pl->landlock_abi));
@@ -891,11 +891,20 @@ int ca_sandbox_run(const struct ca_sandbox *cfg, const char *const *argv, struct
 	fflush(NULL);
 	pid_t pid = -1;
 	for (int attempt = 0; attempt < 2; attempt++) {
-		if (pl.mode == MODE_PLAIN && (cfg->nhide || cfg->nro)) {
+		/*
+		 * Without a mount namespace, --ro still holds through Landlock for
+		 * paths outside DIR (nothing outside it is writable); --hide cannot.
+		 */
+		int ro_by_landlock = pl.landlock_abi > 0;
+		for (size_t i = 0; i < pl.nreadonly && cfg->dir; i++)
+			if (below(pl.readonly[i], pl.dir) || below(pl.dir, pl.readonly[i]))
+				ro_by_landlock = 0;
+		if (pl.mode == MODE_PLAIN && (cfg->nhide || (cfg->nro && !ro_by_landlock))) {
 			/* Hiding is a promise: refuse rather than run with the paths in reach. */
 			errno = EPERM;
 			pid = -1;
-			snprintf(res->error, sizeof res->error, "--hide and --ro need a mount namespace, which this host refuses%s%s",
+			snprintf(res->error, sizeof res->error, "%s needs a mount namespace, which this host refuses%s%s",
+				cfg->nhide ? "--hide" : "--ro (without Landlock, or inside DIR)",
 				userns_failed[0] ? ": " : "", userns_failed);
 			break;
 		}
@@ -906,6 +915,8 @@ int ca_sandbox_run(const struct ca_sandbox *cfg, const char *const *argv, struct
 				if (!mkdtemp(tmpdir_made))
 					break;
 				snprintf(pl.dir, sizeof pl.dir, "%s", tmpdir_made);
+				if (root && chown(tmpdir_made, pl.uid, pl.gid) != 0)
+					break;
 			}
 		} else if (!cfg->dir) {
 			snprintf(pl.dir, sizeof pl.dir, "/tmp");
