@@ -306,43 +306,91 @@ static jv stamp(const struct session *s, jv msg)
 }
 
 /*
- * If command is one of the trusted evaluation commands typed alone, return
- * which ("ca-build", ...) and fill args with its options; else NULL.
+ * The options an agent may give the trusted commands: only ones that
+ * change what it is told, never how safely its code runs (no
+ * --no-sandbox, --allow-torch, tolerances or caches).
  */
-static const char *trusted_command(const char *command, jv *args)
+static const struct {
+	const char *command, *option;
+	int number;                  /* takes a number from 0 to 1000 */
+} agent_options[] = {
+	{"ca-build", "-H", 0}, {"ca-build", "--human", 0},
+	{"ca-verify", "-H", 0}, {"ca-verify", "--human", 0}, {"ca-verify", "--checks", 1},
+	{"ca-verify", "--seed", 1},
+	{"ca-profile", "-H", 0}, {"ca-profile", "--human", 0}, {"ca-profile", "--iters", 1},
+	{"ca-profile", "--seed", 1}, {"ca-profile", "--sets", 1}, {"ca-profile", "--top", 1},
+	{"ca-profile", "--warmup", 1},
+};
+
+static int small_number(const char *s)
+{
+	if (!*s || strlen(s) > 4)
+		return 0;
+	for (const char *c = s; *c; c++)
+		if (*c < '0' || *c > '9')
+			return 0;
+	return atoi(s) <= 1000;
+}
+
+/*
+ * If command is one of the trusted evaluation commands typed alone, return
+ * which ("ca-build", ...) and fill args with its options; else NULL. When
+ * it is one but an option is refused, why says so (else why is "").
+ */
+static const char *trusted_command(const char *command, jv *args, char *why, size_t whylen)
 {
 	static const char *names[] = {"ca-build", "ca-verify", "ca-profile"};
 	char *copy = ca_xstrdup(command), *save = NULL;
 	const char *which = NULL;
 	*args = jv_array();
-	int first = 1, ok = 1;
-	for (char *w = strtok_r(copy, " \t\r\n", &save); w && ok; w = strtok_r(NULL, " \t\r\n", &save)) {
-		if (first) {
-			if (strncmp(w, "./", 2) == 0)
-				w += 2;
-			for (size_t i = 0; i < 3; i++)
-				if (strcmp(w, names[i]) == 0)
-					which = names[i];
-			first = 0;
-			ok = which != NULL;
-			continue;
-		}
+	why[0] = '\0';
+	char *w = strtok_r(copy, " \t\r\n", &save);
+	if (w) {
+		if (strncmp(w, "./", 2) == 0)
+			w += 2;
+		for (size_t i = 0; i < 3; i++)
+			if (strcmp(w, names[i]) == 0)
+				which = names[i];
+	}
+	while (which && !why[0] && (w = strtok_r(NULL, " \t\r\n", &save))) {
 		if (strcmp(w, ".") == 0 || strcmp(w, "./") == 0 || strcmp(w, "2>&1") == 0)
 			continue;
-		if (w[0] != '-' || strlen(w) > 64) {
-			ok = 0;
+		char *value = NULL, *eq = strncmp(w, "--", 2) == 0 ? strchr(w, '=') : NULL;
+		if (eq) {
+			*eq = '\0';
+			value = eq + 1;
+		}
+		int found = -1;
+		for (size_t i = 0; i < sizeof agent_options / sizeof agent_options[0]; i++)
+			if (!strcmp(agent_options[i].command, which) && !strcmp(agent_options[i].option, w))
+				found = (int)i;
+		if (found < 0) {
+			snprintf(why, whylen, "%s: %.40s is not an option the agent may give; allowed:", which, w);
+			for (size_t i = 0; i < sizeof agent_options / sizeof agent_options[0]; i++)
+				if (!strcmp(agent_options[i].command, which)) {
+					size_t used = strlen(why);
+					snprintf(why + used, whylen - used, " %s%s", agent_options[i].option,
+						agent_options[i].number ? " N" : "");
+				}
 			break;
 		}
-		for (const char *c = w; *c; c++)
-			if (!(c[0] == '-' || c[0] == '_' || c[0] == '=' || c[0] == '.' || c[0] == ',' ||
-					(c[0] >= 'a' && c[0] <= 'z') || (c[0] >= 'A' && c[0] <= 'Z') || (c[0] >= '0' && c[0] <= '9')))
-				ok = 0;
-		if (ok)
+		if (agent_options[found].number) {
+			if (!value)
+				value = strtok_r(NULL, " \t\r\n", &save);
+			if (!value || !small_number(value)) {
+				snprintf(why, whylen, "%s: %s needs a number from 0 to 1000", which, w);
+				break;
+			}
 			*args = jv_array_append(*args, jv_string(w));
+			*args = jv_array_append(*args, jv_string(value));
+		} else if (value) {
+			snprintf(why, whylen, "%s: %s takes no value", which, w);
+			break;
+		} else {
+			*args = jv_array_append(*args, jv_string(w));
+		}
 	}
 	free(copy);
-	if (!ok)
-		which = NULL;
 	if (!which) {
 		jv_free(*args);
 		*args = jv_invalid();
@@ -948,15 +996,22 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 				is_error = 1;
 				s.invalid_calls++;
 			} else {
-				jv targs;
+				jv targs = jv_invalid();
 				const char *which = NULL;
+				char refused[512] = "";
 				if (!strcmp(name, "bash") && ca_json_bool(args, "run_in_background") != 1) {
 					jv cmd = obj_get(args, "command");
 					if (jv_get_kind(cmd) == JV_KIND_STRING)
-						which = trusted_command(jv_string_value(cmd), &targs);
+						which = trusted_command(jv_string_value(cmd), &targs, refused, sizeof refused);
 					jv_free(cmd);
 				}
-				if (which) {
+				if (which && refused[0]) {
+					size_t len = strlen(refused) + 16;
+					observation = ca_xmalloc(len);
+					snprintf(observation, len, "error: %s", refused);
+					is_error = 1;
+					jv_free(targs);
+				} else if (which) {
 					observation = run_trusted(&s, which, targs, &is_error);
 					jv_free(targs);
 				} else {

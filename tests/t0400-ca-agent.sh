@@ -248,6 +248,18 @@ expect_success 'ca-build, ca-verify, ca-profile typed alone run outside on a sna
 	obs 1 | grep -q "model.py" && obs 6 | grep -q "\"ok\": true" && obs 8 | grep -q "typed alone"
 '
 
+expect_success 'only harmless options reach the trusted commands' '
+	{ call bash "{\"command\": \"ca-verify --no-sandbox\"}"
+	  call bash "{\"command\": \"ca-verify --allow-torch .\"}"
+	  call bash "{\"command\": \"ca-verify --checks\"}"
+	  call bash "{\"command\": \"ca-build -H=1\"}"
+	  call bash "{\"command\": \"ca-verify --checks=3 --seed 7\"}"
+	  call bash "{\"command\": \"ca-profile --iters 5 -H\"}"; } >turns &&
+	agent && obs 0 | grep -q "not an option the agent may give" && obs 1 | grep -q "allow-torch" &&
+	obs 2 | grep -q "needs a number" && [ "$(err 3)" = true ] &&
+	jq -e "[.trajectory.snapshots[].args] == [[\"--checks\", \"3\", \"--seed\", \"7\"], [\"--iters\", \"5\", \"-H\"]]" out
+'
+
 expect_success 'the snapshot gets the task code as model.py, whatever the workspace holds' '
 	{ call bash "{\"command\": \"ca-build\"}"; } >turns &&
 	agent && jq -e ".trajectory.snapshots[0].result.files | test(\"./model.py\")" out &&
