@@ -1,0 +1,217 @@
+"""ca_rl_ref: the PyTorch side of the training steps (owner: RL steps, issue 7).
+
+The same step as ca-sft-step, ca-value-step and ca-ppo-step, written with
+torch and transformers from verl's definitions (policy loss with
+asymmetric and dual clip, value loss with optional clipping, the three
+aggregation modes), so that
+
+  * a test can check ca's loss, clip fractions, KL and gradient norm
+    against an independent implementation on the same checkpoint and batch;
+  * a benchmark can time ca's step against the equivalent PyTorch step in
+    the same run (steps/s, tokens/s, peak memory) on a GPU.
+
+    python3 ca_rl_ref.py KINDS POLICY BATCH.ndjson [--critic DIR] [options]
+
+KINDS is a comma-separated list of sft, value and ppo (value trains the
+--critic checkpoint), --agg a comma-separated list of aggregation modes;
+each kind under each mode prints one JSON object, in that order, with the
+stats of the first update (the names of the commands' stats records) and
+the timing of --repeat updates. One process serves all, since importing
+transformers costs seconds.
+Records follow ca-records(5): entry i of a per-token array belongs to
+tokens[i], scored by the model's output at position i - 1; the first
+token is never trained on.
+"""
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+
+
+def read_batch(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def per_token(records, key, device, dtype=torch.float64):
+    """A [B, L-1] tensor of entries 1.. of a per-token field (nulls as 0)."""
+    n = max(len(r["tokens"]) for r in records)
+    out = torch.zeros(len(records), n - 1, dtype=dtype, device=device)
+    for b, r in enumerate(records):
+        vals = [0.0 if v is None else float(v) for v in r[key][1:]]
+        out[b, : len(vals)] = torch.tensor(vals, dtype=dtype)
+    return out
+
+
+def pack(records, device):
+    """Right-padded ids, attention mask, and the [B, L-1] loss mask."""
+    n = max(len(r["tokens"]) for r in records)
+    ids = torch.zeros(len(records), n, dtype=torch.long, device=device)
+    attn = torch.zeros(len(records), n, dtype=torch.long, device=device)
+    mask = torch.zeros(len(records), n - 1, dtype=torch.float64, device=device)
+    for b, r in enumerate(records):
+        t = r["tokens"]
+        ids[b, : len(t)] = torch.tensor(t)
+        attn[b, : len(t)] = 1
+        m = r.get("mask") or [1] * len(t)
+        mask[b, : len(t) - 1] = torch.tensor([float(x) for x in m[1:]], dtype=torch.float64)
+    return ids, attn, mask
+
+
+def agg(loss, mask, mode):
+    """verl's agg_loss; a row without tokens is left out of seq-mean-token-mean."""
+    if mode == "token-mean":
+        return (loss * mask).sum() / (mask.sum() + 1e-8)
+    rows = (loss * mask).sum(-1)
+    if mode == "seq-mean-token-sum":
+        return rows.mean()
+    count = mask.sum(-1)
+    keep = count > 0
+    if not keep.any():
+        return rows.sum() * 0
+    return (rows[keep] / count[keep]).mean()
+
+
+def masked_mean(x, mask):
+    return (x * mask).sum() / (mask.sum() + 1e-8)
+
+
+def policy_forward(model, ids, attn):
+    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].double()
+    logp_all = torch.log_softmax(logits, -1)
+    logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
+
+
+def ppo_loss(logp, old, adv, mask, a):
+    neg_kl = torch.clamp(logp - old, -20.0, 20.0)
+    ratio = torch.exp(neg_kl)
+    l1 = -adv * ratio
+    l2 = -adv * torch.clamp(ratio, 1 - a.clip_low, 1 + a.clip_high)
+    clipped = torch.maximum(l1, l2)
+    stats = {
+        "clipfrac": masked_mean((l2 > l1).double(), mask).item(),
+        "approx_kl": masked_mean(-neg_kl, mask).item(),
+    }
+    if a.dual_clip is not None:
+        l3 = -adv * a.dual_clip
+        losses = torch.where(adv < 0, torch.minimum(l3, clipped), clipped)
+        stats["dualclip_frac"] = masked_mean(((clipped > l3) & (adv < 0)).double(), mask).item()
+    else:
+        losses = clipped
+        stats["dualclip_frac"] = 0.0
+    on = mask > 0
+    stats["ratio_min"] = ratio[on].min().item() if on.any() else 1.0
+    stats["ratio_max"] = ratio[on].max().item() if on.any() else 1.0
+    return agg(losses, mask, a.agg), stats
+
+
+def step(kind, a, records, device):
+    import transformers
+
+    dtype = getattr(torch, a.dtype)
+    if kind == "value":
+        model = transformers.AutoModelForTokenClassification.from_pretrained(a.critic, torch_dtype=dtype)
+    else:
+        model = transformers.AutoModelForCausalLM.from_pretrained(a.model, torch_dtype=dtype)
+    # Gradients as in training, but no dropout: the classification head of
+    # transformers' token classifiers drops 10% by default, ca has none.
+    model.to(device).eval()
+    ids, attn, mask = pack(records, device)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
+    first = None
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(a.repeat):
+        opt.zero_grad(set_to_none=True)
+        stats = {"kind": kind}
+        if kind == "value":
+            v = model(input_ids=ids, attention_mask=attn).logits[:, :-1, 0].double()
+            ret = per_token(records, "returns", device)
+            l1 = (v - ret) ** 2
+            if a.clip_value is not None:
+                old = per_token(records, "values", device)
+                vc = torch.max(torch.min(v, old + a.clip_value), old - a.clip_value)
+                l2 = (vc - ret) ** 2
+                loss = 0.5 * agg(torch.max(l1, l2), mask, a.agg)
+                stats["vf_clipfrac"] = masked_mean((l2 > l1).double(), mask).item()
+            else:
+                loss = 0.5 * agg(l1, mask, a.agg)
+                stats["vf_clipfrac"] = 0.0
+            stats["vf_loss"] = loss.item()
+        else:
+            logp, entropy = policy_forward(model, ids, attn)
+            ent = agg(entropy, mask, a.agg)
+            stats["entropy"] = ent.item()
+            if kind == "sft":
+                loss = -agg(logp, mask, a.agg)
+            else:
+                old = per_token(records, "logprobs", device)
+                adv = per_token(records, "advantages", device)
+                pg, more = ppo_loss(logp, old, adv, mask, a)
+                stats.update(more)
+                stats["pg_loss"] = pg.item()
+                loss = pg - a.entropy_coef * ent
+            stats["loss"] = loss.item()
+        loss.backward()
+        limit = a.max_grad_norm if a.max_grad_norm > 0 else float("inf")
+        stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), limit))
+        opt.step()
+        if first is None:
+            first = stats
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    tokens = int(sum(len(r["tokens"]) for r in records))
+    first["tokens"] = int(mask.sum().item())
+    first["seconds_per_step"] = seconds / a.repeat
+    first["tokens_per_s"] = tokens * a.repeat / seconds if seconds > 0 else None
+    if device.startswith("cuda"):
+        first["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
+    return first
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("kinds")
+    p.add_argument("model")
+    p.add_argument("batch")
+    p.add_argument("--critic", default=None)
+    p.add_argument("--agg", default="token-mean")
+    p.add_argument("--clip-low", type=float, default=0.2)
+    p.add_argument("--clip-high", type=float, default=0.28)
+    p.add_argument("--dual-clip", type=float, default=None)
+    p.add_argument("--entropy-coef", type=float, default=0.0)
+    p.add_argument("--clip-value", type=float, default=None)
+    p.add_argument("--lr", type=float, default=3e-6)
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--max-grad-norm", type=float, default=1.0)
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    a = p.parse_args()
+    kinds = a.kinds.split(",")
+    for k in kinds:
+        if k not in ("sft", "value", "ppo"):
+            p.error("unknown kind %r (sft, value, ppo)" % k)
+    if "value" in kinds and not a.critic:
+        p.error("value needs --critic DIR")
+    records = read_batch(a.batch)
+    for mode in a.agg.split(","):
+        a.agg = mode
+        for k in kinds:
+            out = step(k, a, records, a.device)
+            out["agg"] = mode
+            json.dump(out, sys.stdout)
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
