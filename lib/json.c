@@ -472,8 +472,8 @@ size_t ca_json_format_double(double x, char *buf)
 	 * 0.5 + 0.01 units of the exact decimal, and a unit is at most 1e-16
 	 * of |x|: still inside half an ulp (>= 1.1e-16 / 2 of |x|), so the
 	 * text reads back as x. Outside the exact range of powers, snprintf.
-	 * First, 15 digits are tried and checked exactly (Clinger's fast
-	 * path), which gives the short form of values like 0.86.
+	 * First, 15 and 16 digits are tried and checked exactly (Clinger's
+	 * fast path), which gives the short form of values like 0.86.
 	 */
 	int e10 = (int)floor(log10(fabs(x)));
 	if (e10 < -11 || e10 > 11)
@@ -492,6 +492,14 @@ size_t ca_json_format_double(double x, char *buf)
 		double y = m < 0 ? (double)d15 / exact_pow10[-m] : (double)d15 * exact_pow10[m];
 		if (y == fabs(x))
 			return layout(buf, x < 0, d15, 15, e10);
+	}
+	/* 16 digits, checked the same way while they fit in 53 bits (leading digit 1 to 8). */
+	unsigned long long d16 = (unsigned long long)llrintl(scaled / 10);
+	m = e10 - 15;
+	if (d16 < 9007199254740992ULL && d16 >= 1000000000000000ULL && m >= -22 && m <= 22) {
+		double y = m < 0 ? (double)d16 / exact_pow10[-m] : (double)d16 * exact_pow10[m];
+		if (y == fabs(x))
+			return layout(buf, x < 0, d16, 16, e10);
 	}
 	unsigned long long d17 = (unsigned long long)llrintl(scaled);
 	if (d17 >= 100000000000000000ULL)
