@@ -46,6 +46,13 @@ for cmd in ca-reward ca-gae; do
 	expect_success "$cmd: --help prints the usage on stdout" "$cmd --help | grep -q '^usage: $cmd'"
 done
 
+expect_success 'concatenated gzip members (cat a.gz b.gz) are one stream' '
+	{ echo "{\"id\":1}" | gzip; echo "{\"id\":2}" | gzip; } >ab.gz &&
+	ca-reward ab.gz >out 2>/dev/null; test "$(jq -c .id out | tr "\n" " ")" = "1 2 "'
+expect_status 3 'truncated gzip input is bad data (exit 3), the records before it are kept' '
+	awk "BEGIN { for (i = 0; i < 20000; i++) printf \"{\\\"id\\\":%d,\\\"verify\\\":{\\\"ok\\\":false}}\n\", i }" | gzip >full.gz &&
+	head -c 20000 full.gz >cut.gz && ca-reward cut.gz >out 2>err; s=$?
+	grep -q "cut.gz: truncated gzip data" err && test $(wc -l <out) -gt 100 && exit $s'
 expect_status 2 'ca-reward: a bad --threshold is a usage error' 'ca-reward --threshold abc </dev/null'
 expect_status 2 'ca-gae: --gamma out of [0, 1] is a usage error' 'ca-gae --gamma 1.5 </dev/null'
 expect_status 2 'ca-stats: a bad -p list is a usage error' 'ca-stats -p 0,x </dev/null'
