@@ -206,13 +206,16 @@ int main(int argc, char **argv)
 		whiten(&d);
 	struct totals t = {.ratio_min = INFINITY, .ratio_max = -INFINITY};
 	int nmb = cfg.train.mini_batches < d.nseq ? cfg.train.mini_batches : d.nseq;
+	double update_seconds = 0;
 	for (int e = 0; e < cfg.train.epochs; e++) {
 		for (int k = 0; k < nmb; k++) {
 			int first, count;
 			ca_train_split(d.nseq, nmb, k, &first, &count);
 			struct ca_train_pack p;
 			ca_train_pack(&p, &d, first, count);
+			double u0 = now();
 			update(m, &cfg, &p, &t);
+			update_seconds += now() - u0;
 			ca_train_pack_free(&p);
 		}
 	}
@@ -233,6 +236,7 @@ int main(int argc, char **argv)
 	r = jv_object_set(r, jv_string("ratio_min"), isfinite(t.ratio_min) ? jv_number(t.ratio_min) : jv_null());
 	r = jv_object_set(r, jv_string("ratio_max"), isfinite(t.ratio_max) ? jv_number(t.ratio_max) : jv_null());
 	r = jv_object_set(r, jv_string("agg"), jv_string(ca_ppo_agg_name(cfg.agg)));
+	r = jv_object_set(r, jv_string("update_seconds"), jv_number(update_seconds));
 	r = jv_object_set(r, jv_string("seconds"), jv_number(now() - t0));
 	int status = d.status;
 	if (ca_ndjson_write(r) != 0)

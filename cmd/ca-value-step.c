@@ -127,13 +127,16 @@ int main(int argc, char **argv)
 	ca_train_read(argc - optind, argv + optind, names, &m->cfg, &d);
 	struct totals t = {0};
 	int nmb = o.mini_batches < d.nseq ? o.mini_batches : d.nseq;
+	double update_seconds = 0;
 	for (int e = 0; e < o.epochs; e++) {
 		for (int k = 0; k < nmb; k++) {
 			int first, count;
 			ca_train_split(d.nseq, nmb, k, &first, &count);
 			struct ca_train_pack p;
 			ca_train_pack(&p, &d, first, count);
+			double u0 = now();
 			update(m, &o, agg, clip, &p, &t);
+			update_seconds += now() - u0;
 			ca_train_pack_free(&p);
 		}
 	}
@@ -156,6 +159,7 @@ int main(int argc, char **argv)
 	r = jv_object_set(r, jv_string("vf_explained_var"), ev);
 	r = jv_object_set(r, jv_string("grad_norm"), mean_or_null(t.grad_norm, t.updates));
 	r = jv_object_set(r, jv_string("agg"), jv_string(ca_ppo_agg_name(agg)));
+	r = jv_object_set(r, jv_string("update_seconds"), jv_number(update_seconds));
 	r = jv_object_set(r, jv_string("seconds"), jv_number(now() - t0));
 	int status = d.status;
 	if (ca_ndjson_write(r) != 0)
