@@ -72,6 +72,7 @@ int main(int argc, char **argv)
 	struct ca_proc p;
 	ca_proc_init(&p, args);
 	p.timeout_s = timeout_s;
+	p.die_with_parent = 1;
 	struct ca_buf out = {0}, err = {0};
 	int status = ca_proc_capture(&p, NULL, 0, &out, &err, (size_t)256 << 20);
 	if (status < 0)
