@@ -72,9 +72,9 @@ expect_success 'the raw-text reader and the libjq reader agree (non-ASCII forces
 	'"$make_batch"' &&
 	jq -c ".note = \"\u00e9t\u00e9\"" batch >b2 &&
 	jq -c ".mask |= map(. == 1)" batch >b3 &&
-	ca-ppo-step -m pol -o o1 <batch | jq -c "del(.seconds)" >s1 &&
-	ca-ppo-step -m pol -o o2 <b2 | jq -c "del(.seconds)" >s2 &&
-	ca-ppo-step -m pol -o o3 <b3 | jq -c "del(.seconds)" >s3 &&
+	ca-ppo-step -m pol -o o1 <batch | jq -c "del(.seconds, .update_seconds)" >s1 &&
+	ca-ppo-step -m pol -o o2 <b2 | jq -c "del(.seconds, .update_seconds)" >s2 &&
+	ca-ppo-step -m pol -o o3 <b3 | jq -c "del(.seconds, .update_seconds)" >s3 &&
 	cmp_output s1 s2 && cmp_output s1 s3'
 
 expect_status 3 'a record longer than max_position_embeddings is left out' '
