@@ -53,6 +53,21 @@ expect_success 'a rerun skips what is done; new tasks and a partial line from a 
 	ca-rollout --agent-opts "$AGENT" --policy "$POLICY" --score "jq -c -f $D/scores.jq" -o run t 2>err &&
 	grep -q "0 of 5 tasks to roll out" err && grep -q "0 of 5 candidates to score" err'
 
+if command -v setsid >/dev/null 2>&1; then
+	expect_success 'killed mid-run (the whole process group), a rerun finishes without losing or repeating a task' '
+		tasks 6 >t &&
+		printf "#!/bin/sh\nsleep 0.4\nexec \"%s\"\n" "$POLICY" >slow && chmod +x slow &&
+		setsid sh -c "exec ca-rollout --agent-opts \"$AGENT\" --policy ./slow --score \"jq -c -f $D/scores.jq\" -o run t" 2>/dev/null &
+		pid=$! && sleep 3 && kill -TERM -$pid; wait $pid
+		n=$(wc -l <run/trajectories.ndjson) && [ "$n" -ge 1 ] && [ "$n" -lt 6 ] &&
+		ca-rollout --agent-opts "$AGENT" --policy "$POLICY" --score "jq -c -f $D/scores.jq" -o run t 2>err &&
+		grep -q "$((6 - n)) of 6 tasks to roll out" err &&
+		[ "$(jq -r .id run/trajectories.ndjson | sort | uniq -c | awk "\$1 != 1" | wc -l)" -eq 0 ] &&
+		[ $(wc -l <run/best.ndjson) -eq 6 ] && [ $(wc -l <run/scored.ndjson) -eq 6 ]'
+else
+	skip 'killed mid-run' 'no setsid here'
+fi
+
 expect_success 'without a GPU the scoring is skipped with one line and the trajectories are kept' '
 	mkdir nogpu && printf "#!/bin/sh\nexit 9\n" >nogpu/nvidia-smi && chmod +x nogpu/nvidia-smi &&
 	tasks 2 >t &&
