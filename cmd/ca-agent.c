@@ -194,6 +194,11 @@ static int program_exists(const char *name)
 
 /* ---- snapshots ---- */
 
+static int compare_names(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 static int snapshot_skip(const char *rel, const char *name)
 {
 	if (name[0] == '.')
@@ -208,28 +213,81 @@ static int snapshot_skip(const char *rel, const char *name)
 	return 0;
 }
 
-/* Add the workspace's candidate files under dir to files (an object). */
-static jv collect_files(const char *root, const char *rel, jv files, size_t *total, int *truncated)
+/* Read a regular file at dirfd/name without following a link; NULL when it is not one. */
+static char *read_at(int dirfd, const char *name, size_t max, size_t *len, int *too_big)
 {
-	char dir[PATH_MAX];
-	snprintf(dir, sizeof dir, "%s%s%s", root, *rel ? "/" : "", rel);
-	struct dirent **names;
-	int n = scandir(dir, &names, NULL, alphasort);
-	if (n < 0)
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return NULL;
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return NULL;
+	}
+	if ((size_t)st.st_size > max) {
+		*too_big = 1;
+		close(fd);
+		return NULL;
+	}
+	char *d = ca_xmalloc((size_t)st.st_size + 1);
+	size_t n = 0;
+	ssize_t r;
+	while (n < (size_t)st.st_size && (r = read(fd, d + n, (size_t)st.st_size - n)) != 0) {
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		n += (size_t)r;
+	}
+	close(fd);
+	d[n] = '\0';
+	*len = n;
+	return d;
+}
+
+/*
+ * Add the candidate files below dirfd (the workspace directory rel) to
+ * files. The agent's background commands may still be running, so every
+ * step is relative to an open directory and follows no symbolic link.
+ */
+static jv collect_files(int dirfd, const char *rel, int depth, jv files, size_t *total, int *truncated)
+{
+	int dup_fd = dup(dirfd);
+	DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+	if (!d) {
+		if (dup_fd >= 0)
+			close(dup_fd);
 		return files;
-	for (int i = 0; i < n; i++) {
-		const char *name = names[i]->d_name;
-		char r[PATH_MAX], path[PATH_MAX * 2];
+	}
+	/* Sorted names, so snapshots are stable. */
+	char **names = NULL;
+	size_t n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) && n < 10000) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		names = ca_xrealloc(names, (n + 1) * sizeof *names);
+		names[n++] = ca_xstrdup(e->d_name);
+	}
+	closedir(d);
+	qsort(names, n, sizeof *names, compare_names);
+	for (size_t i = 0; i < n; i++) {
+		const char *name = names[i];
+		char r[PATH_MAX];
 		snprintf(r, sizeof r, "%s%s%s", rel, *rel ? "/" : "", name);
-		snprintf(path, sizeof path, "%s/%s", root, r);
 		struct stat st;
-		if (strcmp(name, ".") && strcmp(name, "..") && !snapshot_skip(r, name) && lstat(path, &st) == 0) {
+		if (!snapshot_skip(r, name) && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
 			if (S_ISDIR(st.st_mode)) {
-				if (strlen(r) < 200)
-					files = collect_files(root, r, files, total, truncated);
+				int sub = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+				if (sub >= 0 && depth < 16 && strlen(r) < 200)
+					files = collect_files(sub, r, depth + 1, files, total, truncated);
+				if (sub >= 0)
+					close(sub);
 			} else if (S_ISREG(st.st_mode)) {
-				size_t len;
-				char *text = st.st_size <= MAX_SNAPSHOT_FILE ? read_text_file(path, &len) : NULL;
+				size_t len = 0;
+				int too_big = 0;
+				char *text = read_at(dirfd, name, MAX_SNAPSHOT_FILE, &len, &too_big);
 				if (!text || memchr(text, '\0', len) || *total + len > MAX_SNAPSHOT_TOTAL)
 					*truncated = 1;
 				else {
@@ -249,7 +307,12 @@ static jv workspace_files(const char *ws, int *truncated)
 {
 	size_t total = 0;
 	*truncated = 0;
-	return collect_files(ws, "", jv_object(), &total, truncated);
+	int fd = open(ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return jv_object();
+	jv files = collect_files(fd, "", 0, jv_object(), &total, truncated);
+	close(fd);
+	return files;
 }
 
 /* Write files (borrowed) plus the task's model.py into dir. */

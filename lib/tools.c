@@ -256,12 +256,68 @@ static void mark_read(struct ca_tools *t, const char *abs)
 	t->read_set[t->nread++] = ca_xstrdup(abs);
 }
 
-/* Read a whole regular file (no symlink at the last component); NULL with *why. */
-static char *slurp(const char *abs, size_t *len, const char **why)
+/*
+ * Open abs, a path inside the workspace already resolved by resolve(),
+ * one component at a time from the workspace with O_NOFOLLOW: a symbolic
+ * link swapped in after resolve() (by a background command, say) makes the
+ * open fail instead of leading outside. With make_dirs, missing
+ * directories on the way are created.
+ */
+static int open_in_workspace(const struct ca_tools *t, const char *abs, int flags, mode_t mode, int make_dirs)
 {
-	int fd = open(abs, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (!inside(t, abs)) {
+		errno = EXDEV;
+		return -1;
+	}
+	int dirfd = open(t->ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dirfd < 0)
+		return -1;
+	if (strcmp(abs, t->ws) == 0) {
+		if ((flags & O_ACCMODE) == O_RDONLY && !(flags & O_CREAT))
+			return dirfd;
+		close(dirfd);
+		errno = EISDIR;
+		return -1;
+	}
+	char rel[PATH_MAX];
+	snprintf(rel, sizeof rel, "%s", abs + t->wslen + 1);
+	char *component = rel, *slash;
+	while ((slash = strchr(component, '/'))) {
+		*slash = '\0';
+		if (make_dirs && mkdirat(dirfd, component, 0755) != 0 && errno != EEXIST) {
+			int e = errno;
+			close(dirfd);
+			errno = e;
+			return -1;
+		}
+		int next = openat(dirfd, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		int e = errno;
+		close(dirfd);
+		if (next < 0) {
+			errno = e;
+			return -1;
+		}
+		dirfd = next;
+		component = slash + 1;
+	}
+	int fd = openat(dirfd, component, flags | O_NOFOLLOW | O_CLOEXEC, mode);
+	int e = errno;
+	close(dirfd);
+	errno = e;
+	return fd;
+}
+
+static const char *open_error(int e)
+{
+	return e == ELOOP || e == ENOTDIR ? "a symbolic link is in the way" : strerror(e);
+}
+
+/* Read a whole regular file inside the workspace; NULL with *why. */
+static char *slurp(const struct ca_tools *t, const char *abs, size_t *len, const char **why)
+{
+	int fd = open_in_workspace(t, abs, O_RDONLY, 0, 0);
 	if (fd < 0) {
-		*why = errno == ELOOP ? "is a symbolic link" : strerror(errno);
+		*why = open_error(errno);
 		return NULL;
 	}
 	struct stat st;
@@ -291,21 +347,11 @@ static char *slurp(const char *abs, size_t *len, const char **why)
 	return data;
 }
 
-static int write_file(const char *abs, const char *data, size_t len, const char **why)
+static int write_file(const struct ca_tools *t, const char *abs, const char *data, size_t len, const char **why)
 {
-	char dir[PATH_MAX];
-	snprintf(dir, sizeof dir, "%s", abs);
-	char *slash = strrchr(dir, '/');
-	if (slash && slash != dir) {
-		*slash = '\0';
-		if (ca_paths_mkdirs(dir, 0755) != 0) {
-			*why = strerror(errno);
-			return -1;
-		}
-	}
-	int fd = open(abs, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+	int fd = open_in_workspace(t, abs, O_WRONLY | O_CREAT | O_TRUNC, 0644, 1);
 	if (fd < 0) {
-		*why = errno == ELOOP ? "is a symbolic link" : strerror(errno);
+		*why = open_error(errno);
 		return -1;
 	}
 	size_t done = 0;
@@ -388,7 +434,7 @@ static char *tool_read(struct ca_tools *t, jv args, int *is_error)
 	if (resolve(t, path, abs, &why) != 0)
 		return fail(is_error, "read %s: %s", path, why);
 	size_t len;
-	char *data = slurp(abs, &len, &why);
+	char *data = slurp(t, abs, &len, &why);
 	if (!data)
 		return fail(is_error, "read %s: %s", relative(t, abs), why);
 	if (binary(data, len)) {
@@ -451,7 +497,7 @@ static char *tool_write(struct ca_tools *t, jv args, int *is_error)
 	if (exists && !was_read(t, abs))
 		return fail(is_error, "write %s: the file exists and has not been read; read it first, then write",
 			relative(t, abs));
-	if (write_file(abs, content, clen, &why) != 0)
+	if (write_file(t, abs, content, clen, &why) != 0)
 		return fail(is_error, "write %s: %s", relative(t, abs), why);
 	mark_read(t, abs);
 	struct sb b = {0};
@@ -513,7 +559,7 @@ static char *load_for_edit(struct ca_tools *t, const char *tool, const char *pat
 		*error = fail(is_error, "%s %s: this evaluation file is read-only", tool, relative(t, abs));
 		return NULL;
 	}
-	char *data = slurp(abs, &len, &why);
+	char *data = slurp(t, abs, &len, &why);
 	if (!data) {
 		*error = fail(is_error, "%s %s: %s", tool, relative(t, abs), why);
 		return NULL;
@@ -547,7 +593,7 @@ static char *tool_edit(struct ca_tools *t, jv args, int *is_error)
 		free(text);
 		return fail(is_error, "edit %s: %s", relative(t, abs), problem);
 	}
-	if (write_file(abs, text, strlen(text), &why) != 0) {
+	if (write_file(t, abs, text, strlen(text), &why) != 0) {
 		free(text);
 		return fail(is_error, "edit %s: %s", relative(t, abs), why);
 	}
@@ -588,7 +634,7 @@ static char *tool_multiedit(struct ca_tools *t, jv args, int *is_error)
 		}
 	}
 	jv_free(edits);
-	if (write_file(abs, text, strlen(text), &why) != 0) {
+	if (write_file(t, abs, text, strlen(text), &why) != 0) {
 		free(text);
 		return fail(is_error, "multiedit %s: %s", relative(t, abs), why);
 	}
@@ -727,7 +773,7 @@ static void grep_file(const struct ca_tools *t, const char *abs, regex_t *re, lo
 {
 	size_t len;
 	const char *why;
-	char *data = slurp(abs, &len, &why);
+	char *data = slurp(t, abs, &len, &why);
 	if (!data || binary(data, len)) {
 		free(data);
 		return;

@@ -248,6 +248,12 @@ expect_success 'ca-build, ca-verify, ca-profile typed alone run outside on a sna
 	obs 1 | grep -q "model.py" && obs 6 | grep -q "\"ok\": true" && obs 8 | grep -q "typed alone"
 '
 
+expect_success 'snapshots take no symbolic links, hidden files or build outputs' '
+	{ call bash "{\"command\": \"mkdir -p kernels build && ln -s /etc/passwd leak.txt && ln -s /etc kernels/etc && echo x >.hidden && echo o >build/out && echo k >kernels/k.cu && echo so >kernels/libk.so\"}"
+	  call bash "{\"command\": \"ca-build\"}"; } >turns &&
+	agent && jq -e ".trajectory.snapshots[0].files == {\"kernels/k.cu\": \"k\n\"}" out
+'
+
 expect_success 'only harmless options reach the trusted commands' '
 	{ call bash "{\"command\": \"ca-verify --no-sandbox\"}"
 	  call bash "{\"command\": \"ca-verify --allow-torch .\"}"
