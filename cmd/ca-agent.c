@@ -1132,9 +1132,13 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 	traj = jv_object_set(traj, jv_string("limits"), limits);
 	traj = jv_object_set(traj, jv_string("messages"), s.messages);
 	traj = jv_object_set(traj, jv_string("snapshots"), s.snapshots);
+	jv candidate = jv_invalid();
 	if (s.tools) {
 		int truncated;
-		jv final = jv_object_set(jv_object(), jv_string("files"), workspace_files(s.ws, &truncated));
+		jv files = workspace_files(s.ws, &truncated);
+		/* The final files are also the record's candidate, so ca-agent | ca-verify scores them. */
+		candidate = jv_object_set(jv_object(), jv_string("files"), jv_copy(files));
+		jv final = jv_object_set(jv_object(), jv_string("files"), files);
 		if (truncated)
 			final = jv_object_set(final, jv_string("files_truncated"), jv_true());
 		traj = jv_object_set(traj, jv_string("final"), final);
@@ -1145,6 +1149,10 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 	free(detail);
 	jv_free(idv);
 	jv_free(codev);
+	if (jv_is_valid(candidate))
+		task = jv_object_set(task, jv_string("candidate"), candidate);
+	else
+		jv_free(candidate);
 	return jv_object_set(task, jv_string("trajectory"), traj);
 }
 

@@ -244,7 +244,8 @@ expect_success 'ca-build, ca-verify, ca-profile typed alone run outside on a sna
 		and .trajectory.snapshots[2].files == {\"kernels/k.cu\": \"// k\", \"model_new.py\": \"FAST\"}
 		and .trajectory.snapshots[2].result.verify.ok == true
 		and .trajectory.snapshots[3].result.profile.candidate_us == 50
-		and .trajectory.final.files[\"model_new.py\"] == \"FAST\"" out &&
+		and .trajectory.final.files[\"model_new.py\"] == \"FAST\"
+		and .candidate.files == .trajectory.final.files" out &&
 	obs 1 | grep -q "model.py" && obs 6 | grep -q "\"ok\": true" && obs 8 | grep -q "typed alone"
 '
 
