@@ -4,7 +4,7 @@
 # already filtered, keyed by id; the no-GPU line for the workload check.
 . "$(dirname "$0")/test-lib.sh"
 DASH=$(command -v dash || echo sh)
-SMALL='--no-crawl --seed 2 --compose-opts "--target-ms 0.01 --max-tensor-mb 1" --filter-opts --no-compile --device cpu'
+SMALL='-j 1 --no-crawl --seed 2 --compose-opts "--target-ms 0.01 --max-tensor-mb 1" --filter-opts --no-compile --device cpu'
 export DASH SMALL
 
 expect_success 'usage is printed by --help' 'ca-synth --help | grep -q "^usage: ca-synth"'
@@ -32,7 +32,7 @@ expect_success 'tasks composed, all filtered, the accepted ones form the dataset
 expect_success '--tasks filters given tasks; without a GPU the workload check is named as skipped' '
 	ca-compose --no-seeds -n 1 --seed 5 --target-ms 0.01 --max-tensor-mb 1 </dev/null >given &&
 	mkdir nogpu && printf "#!/bin/sh\nexit 9\n" >nogpu/nvidia-smi && chmod +x nogpu/nvidia-smi &&
-	PATH=$PWD/nogpu:$PATH ca-synth --tasks given --no-plot --filter-opts --no-compile -o out 2>err &&
+	PATH=$PWD/nogpu:$PATH ca-synth -j 1 --tasks given --no-plot --filter-opts --no-compile -o out 2>err &&
 	grep -q "the workload check (eager time on the GPU) needs a GPU" err &&
 	[ $(wc -l <out/filtered.ndjson) -eq 1 ] && jq -e ".filter.device == \"cpu\" or (.filter.reasons | length) > 0" out/filtered.ndjson'
 test_done
