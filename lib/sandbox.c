@@ -509,6 +509,29 @@ static noreturn void exec_command(const struct plan *pl)
 	_exit(err == ENOENT ? 127 : 126);
 }
 
+/*
+ * Descriptors we were given beyond 0-2 (a directory outside DIR, a socket)
+ * would carry past every restriction: none survives the exec.
+ */
+static void close_inherited_fds(void)
+{
+	if (syscall(SYS_close_range, 3U, ~0U, 4U /* CLOSE_RANGE_CLOEXEC, Linux 5.11 */) == 0)
+		return;
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	if (!d) {
+		for (int fd = 3; fd < 65536; fd++)
+			fcntl(fd, F_SETFD, FD_CLOEXEC);
+		return;
+	}
+	while ((e = readdir(d))) {
+		int fd = atoi(e->d_name);
+		if (fd > 2 && fd != dirfd(d))
+			fcntl(fd, F_SETFD, FD_CLOEXEC);
+	}
+	closedir(d);
+}
+
 static noreturn void worker_main(const struct plan *pl)
 {
 	const struct ca_sandbox *cfg = pl->cfg;
@@ -548,6 +571,7 @@ static noreturn void worker_main(const struct plan *pl)
 		apply_seccomp(pl);
 	/* Die with the supervisor (set after the uid change, which clears it). */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	close_inherited_fds();
 	exec_command(pl);
 }
 

@@ -60,6 +60,11 @@ expect_success 'the environment is clean: PATH, HOME=DIR, LANG, TMPDIR and --env
 	test "$(cut -d= -f1 env.txt | sort | tr "\n" " ")" = "EXTRA HOME LANG PATH TMPDIR "
 '
 
+expect_success 'descriptors beyond 0-2 do not reach the command' '
+	echo s3cret >secret && exec 7<secret && ca-sandbox -- sh -c "cat <&7" >out 2>&1; exec 7<&-;
+	! grep -q s3cret out
+'
+
 expect_success 'the command runs in DIR and may write there' '
 	mkdir w && ca-sandbox --dir w -- sh -c "pwd >where; echo data >out" &&
 	test "$(cat w/where)" = "$(cd w && pwd -P)" && test "$(cat w/out)" = data
