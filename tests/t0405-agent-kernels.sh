@@ -12,14 +12,15 @@ if [ -z "$NVCC" ]; then
 	exit 0
 fi
 
-for k in kb-l1-14/kernels/triu_matmul.cu kb-l2-18/kernels/linear_sum.cu; do
-	expect_success "$k compiles for sm_90 as ca-build compiles it" '
-		"$NVCC" -shared -Xcompiler -fPIC -arch=sm_90 -O3 -std=c++17 -o k.so "$D/'"$k"'"
+for k in kb-l1-14/kernels/triu_matmul.cu "kb-l1-14/kernels/triu_matmul.cu kb-l1-14-v2/kernels/triu_blocked.cu" \
+	kb-l2-18/kernels/linear_sum.cu; do
+	expect_success "$k: compiles for sm_90 as ca-build compiles it" '
+		(cd "$D" && "$NVCC" -shared -Xcompiler -fPIC -arch=sm_90 -O3 -std=c++17 -o "$TRASH/k.so" '"$k"' -lcublas)
 	'
 done
 
-expect_success 'emulated on the CPU, both kernels match the reference' '
-	(cd "$D" && "$NVCC" -O2 -std=c++17 -o "$TRASH/emulate" emulate-kernels.cu) && "$TRASH/emulate"
+expect_success 'emulated on the CPU, the kernels and the cuBLAS plan match the reference' '
+	(cd "$D" && "$NVCC" -O2 -std=c++17 -o "$TRASH/emulate" emulate-kernels.cu -lcublas) && "$TRASH/emulate"
 '
 
 expect_success 'through ca-agent: the agent writes the L2/18 solution and the real ca-build builds its snapshot' '

@@ -9,20 +9,29 @@
 D=$TESTS_DIR/data/agent
 TASKS=$D/kernelbench-tasks.ndjson
 
-# turns SOLUTION_DIR: the recorded assistant turns that write the solution's
-# files, then build, verify, profile and say done.
+# turns DIR [DIR...]: the recorded assistant turns of an agent that reads
+# the task, writes the files of DIR, builds, verifies and profiles, then
+# does the same for each further DIR (a later version: a file written
+# before is read before it is replaced), and says it is done.
 turns() {
-	dir=$1
 	call() { jq -cn --arg n "$1" --arg a "$2" --arg c "$3" \
 		'{role: "assistant", content: $c, tool_calls: [{id: "call_\($n)", type: "function", function: {name: $n, arguments: $a}}]}'; }
 	call read '{"path": "model.py"}' "Reading the reference."
-	for f in $(cd "$dir" && find kernels -type f | sort) model_new.py; do
-		args=$(jq -cn --arg p "$f" --rawfile c "$dir/$f" '{path: $p, content: $c}')
-		call write "$args" "Writing $f."
+	written=" "
+	for dir; do
+		for f in $(cd "$dir" && find kernels -type f | sort) model_new.py; do
+			[ -f "$dir/$f" ] || continue
+			case $written in
+			*" $f "*) call read "$(jq -cn --arg p "$f" '{path: $p}')" "Reading $f before changing it." ;;
+			esac
+			args=$(jq -cn --arg p "$f" --rawfile c "$dir/$f" '{path: $p, content: $c}')
+			call write "$args" "Writing $f."
+			written="$written$f "
+		done
+		call bash '{"command": "ca-build"}' "Building."
+		call bash '{"command": "ca-verify"}' "Checking correctness."
+		call bash '{"command": "ca-profile"}' "Timing against eager and torch.compile."
 	done
-	call bash '{"command": "ca-build"}' "Building."
-	call bash '{"command": "ca-verify"}' "Checking correctness."
-	call bash '{"command": "ca-profile"}' "Timing against eager and torch.compile."
 	jq -cn '{role: "assistant", content: "Done: the kernel is correct and faster than torch.compile."}'
 }
 
@@ -37,16 +46,19 @@ if ! has_torch; then
 	exit 0
 fi
 
-for t in l1-14:kernelbench/L1/14 l2-18:kernelbench/L2/18; do
-	name=${t%%:*} id=${t#*:}
+# L1/14 is solved twice: a hand-written tiled kernel, then cuBLAS on the
+# blocks that can be nonzero; the best of the two counts.
+for t in "l1-14:kernelbench/L1/14:kb-l1-14 kb-l1-14-v2" "l2-18:kernelbench/L2/18:kb-l2-18"; do
+	name=${t%%:*} rest=${t#*:}
+	id=${rest%%:*} dirs=${rest#*:}
 	expect_success "$id: the replayed agent builds, verifies and profiles through the loop" '
-		turns "$D/kb-'"$name"'" >turns &&
+		turns $(for d in '"$dirs"'; do echo "$D/$d"; done) >turns &&
 		jq -c "select(.id == \"'"$id"'\")" "$TASKS" >task &&
 		ca-agent --policy "policy-replay turns" task >traj &&
 		jq -e ".trajectory.stop == \"done\" and .trajectory.invalid_tool_calls == 0
-			and ([.trajectory.snapshots[].command] == [\"ca-build\", \"ca-verify\", \"ca-profile\"])
-			and .trajectory.snapshots[0].result.ok == true
-			and .trajectory.snapshots[1].result.verify.ok == true" traj ||
+			and ([.trajectory.snapshots[].command] | length) % 3 == 0
+			and ([.trajectory.snapshots[] | select(.command == \"ca-build\") | .result.ok] | all)
+			and ([.trajectory.snapshots[] | select(.command == \"ca-verify\") | .result.verify.ok] | any)" traj ||
 		{ jq -r ".trajectory.messages[] | select(.role == \"tool\") | .content" traj | tail -n 60; exit 1; }
 		cp traj "$TRASH_BASE/traj-'"$name"'"
 	'

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kb-l1-14/kernels/triu_matmul.cu"
+#include "kb-l1-14-v2/kernels/triu_blocked.cu"
 #undef THREADS
 #include "kb-l2-18/kernels/linear_sum.cu"
 
@@ -55,6 +56,51 @@ static int check_triu(int N)
 				worst = e;
 		}
 	printf("triu_matmul N=%d max_abs_err=%g\n", N, worst);
+	return worst < 1e-3 * N ? 0 : 1;
+}
+
+/* The cuBLAS plan of triu_blocked.cu, run through a CPU column-major GEMM. */
+static int check_blocked(int N)
+{
+	std::vector<float> A((size_t)N * N), B((size_t)N * N), C((size_t)N * N, NAN);
+	srand(N + 1);
+	for (int i = 0; i < N; i++)
+		for (int j = 0; j < N; j++) {
+			A[(size_t)i * N + j] = j >= i ? rand() / (float)RAND_MAX : 0.f;
+			B[(size_t)i * N + j] = j >= i ? rand() / (float)RAND_MAX : 0.f;
+		}
+	for (int d = 0; d < N / BLOCK; d++) {
+		diagonal_gemm g = plan_diagonal(d, N);
+		for (int q = 0; q < g.batch; q++) {
+			const float *X = B.data() + g.offset_b + q * g.stride, *Y = A.data() + g.offset_a + q * g.stride;
+			float *Z = C.data() + g.offset_c + q * g.stride;
+			for (int c = 0; c < g.n; c++) {
+				float *z = Z + (size_t)c * N;
+				for (int r = 0; r < g.m; r++)
+					z[r] = 0.f;
+				for (int p = 0; p < g.k; p++) {
+					float y = Y[p + (size_t)c * N];
+					const float *x = X + (size_t)p * N;
+					for (int r = 0; r < g.m; r++)
+						z[r] += x[r] * y;
+				}
+			}
+		}
+	}
+	for (int i = 0; i < N; i++)
+		for (int j = 0; j < zero_end(i); j++)
+			C[(size_t)i * N + j] = 0.f;
+	double worst = 0;
+	for (int i = 0; i < N; i++)
+		for (int j = 0; j < N; j++) {
+			double ref = 0;
+			for (int k = i; k <= j; k++)
+				ref += (double)A[(size_t)i * N + k] * B[(size_t)k * N + j];
+			double e = fabs(ref - C[(size_t)i * N + j]);
+			if (!(e <= worst))
+				worst = e;
+		}
+	printf("triu_blocked N=%d max_abs_err=%g\n", N, worst);
 	return worst < 1e-3 * N ? 0 : 1;
 }
 
@@ -113,6 +159,7 @@ int main(void)
 	if (bad)
 		printf("tile_of does not cover every tile exactly once\n");
 	bad |= check_triu(1) | check_triu(7) | check_triu(129) | check_triu(300);
+	bad |= check_blocked(1024);
 	bad |= check_linear_sum(3, 300, 257, 64) | check_linear_sum(5, 64, 1000, 7);
 	return bad;
 }
