@@ -1,0 +1,142 @@
+#!/bin/sh
+# ca-verify on the CPU (--device cpu): the record contract, the ad-hoc
+# form, the fallback policy, the comparator's rules and fault handling,
+# with the adversarial candidates of tests/adversarial run on a C stand-in
+# for their CUDA kernel. Candidates run without ca-sandbox here (the
+# sandbox has its own tests); the GPU suite runs them sandboxed.
+. "$(dirname "$0")/test-lib.sh"
+
+ADV=$TESTS_DIR/adversarial
+
+expect_status 2 'a directory without model.py is a usage error' '
+	mkdir ws && ca-verify ws 2>err; s=$?; grep -q "no model.py" err; exit $s
+'
+expect_status 2 'a directory without model_new.py is a usage error' '
+	mkdir ws && cp "$ADV/tasks/relu_small.py" ws/model.py && ca-verify ws 2>err; s=$?; grep -q "no model_new.py" err; exit $s
+'
+expect_status 2 'a workspace directory must be the only argument' '
+	mkdir a b && ca-verify a b
+'
+expect_status 2 'an unknown device is refused' 'ca-verify --device tpu </dev/null'
+expect_status 2 'a bad GPU list is refused' 'ca-verify --gpus 0,x </dev/null'
+expect_success 'no input, no output' 'ca-verify --device cpu --no-sandbox </dev/null >out && test ! -s out'
+
+if ! has_torch; then
+	skip 'ca-verify on CPU candidates' 'no torch for the Python runner (make deps)'
+	test_done
+	exit
+fi
+if ! command -v cc >/dev/null 2>&1; then
+	skip 'ca-verify on CPU candidates' 'no C compiler for the CPU kernel'
+	test_done
+	exit
+fi
+
+# prep KIND/NAME: a copy of the candidate with its CUDA kernel replaced by the C stand-in.
+C=$TRASH_BASE/candidates
+mkdir -p "$C"
+prep() {
+	d=$C/$(basename "$1")
+	rm -rf "$d"
+	cp -R "$ADV/$1" "$d" && rm -rf "$d/kernels" && mkdir -p "$d/build" &&
+		cc -shared -fPIC -o "$d/build/libkernels.so" "$ADV/cpu/relu_cpu.c"
+}
+record() { # id task dir
+	jq -nc --arg id "$1" --rawfile code "$ADV/tasks/$2.py" --arg dir "$3" \
+		'{id: $id, code: $code, candidate: {dir: $dir}}'
+}
+for c in honest/relu cheat/torch_fallback cheat/segfault cheat/sleep_forever cheat/memoise cheat/zeros \
+	cheat/mutate_input cheat/compile_fallback cheat/fp16_output; do
+	prep "$c"
+done
+mkdir -p "$C/noweights"
+printf '%s\n' 'import torch' 'import torch.nn as nn' 'class Model(nn.Module):' \
+	'    def __init__(self):' '        super().__init__()' '        self.lin = nn.Linear(4, 4)' \
+	'    def forward(self, x):' '        return self.lin(x)' \
+	'def get_inputs():' '    return [torch.randn(2, 4)]' 'def get_init_inputs():' '    return []' \
+	>"$C/noweights/model.py"
+printf '%s\n' 'import torch.nn as nn' 'class ModelNew(nn.Module):' \
+	'    def __init__(self):' '        super().__init__()' '        self.weight = nn.Parameter(nn.Linear(4, 4).weight.detach())' \
+	'    def forward(self, x):' '        return x' >"$C/noweights/model_new.py"
+
+R=$TRASH_BASE/records.ndjson
+{
+	record honest/relu relu_small "$C/relu"
+	echo '{"id": "malformed", '
+	echo '{"id": "nocode", "candidate": {"dir": "/nonexistent"}}'
+	record torch_fallback relu_small "$C/torch_fallback"
+	record segfault relu_small "$C/segfault"
+	record honest/relu-after-crash relu_small "$C/relu"
+	record sleep_forever relu_small "$C/sleep_forever"
+	record memoise relu_small "$C/memoise"
+	record zeros-on-tiny tiny "$C/zeros"
+	record mutate_input relu_small "$C/mutate_input"
+	record compile_fallback relu_small "$C/compile_fallback"
+	record fp16_output relu_small "$C/fp16_output"
+	jq -nc --rawfile code "$C/noweights/model.py" --rawfile new "$C/noweights/model_new.py" \
+		'{id: "noweights", code: $code, candidate: {files: {"model_new.py": $new}}}'
+	jq -nc --rawfile code "$C/noweights/model.py" '{id: "badfiles", code: $code, candidate: {files: {"../model_new.py": "x"}}}'
+} >"$R"
+
+expect_status 3 'a mixed stream: every record scored, malformed lines reported, exit 3' '
+	ca-verify --device cpu --no-sandbox --timeout 8 --seed 42 "$R" >"$TRASH_BASE/out.ndjson" 2>err; s=$?
+	cat err
+	test "$(wc -l <"$R")" -eq "$(wc -l <"$TRASH_BASE/out.ndjson")" || { echo count differs; exit 9; }
+	grep -q "records.ndjson:2: " err || { echo no position for the malformed line; exit 9; }
+	exit $s
+'
+
+outcome() { # id -> "ok" or the failing stage
+	jq -r --arg id "$1" 'select(.id == $id) | .verify | if .ok then "ok" else .stage end' "$TRASH_BASE/out.ndjson"
+}
+pick() { jq -c --arg id "$1" 'select(.id == $id)' "$TRASH_BASE/out.ndjson"; }
+check() { # id wanted
+	expect_success "$1: $2" "test \"\$(outcome '$1')\" = '$2' || { jq -c --arg id '$1' 'select(.id == \$id) | .verify | {stage, error}' \"$TRASH_BASE/out.ndjson\"; exit 1; }"
+}
+check honest/relu ok
+expect_success 'malformed line: an error record in its place' '
+	sed -n 2p "$TRASH_BASE/out.ndjson" | jq -e ".error.line == 2"
+'
+check nocode input
+check torch_fallback policy
+check segfault crash
+check honest/relu-after-crash ok
+check sleep_forever timeout
+check memoise compare
+check zeros-on-tiny compare
+check mutate_input run
+check compile_fallback policy
+check fp16_output compare
+check noweights weights
+check badfiles input
+expect_success 'a passing record carries seed, checks, errors and tolerances' '
+	pick honest/relu | jq -e ".verify | .seed == 42 and .checks == 5 and .checks_passed == 5 and .max_abs_err == 0 and .atol == 0.01 and .rtol == 0.01 and .device == \"cpu\""
+'
+expect_success 'the policy failure names the operation and the line' '
+	pick torch_fallback | jq -e ".verify.error | test(\"aten::relu at model_new.py:[0-9]+\")"
+'
+expect_success 'the weights failure lists the mismatched keys' '
+	pick noweights | jq -e ".verify.error | test(\"missing in ModelNew: lin.weight, lin.bias; not in the reference: weight\")"
+'
+expect_success 'other fields pass through unchanged' '
+	pick honest/relu | jq -e ".candidate.dir | endswith(\"/relu\")"
+'
+
+P=$TRASH_BASE/pool.ndjson
+{
+	record a relu_small "$C/relu"
+	record b relu_small "$C/segfault"
+	record c relu_small "$C/relu"
+} >"$P"
+expect_status 1 'a pool of two CPU slots keeps input order' '
+	ca-verify --device cpu --no-sandbox --gpus 0,1 "$P" >out; s=$?
+	test "$(jq -r .id out | tr "\n" " ")" = "a b c " || exit 9
+	test "$(jq -r ".verify.ok" out | tr "\n" " ")" = "true false true " || exit 9
+	exit $s
+'
+expect_success 'the ad-hoc form with -H prints a summary' '
+	cp "$ADV/tasks/relu_small.py" "$C/relu/model.py" &&
+	ca-verify -H --device cpu --no-sandbox --checks 2 "$C/relu" >human &&
+	grep -q "^relu: PASS 2/2 checks" human
+'
+test_done

@@ -1,0 +1,55 @@
+#!/bin/sh
+# ca-profile on the CPU (--device cpu, no torch.compile): the profile
+# fields, the baseline cache, the spot checks of timed calls, the check of
+# the candidate's clock against ours, and records that failed verification.
+. "$(dirname "$0")/test-lib.sh"
+
+ADV=$TESTS_DIR/adversarial
+expect_status 2 'profile-only options are checked' 'ca-profile --iters 0 </dev/null'
+expect_status 2 'a verify-only option is refused' 'ca-profile --checks 3 </dev/null'
+
+if ! has_torch || ! command -v cc >/dev/null 2>&1; then
+	skip 'ca-profile on CPU candidates' 'needs torch for the Python runner and a C compiler'
+	test_done
+	exit
+fi
+C=$TRASH_BASE/candidates
+mkdir -p "$C"
+for c in honest/relu cheat/timer_patch; do
+	d=$C/$(basename "$c")
+	cp -R "$ADV/$c" "$d" && rm -rf "$d/kernels" && mkdir -p "$d/build" &&
+		cc -O2 -shared -fPIC -o "$d/build/libkernels.so" "$ADV/cpu/relu_cpu.c"
+done
+record() { # id task dir [verify-ok]
+	jq -nc --arg id "$1" --rawfile code "$ADV/tasks/$2.py" --arg dir "$3" --argjson ok "${4:-true}" \
+		'{id: $id, code: $code, candidate: {dir: $dir}, verify: {ok: $ok}}'
+}
+{
+	record honest relu_mid "$C/relu"
+	record timer_patch relu_mid "$C/timer_patch"
+	record failed relu_mid "$C/relu" false
+} >"$TRASH_BASE/in.ndjson"
+export CA_CACHE=$TRASH_BASE/cache
+OPTS="--device cpu --no-sandbox --no-compile --iters 10 --warmup 2 --seed 3"
+pick() { jq -c --arg id "$1" 'select(.id == $id)' "$TRASH_BASE/out.ndjson"; }
+
+expect_status 1 'every record is profiled or skipped; exit 1 for the caught cheat' '
+	ca-profile $OPTS "$TRASH_BASE/in.ndjson" >"$TRASH_BASE/out.ndjson"; s=$?
+	test "$(wc -l <"$TRASH_BASE/out.ndjson")" -eq 3 || exit 9
+	exit $s
+'
+expect_success 'an honest candidate gets times, cv, wall clock, and uncached baselines' '
+	pick honest | jq -e ".profile | .ok and .eager_us > 0 and .candidate_us > 0 and .cv >= 0 and .compile_us == null and .iterations == 10 and .wall_us > 0 and (.baseline_cached | not)"
+'
+expect_success 'a patched clock is caught against our own' '
+	pick timer_patch | jq -e ".profile | (.ok | not) and .stage == \"timing\""
+'
+expect_success 'a record that failed verification is not profiled' '
+	pick failed | jq -e ".profile | (.ok | not) and .skipped"
+'
+expect_success 'the second run takes the baseline from the cache' '
+	record honest relu_mid "$C/relu" | ca-profile $OPTS >again &&
+	jq -e ".profile | .ok and .baseline_cached" again &&
+	test "$(jq .profile.eager_us again)" = "$(pick honest | jq .profile.eager_us)"
+'
+test_done
