@@ -450,6 +450,16 @@ static void complete(struct slot *s, struct worker *w, jv answer)
 		}
 	}
 	jv_free(reasons);
+	jv skipped = ca_json_get(answer, "skipped");
+	if (jv_get_kind(skipped) == JV_KIND_ARRAY) {
+		jv_array_foreach(skipped, i, what)
+		{
+			if (jv_get_kind(what) == JV_KIND_STRING)
+				f = add_skipped(f, jv_string_value(what));
+			jv_free(what);
+		}
+	}
+	jv_free(skipped);
 	double eager, compiled;
 	int has_eager = ca_json_number(answer, "eager_ms", &eager) == 1;
 	f = jv_object_set(f, jv_string("eager_ms"), has_eager ? jv_number(round(eager * 1e4) / 1e4) : jv_null());
@@ -614,6 +624,8 @@ static void dispatch(long long seq, const char *code)
 		req = jv_object_set(req, jv_string("atol"), jv_number(cfg.atol));
 		req = jv_object_set(req, jv_string("rtol"), jv_number(cfg.rtol));
 		req = jv_object_set(req, jv_string("timing"), jv_true());
+		req = jv_object_set(req, jv_string("min_ms"), jv_number(cfg.min_ms));
+		req = jv_object_set(req, jv_string("max_ms"), jv_number(cfg.max_ms));
 		jv text = jv_dump_string(req, 0);
 		int wrote = ca_coproc_write(&w->co, jv_string_value(text), (size_t)jv_string_length_bytes(jv_copy(text)));
 		jv_free(text);

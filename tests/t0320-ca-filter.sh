@@ -18,7 +18,7 @@ if ! has_torch; then
 fi
 out=$TRASH_BASE/out.ndjson
 { cat "$fixtures"; echo '{"id": "broken"'; } |
-	ca-filter -j 2 --timeout 10 --no-compile >"$out" 2>"$TRASH_BASE/err"
+	ca-filter -j 2 --timeout 40 --no-compile >"$out" 2>"$TRASH_BASE/err"
 echo $? >"$TRASH_BASE/status"
 reason() { # id -> its reasons, one a line
 	jq -r "select(.id == \"$1\") | .filter.reasons[]" "$out"

@@ -609,18 +609,39 @@ def run_check(req, torch, hello):
     checks["non_degenerate"] = degenerate is None
     if degenerate:
         reasons.append("degenerate: " + degenerate)
-    # Compiled agrees with eager.
-    cm = None
+    warmup, iters = int(req.get("warmup", 3)), int(req.get("iters", 10))
+    skipped = res.setdefault("skipped", [])
+    timing = bool(req.get("timing")) and dev == "cuda"
+    # A task already rejected needs no compile: torch.compile is the
+    # expensive check, so it runs last and only when it can still matter.
+    if reasons:
+        if req.get("compile", True):
+            skipped.append("compile: the task was already rejected")
+        return res
+    if timing:
+        try:
+            with torch.no_grad():
+                res["eager_ms"] = time_ms(torch, m, xs, warmup, iters)
+        except Exception as e:  # noqa: BLE001
+            reasons.append("eager timing: %s: %s" % (type(e).__name__, short(e)))
+            return res
+        lo, hi = req.get("min_ms"), req.get("max_ms")
+        if lo is not None and hi is not None and not (lo <= res["eager_ms"] <= hi):
+            if req.get("compile", True):
+                skipped.append("compile: the workload check failed")
+            return res
+    del o1, t1
+    # Compiled agrees with eager (compared with a fresh eager run, so the
+    # eager outputs need not be kept while compiling).
     if req.get("compile", True):
         try:
             torch._dynamo.reset()
             with torch.no_grad():
                 mc, xsc = build(seed, seed + 1)
+                t1 = flat_tensors(mc(*xsc))
                 cm = torch.compile(mc)
-                oc = cm(*xsc)
+                tc = flat_tensors(cm(*xsc))
                 sync()
-            tc = flat_tensors(oc)
-            del mc
             if len(tc) != len(t1) or any(a.shape != b.shape for a, b in zip(t1, tc)):
                 checks["compile"] = False
                 reasons.append("compile: output shapes differ from eager")
@@ -630,20 +651,15 @@ def run_check(req, torch, hello):
                 checks["compile"] = ok
                 if not ok:
                     reasons.append("compile: output differs from eager beyond atol %g rtol %g" % (atol, rtol))
+            del t1, tc
+            if timing and checks["compile"]:
+                with torch.no_grad():
+                    res["compile_ms"] = time_ms(torch, cm, xsc, warmup, iters)
         except Exception as e:  # noqa: BLE001
             checks["compile"] = False
             reasons.append("compile: %s: %s" % (type(e).__name__, short(e)))
-            cm = None
     else:
         checks["compile"] = None
-    if req.get("timing") and dev == "cuda":
-        with torch.no_grad():
-            res["eager_ms"] = time_ms(torch, m, xs, int(req.get("warmup", 3)), int(req.get("iters", 10)))
-            if cm is not None:
-                try:
-                    res["compile_ms"] = time_ms(torch, cm, xsc, int(req.get("warmup", 3)), int(req.get("iters", 10)))
-                except Exception as e:  # noqa: BLE001
-                    reasons.append("compile timing: %s: %s" % (type(e).__name__, short(e)))
     return res
 
 
