@@ -37,6 +37,17 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then
 	exit 0
 fi
 
+# Candidates run sandboxed unless ca-sandbox cannot give them the GPU here.
+if [ -z "${CA_EVAL_OPTS+set}" ]; then
+	if ca-sandbox --gpu --env "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" -- "$PY" -c \
+		'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
+		CA_EVAL_OPTS=
+	else
+		CA_EVAL_OPTS=--no-sandbox
+	fi
+fi
+emit "$(jq -nc --arg o "$CA_EVAL_OPTS" '{bench: "setup", sandboxed: ($o == "")}')"
+
 # 1. Builds.
 cp -R "$ADV/honest/relu" "$WORK/relu"
 t0=$(now); ca-build --cache "$WORK/build-cold" "$WORK/relu" >"$WORK/b1.json"; t1=$(now)

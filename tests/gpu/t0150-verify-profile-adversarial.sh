@@ -19,6 +19,20 @@ fi
 
 ADV=$TESTS_DIR/adversarial
 LOG=${CA_GPU_LOG:-$TRASH_BASE}
+PY=$(ca_python)
+
+# Candidates run in ca-sandbox --gpu. If CUDA does not work in there, say
+# so as a failure and go on without the sandbox, so the rest is still tested.
+if ca-sandbox --gpu --env "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" -- "$PY" -c \
+	'import torch; assert torch.cuda.is_available(), "no CUDA in the sandbox"' >"$LOG/sandbox-probe.txt" 2>&1; then
+	sandbox_gpu=yes
+else
+	sandbox_gpu=no
+	: "${CA_EVAL_OPTS=--no-sandbox}"
+fi
+expect_success 'ca-sandbox --gpu lets a candidate use CUDA' '
+	test $sandbox_gpu = yes || { tail -n 5 "$LOG/sandbox-probe.txt"; exit 1; }
+'
 mkdir -p "$LOG"
 # Records: id, the task's code, the candidate's directory.
 records=$TRASH_BASE/records.ndjson
@@ -31,11 +45,18 @@ for d in "$ADV"/honest/*/ "$ADV"/cheat/*/; do
 	d=${d%/}
 	name=$(basename "$d")
 	case $name in fork_bomb|huge_output|illegal_address) continue ;; esac
+	# Without the sandbox these would really do harm: leave them out.
+	case $sandbox_gpu.$name in no.write_outside|no.socket) continue ;; esac
 	task=$(sed -n 's/^task=//p' "$d/expect")
 	add "$(basename "$(dirname "$d")")/$name" "$task" "$d"
 done
 # The faults last but one, then an honest record that must still pass.
-for name in illegal_address huge_output fork_bomb; do
+faults="illegal_address huge_output fork_bomb"
+if [ $sandbox_gpu = no ]; then
+	faults=illegal_address
+	skip 'fork bomb, 10 GB output, writes outside, sockets' 'only run inside the sandbox'
+fi
+for name in $faults; do
 	add "cheat/$name" relu "$ADV/cheat/$name"
 done
 add "honest/relu-after-faults" relu "$ADV/honest/relu"
