@@ -11,6 +11,7 @@ aggregation modes), so that
     the same run (steps/s, tokens/s, peak memory) on a GPU.
 
     python3 ca_rl_ref.py KINDS POLICY BATCH.ndjson [--critic DIR] [options]
+    python3 ca_rl_ref.py init DIR [--critic] [--shape small|0.5b] [--dtype D]
 
 KINDS is a comma-separated list of sft, value and ppo (value trains the
 --critic checkpoint), --agg a comma-separated list of aggregation modes;
@@ -177,7 +178,44 @@ def step(kind, a, records, device):
     return first
 
 
+SHAPES = {
+    # Qwen2-0.5B's shape, random weights: what the benchmark times.
+    "0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                 num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True,
+                 max_position_embeddings=32768, rope_theta=1000000.0),
+    # Small enough for a CPU in seconds.
+    "small": dict(vocab_size=4096, hidden_size=256, intermediate_size=704, num_hidden_layers=4,
+                  num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+                  max_position_embeddings=4096, rope_theta=1000000.0),
+}
+
+
+def init(argv):
+    """A random Qwen2-shaped checkpoint (policy, or critic with --critic)."""
+    import transformers
+
+    p = argparse.ArgumentParser(prog="ca_rl_ref.py init")
+    p.add_argument("dir")
+    p.add_argument("--critic", action="store_true")
+    p.add_argument("--shape", default="small", choices=sorted(SHAPES))
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--seed", type=int, default=1)
+    a = p.parse_args(argv)
+    torch.manual_seed(a.seed)
+    cfg = transformers.Qwen2Config(initializer_range=0.02, rms_norm_eps=1e-6, **SHAPES[a.shape])
+    if a.critic:
+        cfg.num_labels = 1
+        cfg.tie_word_embeddings = False
+        model = transformers.Qwen2ForTokenClassification(cfg)
+    else:
+        model = transformers.Qwen2ForCausalLM(cfg)
+    model.to(getattr(torch, a.dtype)).save_pretrained(a.dir)
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "init":
+        init(sys.argv[2:])
+        return
     p = argparse.ArgumentParser()
     p.add_argument("kinds")
     p.add_argument("model")

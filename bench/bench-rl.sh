@@ -1,0 +1,103 @@
+#!/bin/sh
+# bench-rl: the three training steps (ca-sft-step, ca-value-step,
+# ca-ppo-step) against the same steps in PyTorch (lib/py/ca_rl_ref.py on
+# transformers models), same checkpoints, same batch, same run.
+#
+#   bench/bench-rl.sh [--device cpu|cuda] [--repeat N] [--seq N] [--shape small|0.5b]
+#                     [--tokens N] [-o DIR]
+#
+# A random Qwen2-shaped policy and critic (--shape small: 4 layers, width
+# 256; 0.5b: Qwen2-0.5B's shape), a batch of --tokens tokens in sequences
+# of --seq (a 32-token prompt, the rest policy tokens) with old log-probs
+# and values from ca-logprob and advantages from ca-gae, then --repeat
+# updates of each step. Prints per step: updates/s and tokens/s of ca (its
+# update_seconds: forward, backward, optimizer) and of PyTorch, their ratio,
+# and peak memory (ca: the process's max RSS; PyTorch on a GPU: peak
+# allocated). The records go to DIR/bench-rl.ndjson.
+set -eu
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+BIN=${CA_BIN:-$ROOT/bin}
+PATH=$BIN:$ROOT/scripts:$PATH
+export PATH
+PY=${CA_PYTHON:-}
+[ -n "$PY" ] || { [ -x .venv/bin/python3 ] && PY=.venv/bin/python3; } || PY=python3
+export TRANSFORMERS_VERBOSITY=error HF_HUB_DISABLE_PROGRESS_BARS=1
+
+device=cpu repeat=3 seq=512 shape=small tokens=4096 out=bench-rl.out
+while [ $# -gt 0 ]; do
+	case $1 in
+	--device) device=$2; shift ;;
+	--repeat) repeat=$2; shift ;;
+	--seq) seq=$2; shift ;;
+	--shape) shape=$2; shift ;;
+	--tokens) tokens=$2; shift ;;
+	-o) out=$2; shift ;;
+	*) echo "usage: bench/bench-rl.sh [--device cpu|cuda] [--repeat N] [--seq N] [--shape small|0.5b] [--tokens N] [-o DIR]" >&2
+		exit 2 ;;
+	esac
+	shift
+done
+if ! "$PY" -c 'import torch, transformers' 2>/dev/null; then
+	echo "bench-rl: $PY lacks torch or transformers (make deps)" >&2
+	exit 4
+fi
+mkdir -p "$out"
+if [ ! -f "$out/$shape/actor/config.json" ]; then
+	"$PY" lib/py/ca_rl_ref.py init "$out/$shape/actor" --shape "$shape" 2>/dev/null
+	"$PY" lib/py/ca_rl_ref.py init "$out/$shape/critic" --shape "$shape" --critic --seed 2 2>/dev/null
+fi
+vocab=$(jq .vocab_size "$out/$shape/actor/config.json")
+
+# The batch: random ids (deterministic), a 32-token prompt, a random outcome reward.
+awk -v n=$((tokens / seq)) -v len="$seq" -v vocab="$vocab" 'BEGIN {
+	srand(1)
+	for (s = 0; s < n; s++) {
+		printf "{\"id\":\"b%d\",\"reward\":%d,\"tokens\":[", s, int(rand() * 4)
+		for (i = 0; i < len; i++) printf "%s%d", (i ? "," : ""), int(rand() * vocab)
+		printf "],\"mask\":["
+		for (i = 0; i < len; i++) printf "%s%d", (i ? "," : ""), (i >= 32)
+		print "]}"
+	}
+}' | ca-logprob -m "$out/$shape/actor" | ca-logprob -m "$out/$shape/critic" |
+	jq -c '.values = [0] + .values[:-1]' | ca-gae >"$out/batch.ndjson"
+
+rss() { # command...: run it, print its max RSS in KiB to fd 3
+	if command -v /usr/bin/time >/dev/null 2>&1; then
+		/usr/bin/time -f %M -o "$out/rss" "$@" && cat "$out/rss" >&3
+	else
+		"$@" && echo null >&3
+	fi
+}
+
+: >"$out/bench-rl.ndjson"
+rm -f "$out"/ca.* "$out"/rss* "$out/torch"
+for kind in sft value ppo; do
+	model=$out/$shape/actor opts=""
+	[ $kind = value ] && model=$out/$shape/critic
+	[ $kind = ppo ] && opts="--whiten"
+	for _ in $(seq "$repeat"); do
+		# shellcheck disable=SC2086
+		rss ca-$kind-step -m "$model" -o "$out/scratch" --lr 1e-6 $opts <"$out/batch.ndjson" \
+			3>>"$out/rss.$kind" >>"$out/ca.$kind"
+	done
+	rm -rf "$out/scratch"
+done
+"$PY" lib/py/ca_rl_ref.py sft,value,ppo "$out/$shape/actor" "$out/batch.ndjson" \
+	--critic "$out/$shape/critic" --repeat "$repeat" --lr 1e-6 --device "$device" >"$out/torch" 2>/dev/null
+
+for kind in sft value ppo; do
+	torch_line=$(jq -c "select(.kind == \"$kind\")" "$out/torch")
+	jq -s -c --argjson t "$torch_line" --arg kind "$kind" --arg shape "$shape" --arg device "$device" \
+		--argjson rss "$(sort -n "$out/rss.$kind" | tail -1)" '
+		(map(.update_seconds) | add / length) as $s |
+		{kind: $kind, shape: $shape, torch_device: $device, tokens: .[0].tokens_total,
+		 ca_update_s: $s, ca_updates_per_s: (1 / $s), ca_tokens_per_s: (.[0].tokens_total / $s),
+		 ca_max_rss_kb: $rss,
+		 torch_update_s: $t.seconds_per_step, torch_tokens_per_s: $t.tokens_per_s,
+		 torch_peak_memory_bytes: $t.peak_memory_bytes,
+		 ratio_ca_over_torch: ($t.seconds_per_step / $s)}' "$out/ca.$kind" >>"$out/bench-rl.ndjson"
+done
+rm -f "$out"/ca.* "$out"/rss* "$out/torch"
+jq -r '"\(.kind)-step  \(.tokens) tokens  ca \(.ca_tokens_per_s | floor) tok/s (\(.ca_update_s * 1000 | floor) ms/update, max RSS \(.ca_max_rss_kb) KiB)  torch[\(.torch_device)] \(.torch_tokens_per_s | floor) tok/s  ratio \(.ratio_ca_over_torch * 100 | floor / 100)x"' \
+	"$out/bench-rl.ndjson"
