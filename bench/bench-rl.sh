@@ -13,7 +13,9 @@
 # updates of each step. Prints per step: updates/s and tokens/s of ca (its
 # update_seconds: forward, backward, optimizer) and of PyTorch, their ratio,
 # and peak memory (ca: the process's max RSS; PyTorch on a GPU: peak
-# allocated). The records go to DIR/bench-rl.ndjson.
+# allocated). ca runs on the backend its engine has (CPU fp32 as of this
+# writing), so a GPU run compares that with PyTorch on the GPU. The records
+# go to DIR/bench-rl.ndjson.
 set -eu
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
