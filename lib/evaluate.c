@@ -370,9 +370,10 @@ static char *describe_exit(struct worker *w, int status, const char **stage)
 /*
  * Send req (consumed) and wait for the reply object. On a fault the worker
  * is stopped and *fault gets {"stage","error"}; returns -1. Lines
- * {"timing":"start"} are noted in *t_start (may be NULL).
+ * {"timing":"start"} and {"timing":"end"} are noted in marks[0] and
+ * marks[1] (marks may be NULL): our own clock around a timed loop.
  */
-static int worker_call(struct worker *w, jv req, double timeout_s, jv *reply, jv *fault, double *t_start)
+static int worker_call(struct worker *w, jv req, double timeout_s, jv *reply, jv *fault, double *marks)
 {
 	const char *stage = "crash";
 	char *msg = NULL;
@@ -416,10 +417,10 @@ static int worker_call(struct worker *w, jv req, double timeout_s, jv *reply, jv
 		if (jv_get_kind(v) == JV_KIND_OBJECT) {
 			jv timing = ca_json_get(v, "timing");
 			int is_timing = jv_get_kind(timing) == JV_KIND_STRING;
+			if (is_timing && marks)
+				marks[strcmp(jv_string_value(timing), "end") == 0] = ca_proc_now();
 			jv_free(timing);
 			if (is_timing) {
-				if (t_start)
-					*t_start = ca_proc_now();
 				jv_free(v);
 				continue;
 			}
@@ -756,10 +757,10 @@ static int reference_call(struct job *j, jv req, double timeout, jv *reply)
 	return 0;
 }
 
-static int candidate_call(struct job *j, jv req, double timeout, jv *reply, double *t_start)
+static int candidate_call(struct job *j, jv req, double timeout, jv *reply, double *marks)
 {
 	jv fault;
-	if (worker_call(&j->cand, req, timeout, reply, &fault, t_start) != 0) {
+	if (worker_call(&j->cand, req, timeout, reply, &fault, marks) != 0) {
 		job_fault(j, fault, NULL);
 		return -1;
 	}
@@ -1219,14 +1220,13 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached)
 	snprintf(prefix, sizeof prefix, "%s/kept-%s-", s->trusted, mode);
 	jv req = time_request(j, mode, prefix, keep_indices(cfg, j->seed));
 	jv reply;
-	double t_start = 0;
+	double marks[2] = {0, 0};
 	jv fault;
-	if (worker_call(&s->reference, req, cfg->timeout_s * 10 + (strcmp(mode, "compile") ? 0 : 600), &reply, &fault, &t_start) != 0) {
+	if (worker_call(&s->reference, req, cfg->timeout_s * 10 + (strcmp(mode, "compile") ? 0 : 600), &reply, &fault, marks) != 0) {
 		job_fault(j, fault, "reference: ");
 		j->result = set_str(j->result, "stage", "reference");
 		return -1;
 	}
-	double t_end = ca_proc_now();
 	if (ca_json_bool(reply, "ok") != 1) {
 		job_fault(j, reply, "reference: ");
 		j->result = set_str(j->result, "stage", "reference");
@@ -1248,7 +1248,7 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached)
 	v = set_num(v, "median_us", median);
 	v = set_num(v, "cv", cv);
 	/* Our clock around the timed loop minus the reported call times: the per-batch overhead. */
-	v = set_num(v, "overhead_s", t_start > 0 ? (t_end - t_start) - sum * 1e-6 : 0);
+	v = set_num(v, "overhead_s", marks[0] > 0 && marks[1] > marks[0] ? (marks[1] - marks[0]) - sum * 1e-6 : 0);
 	jv kl = ca_json_get(reply, "kernels");
 	int nbad = 0;
 	v = jv_object_set(v, jv_string("kernels"), top_kernels(kl, cfg->top, &nbad, NULL));
@@ -1308,13 +1308,12 @@ static void do_profile(struct job *j)
 	char prefix[PATHLEN];
 	snprintf(prefix, sizeof prefix, "%s/kept-", j->io);
 	jv req = time_request(j, "candidate", prefix, keep_indices(cfg, j->seed ^ 0x5eed));
-	double t_start = 0;
-	if (candidate_call(j, req, cfg->timeout_s * 10, &reply, &t_start) != 0) {
+	double marks[2] = {0, 0};
+	if (candidate_call(j, req, cfg->timeout_s * 10, &reply, marks) != 0) {
 		if (jv_get_kind(reply) == JV_KIND_OBJECT)
 			jv_free(reply);
 		return;
 	}
-	double t_end = ca_proc_now();
 	double median = 0, cv = 0;
 	ca_json_number(reply, "median_us", &median);
 	ca_json_number(reply, "cv", &cv);
@@ -1332,8 +1331,8 @@ static void do_profile(struct job *j)
 
 	/* Our own clock: per-call time implied by the batch, less the reference's overhead. */
 	double wall_per_call = NAN;
-	if (t_start > 0 && cfg->iters > 0) {
-		wall_per_call = ((t_end - t_start) - overhead) / cfg->iters * 1e6;
+	if (marks[0] > 0 && marks[1] > marks[0] && cfg->iters > 0) {
+		wall_per_call = ((marks[1] - marks[0]) - overhead) / cfg->iters * 1e6;
 		j->result = set_num(j->result, "wall_us", wall_per_call);
 	}
 	/* Spot checks of timed calls' outputs. */
@@ -1378,7 +1377,11 @@ static void do_profile(struct job *j)
 		job_fail(j, "policy", msg);
 		goto out;
 	}
-	if (isfinite(wall_per_call) && median < 0.5 * wall_per_call - 20) {
+	if (!isfinite(wall_per_call)) {
+		job_fail(j, "timing", "the candidate worker did not mark the end of its timed calls");
+		goto out;
+	}
+	if (median < 0.5 * wall_per_call - 20) {
 		char msg[256];
 		snprintf(msg, sizeof msg, "self-reported %.1f us per call, but our clock around the timed calls "
 			"implies at least %.1f us: the timer was tampered with", median, wall_per_call);

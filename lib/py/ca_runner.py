@@ -19,8 +19,9 @@ stream). The first line written is
 and every request gets exactly one reply, {"ok": true, ...} or
     {"ok": false, "stage": "load"|"weights"|"run"|"policy"|"time"|"protocol",
      "error": "one line", "detail": "traceback tail"}
-except "time", which first writes {"timing": "start"} when its timed loop
-begins so the parent can clock the loop with its own wall clock.
+except "time", which also writes {"timing": "start"} when its timed loop
+begins and {"timing": "end"} when it ends (before the kept outputs are
+written), so the parent can clock the loop with its own wall clock.
 
 Requests (paths are files; tensor files are described in lib/tensor.h):
   {"op": "task", "path": P, "seed": S, "weights_out": P, "init_out": P}
@@ -593,11 +594,18 @@ class Worker:
             if timed:
                 times.append((t1 - t0) * 1e6)
                 if (i - warmup) in keep:
-                    path = "%s%d.ten" % (req["keep_prefix"], i - warmup)
-                    write_tensors(path, out)
-                    kept.append({"index": i - warmup, "set": i % len(sets), "path": path})
+                    # A copy on the device now; files after the clocked loop.
+                    kept.append((i - warmup, i % len(sets), _clone_tree(out)))
+        self.sync()
         kernels = self.tracer.stop() if req.get("trace") else None
         loop_s = _perf() - loop_start if loop_start is not None else 0.0
+        _send({"timing": "end"})
+        written = []
+        for index, set_index, value in kept:
+            path = "%s%d.ten" % (req["keep_prefix"], index)
+            write_tensors(path, value)
+            written.append({"index": index, "set": set_index, "path": path})
+        kept = written
         s = sorted(times)
         median = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
         mean = sum(times) / len(times)
@@ -607,6 +615,17 @@ class Worker:
         if kernels is not None:
             reply["kernels"] = kernels[:50]
         return reply
+
+
+def _clone_tree(value):
+    import torch
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_clone_tree(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _clone_tree(v) for k, v in value.items()}
+    return value
 
 
 class _Stage(Exception):
