@@ -321,6 +321,8 @@ static int apply(const struct opdef *op, struct shape *s, struct ca_synth_rng *r
 		elementwise_bytes(g, s, 2);
 		return 0;
 	case INSTANCENORM:
+		if (s->d[2] * s->d[3] < 2)
+			return -1;  /* instance statistics need more than one value */
 		attr_name(g, op->attr, a, sizeof a);
 		add(&g->init, "        self.%s = nn.InstanceNorm2d(%ld)\n", a, c);
 		add(&g->fwd, "        x = self.%s(x)\n", a);
@@ -637,11 +639,12 @@ jv ca_synth_compose(const struct ca_synth_config *cfg, int nops, struct ca_synth
 		double per_sample_ms = (g.flops / 25e12 + g.bytes / 2.5e12) * 1e3;
 		double overhead_ms = 0.01 * nops;
 		double want = (cfg->target_ms - overhead_ms) / (per_sample_ms > 0 ? per_sample_ms : 1e-9);
-		long batch = 1;
+		/* At least 2: batch norm in training mode needs two values a channel. */
+		long batch = 2;
 		while (batch * 2 <= want)
 			batch *= 2;
 		double max_elems = cfg->max_tensor_mb * 1048576.0 / 4.0;
-		while (batch > 1 && (double)batch * g.max_elems > max_elems)
+		while (batch > 2 && (double)batch * g.max_elems > max_elems)
 			batch /= 2;
 		if ((double)batch * g.max_elems > max_elems) {
 			jv_free(ops);
