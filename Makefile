@@ -37,7 +37,7 @@ CUPTI_H := $(firstword $(wildcard $(CUDA_HOME)/extras/CUPTI/include/cupti.h $(CU
 CUPTI_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/extras/CUPTI/lib64/libcupti.so $(CUDA_HOME)/targets/x86_64-linux/lib/libcupti.so $(CUDA_HOME)/lib64/libcupti.so))
 CUPTI_SO := $(if $(and $(CUPTI_H),$(CUPTI_LIBDIR)),$(BIN)/libca-cupti.so,)
 
-.PHONY: all check check-gpu asan bench bench-eval demo demo-rl bench-rl deps install clean config lint
+.PHONY: all check check-gpu asan bench bench-eval bench-policy demo demo-rl bench-rl deps install clean config lint
 .SUFFIXES:
 
 all: config $(LIBCA) $(CMDS) $(UNITS) $(CUPTI_SO)
@@ -106,6 +106,10 @@ demo-rl: all
 # on a GPU machine: make bench-rl BENCH_RL="--device cuda --shape 0.5b --tokens 32768").
 bench-rl: all
 	CA_BIN=$(CURDIR)/$(BIN) sh bench/bench-rl.sh $(BENCH_RL)
+
+# The policy engine's CPU throughput against PyTorch (bench/bench-policy.sh, bench/policy-engine.md).
+bench-policy: all
+	CA_BIN=$(CURDIR)/$(BIN) sh bench/bench-policy.sh
 
 deps:
 	sh scripts/install-deps

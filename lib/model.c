@@ -451,6 +451,63 @@ int ca_model_save(const struct ca_model *m, const char *dir, int dtype, size_t m
 	return 0;
 }
 
+void ca_model_to_critic(struct ca_model *m, uint64_t seed)
+{
+	if (m->cfg.critic)
+		return;
+	int C = m->cfg.hidden_size;
+	float *body = m->params;
+	/* The body tensors keep their offsets; only the head changes. */
+	const struct ca_model_tensor *head = ca_model_find(m, "lm_head.weight");
+	size_t body_params = head ? head->offset : m->nparams;
+	struct ca_model_tensor *old = m->tensors;
+	int old_n = m->ntensors;
+	m->cfg.critic = 1;
+	m->cfg.score_bias = 1;  /* transformers' score layer has one; it starts at 0 */
+	m->ntensors = 0;
+	m->nparams = 0;
+	free(m->layers);
+	free(m->rope_cos);
+	free(m->rope_sin);
+	build_table(m);
+	m->params = ca_xmalloc(sizeof(float) * m->nparams);
+	memset(m->params, 0, sizeof(float) * m->nparams);
+	memcpy(m->params, body, sizeof(float) * body_params);
+	(void)old_n;
+	free(old);
+	free(body);
+	double std = cfg_num(m->config_json, "initializer_range", 0.02);
+	float *w = m->params + ca_model_find(m, "score.weight")->offset;
+	uint64_t s = seed;
+	for (int i = 0; i < C; i++) {
+		/* Box-Muller over splitmix64. */
+		double u[2];
+		for (int k = 0; k < 2; k++) {
+			uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+			z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+			z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+			z ^= z >> 31;
+			u[k] = ((double)(z >> 11) + 0.5) / 9007199254740992.0;
+		}
+		w[i] = (float)(std * sqrt(-2.0 * log(u[0])) * cos(2.0 * M_PI * u[1]));
+	}
+	bind_views(m);
+	free(m->grad);
+	free(m->adam_m);
+	free(m->adam_v);
+	m->grad = m->adam_m = m->adam_v = NULL;
+	m->adam_step = 0;
+	ca_model_acts_free(m->acts);
+	m->acts = NULL;
+	const char *arch = strcmp(m->cfg.model_type, "qwen2") == 0 ? "Qwen2ForTokenClassification"
+								   : "LlamaForTokenClassification";
+	jv cfg = m->config_json;
+	cfg = jv_object_set(cfg, jv_string("architectures"), JV_ARRAY(jv_string(arch)));
+	cfg = jv_object_set(cfg, jv_string("id2label"), jv_object_set(jv_object(), jv_string("0"), jv_string("LABEL_0")));
+	cfg = jv_object_set(cfg, jv_string("label2id"), jv_object_set(jv_object(), jv_string("LABEL_0"), jv_number(0)));
+	m->config_json = cfg;
+}
+
 void ca_model_zero_grad(struct ca_model *m)
 {
 	if (!m->grad)

@@ -83,6 +83,12 @@ struct ca_model {
 	struct ca_model_layer *layers;
 	float *rope_cos, *rope_sin;
 	struct ca_model_acts *acts;
+	/*
+	 * Activation recomputation: a training forward keeps only each layer's
+	 * input and the backward recomputes the layer, about a third more work
+	 * for a fraction of the memory. Same numbers either way.
+	 */
+	int recompute;
 };
 
 /* A packed batch: tokens[0..T) made of nseq sequences of the given lengths. */
@@ -104,6 +110,15 @@ void ca_model_free(struct ca_model *m);
 int ca_model_save(const struct ca_model *m, const char *dir, int dtype, size_t max_shard_bytes,
 		  char why[CA_MODEL_WHY]);
 const struct ca_model_tensor *ca_model_find(const struct ca_model *m, const char *name);
+/*
+ * Turn a policy into a critic with the same body: the language-model head
+ * is dropped and a value head score.weight [1, hidden] is added, drawn from
+ * N(0, initializer_range) with the seed (its bias 0), and config.json names a
+ * *ForTokenClassification architecture with one label, so transformers
+ * loads the saved critic. Optimizer state and gradients are dropped.
+ * This is how value pretraining starts from the actor.
+ */
+void ca_model_to_critic(struct ca_model *m, uint64_t seed);
 
 /*
  * Forward over a packed batch. targets[t] is the token whose log-prob is

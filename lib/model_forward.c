@@ -14,7 +14,18 @@
 #include "model.h"
 #include "nn.h"
 
-enum { HEAD_CHUNK = 16 };
+/*
+ * Tokens per chunk of the language-model head: as many as fit in about
+ * 64 MB of logits (at least 16), so that the head's weight is streamed,
+ * and transposed for the backward, few times per batch.
+ */
+static int head_chunk(int T, int V)
+{
+	int n = (int)((16u << 20) / (unsigned)V);
+	if (n < 16)
+		n = 16;
+	return n < T ? n : T;
+}
 
 struct layer_acts {
 	float *x;          /* [T,C] residual stream entering the layer */
@@ -31,13 +42,15 @@ struct layer_acts {
 struct ca_model_acts {
 	int T, cap_T;
 	size_t probs_cap;
-	int nlayers_kept;      /* num_layers when training, 1 otherwise */
-	int train;
+	int nlayers_kept;      /* num_layers when training without recomputation, else 1 */
+	int train, recompute;
+	float **layer_in;      /* recompute: [num_layers][T,C], each layer's input */
 	int *tokens, *targets, *seq_start, *pos;
 	struct layer_acts *layer;
 	float *xfinal;         /* [T,C] residual after the last layer */
 	float *lnf, *rstdf;
-	float *logits;         /* [HEAD_CHUNK, V] */
+	int chunk;             /* tokens per chunk of the head */
+	float *logits;         /* [chunk, V] */
 	/* backward scratch */
 	float *dx, *dln, *dq, *dk, *dv, *datt, *dgate, *dup, *dh, *dlogits;
 };
@@ -53,6 +66,10 @@ void ca_model_acts_free(struct ca_model_acts *a)
 		free(L->gate); free(L->up); free(L->h);
 	}
 	free(a->layer);
+	if (a->layer_in)
+		for (int l = 0; a->layer_in[l]; l++)
+			free(a->layer_in[l]);
+	free(a->layer_in);
 	free(a->tokens); free(a->targets); free(a->seq_start); free(a->pos);
 	free(a->xfinal); free(a->lnf); free(a->rstdf); free(a->logits);
 	free(a->dx); free(a->dln); free(a->dq); free(a->dk); free(a->dv); free(a->datt);
@@ -65,7 +82,8 @@ static float *falloc(size_t n)
 	return ca_xmalloc(sizeof(float) * (n ? n : 1));
 }
 
-static struct ca_model_acts *acts_alloc(const struct ca_model_config *c, int T, size_t probs, int train)
+static struct ca_model_acts *acts_alloc(const struct ca_model_config *c, int T, size_t probs, int train,
+					int recompute)
 {
 	struct ca_model_acts *a = ca_xcalloc(1, sizeof *a);
 	size_t C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size;
@@ -74,7 +92,13 @@ static struct ca_model_acts *acts_alloc(const struct ca_model_config *c, int T, 
 	a->cap_T = T;
 	a->probs_cap = probs;
 	a->train = train;
-	a->nlayers_kept = train ? c->num_layers : 1;
+	a->recompute = train && recompute;
+	a->nlayers_kept = train && !recompute ? c->num_layers : 1;
+	if (a->recompute) {
+		a->layer_in = ca_xcalloc((size_t)c->num_layers + 1, sizeof *a->layer_in);
+		for (int l = 0; l < c->num_layers; l++)
+			a->layer_in[l] = falloc(t * C);
+	}
 	a->layer = ca_xcalloc((size_t)a->nlayers_kept, sizeof *a->layer);
 	for (int l = 0; l < a->nlayers_kept; l++) {
 		struct layer_acts *L = &a->layer[l];
@@ -91,15 +115,44 @@ static struct ca_model_acts *acts_alloc(const struct ca_model_config *c, int T, 
 	a->xfinal = falloc(t * C);
 	a->lnf = falloc(t * C);
 	a->rstdf = falloc(t);
-	a->logits = falloc((size_t)HEAD_CHUNK * c->vocab_size);
+	a->chunk = head_chunk(T, c->vocab_size);
+	a->logits = falloc((size_t)a->chunk * c->vocab_size);
 	if (train) {
 		a->dx = falloc(t * C); a->dln = falloc(t * C);
 		a->dq = falloc(t * QD); a->dk = falloc(t * KD); a->dv = falloc(t * KD);
 		a->datt = falloc(t * QD);
 		a->dgate = falloc(t * F); a->dup = falloc(t * F); a->dh = falloc(t * F);
-		a->dlogits = falloc((size_t)HEAD_CHUNK * c->vocab_size);
+		a->dlogits = falloc((size_t)a->chunk * c->vocab_size);
 	}
 	return a;
+}
+
+/* One decoder layer: L->x in, next = L->x + attention + MLP out; activations kept in L. */
+static void layer_forward(const struct ca_model *m, const struct ca_model_acts *a, struct layer_acts *L,
+			  int l, float *next)
+{
+	const struct ca_model_config *c = &m->cfg;
+	int T = a->T, C = c->hidden_size, F = c->intermediate_size;
+	int NH = c->num_heads, NKV = c->num_kv_heads, D = c->head_dim;
+	int QD = NH * D, KD = NKV * D;
+	const struct ca_model_layer *W = &m->layers[l];
+	ca_nn_rmsnorm_forward(L->ln1, L->rstd1, L->x, W->ln1, c->rms_norm_eps, T, C);
+	ca_nn_linear_forward(L->q, L->ln1, W->wq, W->bq, T, C, QD);
+	ca_nn_linear_forward(L->k, L->ln1, W->wk, W->bk, T, C, KD);
+	ca_nn_linear_forward(L->v, L->ln1, W->wv, W->bv, T, C, KD);
+	ca_nn_rope_forward(L->q, a->pos, m->rope_cos, m->rope_sin, T, NH, D);
+	ca_nn_rope_forward(L->k, a->pos, m->rope_cos, m->rope_sin, T, NKV, D);
+	ca_nn_attention_forward(L->att, L->probs, L->q, L->k, L->v, a->seq_start, T, NH, NKV, D);
+	ca_nn_linear_forward(L->xmid, L->att, W->wo, W->bo, T, QD, C);
+	for (size_t i = 0; i < (size_t)T * C; i++)
+		L->xmid[i] += L->x[i];
+	ca_nn_rmsnorm_forward(L->ln2, L->rstd2, L->xmid, W->ln2, c->rms_norm_eps, T, C);
+	ca_nn_linear_forward(L->gate, L->ln2, W->wgate, NULL, T, C, F);
+	ca_nn_linear_forward(L->up, L->ln2, W->wup, NULL, T, C, F);
+	ca_nn_swiglu_forward(L->h, L->gate, L->up, T * F);
+	ca_nn_linear_forward(next, L->h, W->wdown, NULL, T, F, C);
+	for (size_t i = 0; i < (size_t)T * C; i++)
+		next[i] += L->xmid[i];
 }
 
 static void set_why(char why[CA_MODEL_WHY], const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -116,9 +169,7 @@ int ca_model_forward(struct ca_model *m, const struct ca_batch *b, const int *ta
 		     char why[CA_MODEL_WHY])
 {
 	const struct ca_model_config *c = &m->cfg;
-	int T = b->T, C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
-	int NH = c->num_heads, NKV = c->num_kv_heads, D = c->head_dim;
-	int QD = NH * D, KD = NKV * D;
+	int T = b->T, C = c->hidden_size, V = c->vocab_size, NH = c->num_heads;
 	if (T <= 0) {
 		set_why(why, "empty batch");
 		return -1;
@@ -161,9 +212,10 @@ int ca_model_forward(struct ca_model *m, const struct ca_batch *b, const int *ta
 			starts[t] = t - j;
 	size_t probs = ca_nn_attention_probs_size(starts, T, NH);
 	struct ca_model_acts *a = m->acts;
-	if (!a || a->cap_T < T || a->probs_cap < probs || a->train != train) {
+	int recompute = train && m->recompute;
+	if (!a || a->cap_T < T || a->probs_cap < probs || a->train != train || a->recompute != recompute) {
 		ca_model_acts_free(a);
-		a = m->acts = acts_alloc(c, T, probs, train);
+		a = m->acts = acts_alloc(c, T, probs, train, recompute);
 	}
 	a->T = T;
 	memcpy(a->seq_start, starts, sizeof(int) * (size_t)T);
@@ -178,28 +230,14 @@ int ca_model_forward(struct ca_model *m, const struct ca_batch *b, const int *ta
 	for (int t = 0; t < T; t++)
 		memcpy(x + (size_t)t * C, m->embed + (size_t)b->tokens[t] * C, sizeof(float) * (size_t)C);
 	for (int l = 0; l < c->num_layers; l++) {
-		struct layer_acts *L = &a->layer[train ? l : 0];
-		const struct ca_model_layer *W = &m->layers[l];
-		/* Without training one buffer set serves all layers: x is carried in L->x. */
-		ca_nn_rmsnorm_forward(L->ln1, L->rstd1, L->x, W->ln1, c->rms_norm_eps, T, C);
-		ca_nn_linear_forward(L->q, L->ln1, W->wq, W->bq, T, C, QD);
-		ca_nn_linear_forward(L->k, L->ln1, W->wk, W->bk, T, C, KD);
-		ca_nn_linear_forward(L->v, L->ln1, W->wv, W->bv, T, C, KD);
-		ca_nn_rope_forward(L->q, a->pos, m->rope_cos, m->rope_sin, T, NH, D);
-		ca_nn_rope_forward(L->k, a->pos, m->rope_cos, m->rope_sin, T, NKV, D);
-		ca_nn_attention_forward(L->att, L->probs, L->q, L->k, L->v, a->seq_start, T, NH, NKV, D);
-		ca_nn_linear_forward(L->xmid, L->att, W->wo, W->bo, T, QD, C);
-		for (size_t i = 0; i < (size_t)T * C; i++)
-			L->xmid[i] += L->x[i];
-		ca_nn_rmsnorm_forward(L->ln2, L->rstd2, L->xmid, W->ln2, c->rms_norm_eps, T, C);
-		ca_nn_linear_forward(L->gate, L->ln2, W->wgate, NULL, T, C, F);
-		ca_nn_linear_forward(L->up, L->ln2, W->wup, NULL, T, C, F);
-		ca_nn_swiglu_forward(L->h, L->gate, L->up, T * F);
-		float *next = l + 1 < c->num_layers && train ? a->layer[l + 1].x : a->xfinal;
-		ca_nn_linear_forward(next, L->h, W->wdown, NULL, T, F, C);
-		for (size_t i = 0; i < (size_t)T * C; i++)
-			next[i] += L->xmid[i];
-		if (!train && l + 1 < c->num_layers)
+		int keep = train && !a->recompute;
+		struct layer_acts *L = &a->layer[keep ? l : 0];
+		/* With one buffer set for all layers, x is carried in L->x. */
+		if (a->recompute)
+			memcpy(a->layer_in[l], L->x, sizeof(float) * (size_t)T * C);
+		float *next = l + 1 < c->num_layers && keep ? a->layer[l + 1].x : a->xfinal;
+		layer_forward(m, a, L, l, next);
+		if (!keep && l + 1 < c->num_layers)
 			memcpy(L->x, a->xfinal, sizeof(float) * (size_t)T * C);
 	}
 	ca_nn_rmsnorm_forward(a->lnf, a->rstdf, a->xfinal, m->norm, c->rms_norm_eps, T, C);
@@ -212,8 +250,8 @@ int ca_model_forward(struct ca_model *m, const struct ca_batch *b, const int *ta
 	}
 	if (!logprobs && !entropy)
 		return 0;
-	for (int t0 = 0; t0 < T; t0 += HEAD_CHUNK) {
-		int n = T - t0 < HEAD_CHUNK ? T - t0 : HEAD_CHUNK;
+	for (int t0 = 0; t0 < T; t0 += a->chunk) {
+		int n = T - t0 < a->chunk ? T - t0 : a->chunk;
 		/* Skip chunks nobody asked about (no target and no entropy wanted). */
 		int needed = entropy != NULL;
 		for (int i = 0; i < n && !needed; i++)
@@ -271,8 +309,8 @@ void ca_model_backward(struct ca_model *m, const float *dlogp, const float *dent
 				G(m, m->score_b)[0] += g;
 		}
 	} else {
-		for (int t0 = 0; t0 < T; t0 += HEAD_CHUNK) {
-			int n = T - t0 < HEAD_CHUNK ? T - t0 : HEAD_CHUNK;
+		for (int t0 = 0; t0 < T; t0 += a->chunk) {
+			int n = T - t0 < a->chunk ? T - t0 : a->chunk;
 			int needed = 0;
 			for (int i = 0; i < n && !needed; i++)
 				needed = (dlogp && dlogp[t0 + i] != 0.0f && a->targets[t0 + i] >= 0) ||
@@ -293,8 +331,13 @@ void ca_model_backward(struct ca_model *m, const float *dlogp, const float *dent
 	ca_nn_rmsnorm_backward(a->dx, G(m, m->norm), a->dln, a->xfinal, m->norm, a->rstdf, T, C);
 
 	for (int l = c->num_layers - 1; l >= 0; l--) {
-		struct layer_acts *L = &a->layer[l];
+		struct layer_acts *L = &a->layer[a->recompute ? 0 : l];
 		const struct ca_model_layer *W = &m->layers[l];
+		if (a->recompute) {
+			/* Rebuild this layer's activations from its saved input. */
+			memcpy(L->x, a->layer_in[l], sizeof(float) * TC);
+			layer_forward(m, a, L, l, a->dln);
+		}
 		/* MLP: out = xmid + down(h); dx flows to xmid unchanged. */
 		memset(a->dh, 0, sizeof(float) * (size_t)T * F);
 		ca_nn_linear_backward(a->dh, G(m, W->wdown), NULL, a->dx, L->h, W->wdown, T, F, C);

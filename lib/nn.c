@@ -1,7 +1,9 @@
 /* nn: see nn.h. Plain loops; the inner products use 8-lane vectors. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "err.h"
 
@@ -79,57 +81,163 @@ static void dot4(float out[4], const float *a0, const float *a1, const float *a2
 	out[0] = r0, out[1] = r1, out[2] = r2, out[3] = r3;
 }
 
+/*
+ * The one matrix product everything uses: out[M,N] (+)= a[M,K] b[N,K]^T,
+ * both operands walked along contiguous rows. A 4x2 block of outputs
+ * shares its loads; blocks of N keep b's rows in cache across the rows of
+ * a. Compiled twice (AVX with FMA, and baseline) and picked at run time.
+ */
 enum { ROW_BLOCK = 4, COL_BLOCK = 64 };
+
+__attribute__((target_clones("fma", "default"), optimize("fp-contract=fast")))
+static void matmul_nt_columns(float *out, const float *a, const float *b, int M, int K, int N,
+			      int accumulate, int n_begin, int n_end)
+{
+	for (int nb = n_begin; nb < n_end; nb += COL_BLOCK) {
+		int ne = nb + COL_BLOCK < n_end ? nb + COL_BLOCK : n_end;
+		int m = 0;
+		for (; m + ROW_BLOCK <= M; m += ROW_BLOCK) {
+			const float *a0 = a + (size_t)m * K, *a1 = a0 + K, *a2 = a1 + K, *a3 = a2 + K;
+			int n = nb;
+			for (; n + 2 <= ne; n += 2) {
+				const float *b0 = b + (size_t)n * K, *b1 = b0 + K;
+				vec8 s00 = {0}, s10 = {0}, s20 = {0}, s30 = {0};
+				vec8 s01 = {0}, s11 = {0}, s21 = {0}, s31 = {0};
+				int k = 0;
+				for (; k + 8 <= K; k += 8) {
+					vec8 w0 = load8(b0 + k), w1 = load8(b1 + k);
+					vec8 x0 = load8(a0 + k), x1 = load8(a1 + k), x2 = load8(a2 + k), x3 = load8(a3 + k);
+					s00 += x0 * w0; s10 += x1 * w0; s20 += x2 * w0; s30 += x3 * w0;
+					s01 += x0 * w1; s11 += x1 * w1; s21 += x2 * w1; s31 += x3 * w1;
+				}
+				float r[8] = {hsum8_at(&s00), hsum8_at(&s10), hsum8_at(&s20), hsum8_at(&s30),
+					      hsum8_at(&s01), hsum8_at(&s11), hsum8_at(&s21), hsum8_at(&s31)};
+				for (; k < K; k++) {
+					r[0] += a0[k] * b0[k]; r[1] += a1[k] * b0[k];
+					r[2] += a2[k] * b0[k]; r[3] += a3[k] * b0[k];
+					r[4] += a0[k] * b1[k]; r[5] += a1[k] * b1[k];
+					r[6] += a2[k] * b1[k]; r[7] += a3[k] * b1[k];
+				}
+				for (int i = 0; i < ROW_BLOCK; i++) {
+					float *o0 = out + (size_t)(m + i) * N + n;
+					o0[0] = (accumulate ? o0[0] : 0.0f) + r[i];
+					o0[1] = (accumulate ? o0[1] : 0.0f) + r[4 + i];
+				}
+			}
+			for (; n < ne; n++) {
+				float r[4];
+				dot4(r, a0, a1, a2, a3, b + (size_t)n * K, K);
+				for (int i = 0; i < ROW_BLOCK; i++) {
+					float *o0 = out + (size_t)(m + i) * N + n;
+					*o0 = (accumulate ? *o0 : 0.0f) + r[i];
+				}
+			}
+		}
+		for (; m < M; m++)
+			for (int n = nb; n < ne; n++) {
+				float *o0 = out + (size_t)m * N + n;
+				*o0 = (accumulate ? *o0 : 0.0f) + ca_nn_dot(a + (size_t)m * K, b + (size_t)n * K, K);
+			}
+	}
+}
+
+/*
+ * Threads: the columns of a large product are split between CA_THREADS
+ * threads (default: the online processors, at most 64). Every output
+ * element is computed by one thread in the same order, so results do not
+ * depend on the thread count.
+ */
+struct matmul_job {
+	float *out;
+	const float *a, *b;
+	int M, K, N, accumulate, n_begin, n_end;
+};
+
+static void *matmul_thread(void *p)
+{
+	struct matmul_job *j = p;
+	matmul_nt_columns(j->out, j->a, j->b, j->M, j->K, j->N, j->accumulate, j->n_begin, j->n_end);
+	return NULL;
+}
+
+static int thread_count(void)
+{
+	static int n;
+	if (n == 0) {
+		const char *e = getenv("CA_THREADS");
+		long v = e ? strtol(e, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+		n = v < 1 ? 1 : v > 64 ? 64 : (int)v;
+	}
+	return n;
+}
+
+static void matmul_nt(float *out, const float *a, const float *b, int M, int K, int N, int accumulate)
+{
+	int nt = thread_count();
+	double work = (double)M * K * N;
+	int blocks = (N + COL_BLOCK - 1) / COL_BLOCK;
+	if (nt > blocks)
+		nt = blocks;
+	if (nt <= 1 || work < 4e6) {
+		matmul_nt_columns(out, a, b, M, K, N, accumulate, 0, N);
+		return;
+	}
+	struct matmul_job jobs[64];
+	pthread_t tid[64];
+	int started[64] = {0};
+	for (int i = 0; i < nt; i++) {
+		int b0 = blocks * i / nt, b1 = blocks * (i + 1) / nt;
+		jobs[i] = (struct matmul_job){out, a, b, M, K, N, accumulate, b0 * COL_BLOCK,
+					      b1 * COL_BLOCK < N ? b1 * COL_BLOCK : N};
+		if (i > 0)
+			started[i] = pthread_create(&tid[i], NULL, matmul_thread, &jobs[i]) == 0;
+	}
+	matmul_thread(&jobs[0]);
+	for (int i = 1; i < nt; i++) {
+		if (started[i])
+			pthread_join(tid[i], NULL);
+		else
+			matmul_thread(&jobs[i]);  /* no thread to be had: do it here */
+	}
+}
+
+static float *transpose(const float *x, int rows, int cols)
+{
+	float *t = ca_xmalloc(sizeof(float) * (size_t)rows * (size_t)cols + 1);
+	enum { TILE = 32 };
+	for (int rb = 0; rb < rows; rb += TILE)
+		for (int cb = 0; cb < cols; cb += TILE)
+			for (int r = rb; r < rows && r < rb + TILE; r++)
+				for (int c = cb; c < cols && c < cb + TILE; c++)
+					t[(size_t)c * rows + r] = x[(size_t)r * cols + c];
+	return t;
+}
 
 void ca_nn_linear_forward(float *out, const float *in, const float *weight, const float *bias,
 			  int T, int I, int O)
 {
-	/* Blocks of output columns keep their weight rows in cache across tokens. */
-	for (int ob = 0; ob < O; ob += COL_BLOCK) {
-		int oe = ob + COL_BLOCK < O ? ob + COL_BLOCK : O;
-		int t = 0;
-		for (; t + ROW_BLOCK <= T; t += ROW_BLOCK) {
-			const float *x = in + (size_t)t * I;
-			for (int o = ob; o < oe; o++) {
-				float r[4];
-				dot4(r, x, x + I, x + 2 * (size_t)I, x + 3 * (size_t)I,
-				     weight + (size_t)o * I, I);
-				float b = bias ? bias[o] : 0.0f;
-				for (int k = 0; k < ROW_BLOCK; k++)
-					out[(size_t)(t + k) * O + o] = r[k] + b;
-			}
-		}
-		for (; t < T; t++)
-			for (int o = ob; o < oe; o++)
-				out[(size_t)t * O + o] = ca_nn_dot(in + (size_t)t * I, weight + (size_t)o * I, I) +
-							 (bias ? bias[o] : 0.0f);
-	}
+	matmul_nt(out, in, weight, T, I, O, 0);
+	if (bias)
+		for (int t = 0; t < T; t++)
+			for (int o = 0; o < O; o++)
+				out[(size_t)t * O + o] += bias[o];
 }
 
 void ca_nn_linear_backward(float *din, float *dweight, float *dbias, const float *dout,
 			   const float *in, const float *weight, int T, int I, int O)
 {
-	if (din)
-		for (int t = 0; t < T; t++) {
-			const float *g = dout + (size_t)t * O;
-			float *d = din + (size_t)t * I;
-			for (int o = 0; o < O; o++)
-				if (g[o] != 0.0f)
-					ca_nn_axpy(d, g[o], weight + (size_t)o * I, I);
-		}
+	if (din) {
+		/* din[T,I] += dout[T,O] W[O,I] = dout (W^T)^T */
+		float *wt = transpose(weight, O, I);
+		matmul_nt(din, dout, wt, T, O, I, 1);
+		free(wt);
+	}
 	if (dweight) {
-		enum { TOKEN_BLOCK = 64 };
-		for (int tb = 0; tb < T; tb += TOKEN_BLOCK) {
-			int te = tb + TOKEN_BLOCK < T ? tb + TOKEN_BLOCK : T;
-			for (int o = 0; o < O; o++) {
-				float *dw = dweight + (size_t)o * I;
-				for (int t = tb; t < te; t++) {
-					float g = dout[(size_t)t * O + o];
-					if (g != 0.0f)
-						ca_nn_axpy(dw, g, in + (size_t)t * I, I);
-				}
-			}
-		}
+		/* dW[O,I] += dout^T[O,T] in[T,I] */
+		float *gt = transpose(dout, T, O), *xt = transpose(in, T, I);
+		matmul_nt(dweight, gt, xt, O, T, I, 1);
+		free(gt);
+		free(xt);
 	}
 	if (dbias)
 		for (int t = 0; t < T; t++)

@@ -31,6 +31,7 @@ Commands:
   sample-fixture DIR CORPUS          tokenizer + model + greedy references
   fixture DIR                        all of the make-check references at once
   check-checkpoint DIR < tokens      like logprob (for a checkpoint ca wrote)
+  bench DIR TOKENS [--threads N]     PyTorch's time for model_bench's work
   compare A B [--tol X]              per-tensor relative error of two
                                      safetensors files or checkpoint dirs
   unicode-table                      the C tables of \\p{L} and \\p{N} ranges
@@ -445,6 +446,48 @@ def sample_fixture(args):
             f.write(json.dumps({"prompt_tokens": p, "completion": g[0, len(p):].tolist()}) + "\n")
 
 
+def bench(args):
+    """The same work as tests/unit/model_bench.c in PyTorch (fp32, CPU time,
+    one thread unless --threads): forward with log-probs, forward+backward,
+    greedy generation of 32 tokens after 32."""
+    import time
+    import torch
+    threads = opt(args, "--threads", 1, int)
+    torch.set_num_threads(threads)
+    path, T = args[0], int(args[1])
+    model, _ = load(path)
+    V = model.config.vocab_size
+    tokens = torch.tensor([(t * 2654435761) % (1 << 32) % V for t in range(T)])
+    lens = [T // 4] * 3 + [T - 3 * (T // 4)]
+    seqs = list(torch.split(tokens, lens))
+
+    def step(train):
+        total = 0
+        for s in seqs:
+            logits = model(input_ids=s[None]).logits[0]
+            lp = torch.log_softmax(logits.float(), -1)[:-1].gather(1, s[1:, None])
+            total = total + lp.sum()
+        if train:
+            (-total / T).backward()
+        return total
+
+    t0 = time.process_time()
+    with torch.no_grad():
+        step(False)
+    fwd = time.process_time() - t0
+    t0 = time.process_time()
+    step(True)
+    train = time.process_time() - t0
+    t0 = time.process_time()
+    with torch.no_grad():
+        g = model.generate(tokens[None, :32], attention_mask=torch.ones(1, 32, dtype=torch.long),
+                           max_new_tokens=32, min_new_tokens=32, do_sample=False, pad_token_id=0)
+    gen = time.process_time() - t0
+    write({"torch": torch.__version__, "threads": threads, "tokens": T,
+           "forward_tokens_per_s": T / fwd, "train_tokens_per_s": T / train,
+           "sample_tokens_per_s": (g.shape[1] - 32) / gen})
+
+
 def check_checkpoint(args):
     """Log-probs of transformers on a checkpoint ca wrote, for tokens.ndjson."""
     import torch
@@ -467,7 +510,7 @@ def main():
     table = {"make-model": make_model, "logprob": logprob, "grad": grad, "adamw": adamw,
              "generate": generate, "train-tokenizer": train_tokenizer, "encode": encode,
              "decode": decode, "unicode-table": unicode_table, "compare": compare,
-             "fixture": fixture, "sample-fixture": sample_fixture,
+             "fixture": fixture, "sample-fixture": sample_fixture, "bench": bench,
              "tokenizer-fixture": lambda a: tokenizer_fixture(a[0], a[1]), "check-checkpoint": check_checkpoint}
     if cmd not in table:
         sys.stderr.write("ca_hf.py: unknown command %s\n" % cmd)

@@ -3,6 +3,10 @@
  *
  *   test-model_train grad DIR OUT.safetensors < tokens.ndjson
  *   test-model_train adamw DIR OUTDIR LR WD CLIP STEPS < tokens.ndjson
+ *   test-model_train to-critic DIR OUTDIR
+ *
+ * Modes "grad-recompute" and "adamw-recompute" do the same with activation
+ * recomputation.
  *
  * Packs every record into one batch and takes the gradient of
  *   L = sum_t weights[t] * logp[t] + entropy_weights[t] * H[t]
@@ -45,6 +49,13 @@ int main(int argc, char **argv)
 	struct ca_model *m = ca_model_load(argv[2], why);
 	if (!m)
 		ca_err_die(CA_EXIT_DATA, "%s", why);
+	if (strcmp(argv[1], "to-critic") == 0) {
+		ca_model_to_critic(m, 42);
+		if (ca_model_save(m, argv[3], -1, 0, why) < 0)
+			ca_err_die(CA_EXIT_SYSTEM, "%s", why);
+		ca_model_free(m);
+		return 0;
+	}
 	int cap = 1024, T = 0, nseq = 0;
 	int *tokens = ca_xmalloc(sizeof(int) * (size_t)cap), *targets = ca_xmalloc(sizeof(int) * (size_t)cap);
 	float *dlogp = ca_xmalloc(sizeof(float) * (size_t)cap), *dent = ca_xmalloc(sizeof(float) * (size_t)cap);
@@ -87,7 +98,8 @@ int main(int argc, char **argv)
 	struct ca_batch b = {.T = T, .tokens = tokens, .nseq = nseq, .seq_len = lens};
 	int steps = 1;
 	struct ca_adamw opt = {.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
-	int adam = strcmp(argv[1], "adamw") == 0;
+	int adam = strncmp(argv[1], "adamw", 5) == 0;
+	m->recompute = strstr(argv[1], "-recompute") != NULL;
 	if (adam) {
 		if (argc < 8)
 			ca_err_die(CA_EXIT_USAGE, "adamw needs DIR OUTDIR LR WD CLIP STEPS");
