@@ -1609,7 +1609,10 @@ int ca_eval_stream(const struct ca_eval_config *cfg, int nfiles, char **files)
 	p.cfg = cfg;
 	pthread_mutex_init(&p.lock, NULL);
 	pthread_cond_init(&p.cond, NULL);
-	/* Our writes to a dead worker must not kill us; proc blocks SIGPIPE around its writes. */
+	/* Resolve the shared paths once, before any thread looks them up. */
+	ca_paths_cache();
+	ca_paths_python();
+	ca_paths_pydir();
 	for (int i = 0; i < nslots; i++) {
 		int gpu = strcmp(cfg->device, "cpu") ? (cfg->ngpus > 0 ? cfg->gpus[i] : 0) : -1;
 		if (slot_open(&slots[i], cfg, i, gpu) != 0)
