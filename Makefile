@@ -37,7 +37,7 @@ CUPTI_H := $(firstword $(wildcard $(CUDA_HOME)/extras/CUPTI/include/cupti.h $(CU
 CUPTI_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/extras/CUPTI/lib64/libcupti.so $(CUDA_HOME)/targets/x86_64-linux/lib/libcupti.so $(CUDA_HOME)/lib64/libcupti.so))
 CUPTI_SO := $(if $(and $(CUPTI_H),$(CUPTI_LIBDIR)),$(BIN)/libca-cupti.so,)
 
-.PHONY: all check check-gpu asan bench bench-eval bench-policy demo demo-rl bench-rl deps install clean config lint
+.PHONY: all check check-gpu asan bench bench-eval bench-policy model-cuda demo demo-rl bench-rl deps install clean config lint
 .SUFFIXES:
 
 all: config $(LIBCA) $(CMDS) $(UNITS) $(CUPTI_SO)
@@ -71,7 +71,7 @@ $(BIN)/test-%: tests/unit/%.c $(LIBCA) $(LIB_HDR)
 check: all
 	@CA_BIN=$(CURDIR)/$(BIN) sh tests/run.sh tests/t[0-9]*.sh
 
-check-gpu: all
+check-gpu: all $(if $(NVCC),model-cuda)
 	@CA_BIN=$(CURDIR)/$(BIN) sh tests/run.sh tests/gpu/t[0-9]*.sh
 
 asan:
@@ -106,6 +106,21 @@ demo-rl: all
 # on a GPU machine: make bench-rl BENCH_RL="--device cuda --shape 0.5b --tokens 32768").
 bench-rl: all
 	CA_BIN=$(CURDIR)/$(BIN) sh bench/bench-rl.sh $(BENCH_RL)
+
+# The policy engine's CUDA backend (issue 6), optional and not part of `all`:
+# `make model-cuda` compiles lib/cuda/*.cu with nvcc and links
+# $(BIN)/test-model-cuda, which tests/gpu/t0500-model-cuda.sh runs.
+MODEL_CUDA_ARCH ?= sm_90
+MODEL_CUDA_OBJ := $(patsubst lib/cuda/%.cu,$(BUILD)/cuda/%.o,$(wildcard lib/cuda/*.cu))
+model-cuda: $(BIN)/test-model-cuda
+$(BUILD)/cuda/%.o: lib/cuda/%.cu $(wildcard lib/cuda/*.h) $(LIB_HDR)
+	@test -n "$(NVCC)" || { echo "model-cuda: nvcc not found" >&2; exit 1; }
+	@mkdir -p $(@D)
+	$(NVCC) -O3 -std=c++17 -arch=$(MODEL_CUDA_ARCH) -Ilib -c -o $@ $<
+$(BIN)/test-model-cuda: lib/cuda/test-model-cuda.c $(MODEL_CUDA_OBJ) $(LIBCA) $(LIB_HDR)
+	@mkdir -p $(@D)
+	$(CC) $(CA_CFLAGS) $(LDFLAGS) -o $@ $< $(MODEL_CUDA_OBJ) $(LIBCA) $(LDLIBS) \
+		-L$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
 
 # The policy engine's CPU throughput against PyTorch (bench/bench-policy.sh, bench/policy-engine.md).
 bench-policy: all
