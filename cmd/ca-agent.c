@@ -260,6 +260,7 @@ static jv collect_files(int dirfd, const char *rel, int depth, jv files, size_t 
 			close(dup_fd);
 		return files;
 	}
+	rewinddir(d);   /* the duplicate shares its position with dirfd */
 	/* Sorted names, so snapshots are stable. */
 	char **names = NULL;
 	size_t n = 0;
@@ -271,7 +272,8 @@ static jv collect_files(int dirfd, const char *rel, int depth, jv files, size_t 
 		names[n++] = ca_xstrdup(e->d_name);
 	}
 	closedir(d);
-	qsort(names, n, sizeof *names, compare_names);
+	if (n > 1)
+		qsort(names, n, sizeof *names, compare_names);
 	for (size_t i = 0; i < n; i++) {
 		const char *name = names[i];
 		char r[PATH_MAX];

@@ -747,7 +747,8 @@ static char *tool_glob(struct ca_tools *t, jv args, int *is_error)
 		return fail(is_error, "glob: %s is not a directory", relative(t, base));
 	struct walk w = {0};
 	walk_tree(base, 0, &w);
-	qsort(w.files, w.n, sizeof *w.files, cmp_str);
+	if (w.n > 1)
+		qsort(w.files, w.n, sizeof *w.files, cmp_str);
 	struct sb b = {0};
 	size_t hits = 0, baselen = strlen(base);
 	for (size_t i = 0; i < w.n; i++) {
@@ -865,7 +866,8 @@ static char *tool_grep(struct ca_tools *t, jv args, int *is_error)
 	struct stat st;
 	if (stat(base, &st) == 0 && S_ISDIR(st.st_mode)) {
 		walk_tree(base, 0, &w);
-		qsort(w.files, w.n, sizeof *w.files, cmp_str);
+		if (w.n > 1)
+			qsort(w.files, w.n, sizeof *w.files, cmp_str);
 	} else {
 		w.files = ca_xmalloc(sizeof *w.files);
 		w.files[w.n++] = ca_xstrdup(base);
