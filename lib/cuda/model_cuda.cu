@@ -376,6 +376,23 @@ extern "C" int ca_cuda_model_forward(struct ca_cuda_model *g, const struct ca_ba
 		set_why(why, "head_dim %d above 256 is not supported by the CUDA attention yet", D);
 		return -1;
 	}
+	long total = 0;
+	for (int s = 0; s < b->nseq; s++) {
+		if (b->seq_len[s] <= 0 || b->seq_len[s] > c->max_positions) {
+			set_why(why, "sequence %d has %d tokens (1 to %d allowed)", s, b->seq_len[s], c->max_positions);
+			return -1;
+		}
+		total += b->seq_len[s];
+	}
+	if (T <= 0 || total != T) {
+		set_why(why, "sequence lengths add up to %ld, not %d tokens", total, T);
+		return -1;
+	}
+	for (int t = 0; t < T; t++)
+		if (b->tokens[t] < 0 || b->tokens[t] >= V) {
+			set_why(why, "token %d at %d is outside the vocabulary of %d", b->tokens[t], t, V);
+			return -1;
+		}
 	int *hstart = (int *)malloc(sizeof(int) * (size_t)T), *hpos = (int *)malloc(sizeof(int) * (size_t)T);
 	int *htarget = (int *)malloc(sizeof(int) * (size_t)T);
 	for (int s = 0, t = 0; s < b->nseq; s++)
