@@ -7,10 +7,10 @@
 for cmd in ca-reward ca-gae; do
 	expect_status 3 "$cmd: a malformed line becomes an error record, processing goes on, exit 3" '
 		printf "%s\n" "{\"verify\":{\"ok\":false},\"values\":[1],\"reward\":1}" "{bad" "[1,2]" \
-			"{\"verify\":{\"ok\":false},\"values\":[2],\"reward\":0}" >in &&
+			"{\"verify\":{\"ok\":false},\"values\":[2],\"reward\":0}" "{\"id\": 1, " >in &&
 		'$cmd' <in >out 2>err; status=$?
-		test $(wc -l <out) = 4 &&
-		jq "select(.error) | .error.line" out >lines && test "$(cat lines | tr "\n" " ")" = "2 3 " &&
+		test $(wc -l <out) = 5 &&
+		jq "select(.error) | .error.line" out >lines && test "$(cat lines | tr "\n" " ")" = "2 3 5 " &&
 		grep -q "^'$cmd': stdin:2: malformed JSON" err &&
 		grep -q "^'$cmd': stdin:3: record is a JSON array, not an object" err &&
 		exit $status'
