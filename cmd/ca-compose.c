@@ -155,7 +155,8 @@ static char *scale_batch(const char *code, double target_ms)
 	const char *p = strstr(code, "\nbatch_size = ");
 	if (!p)
 		return ca_xstrdup(code);
-	long batch = (long)(8 * 64 * (target_ms / 5.0));
+	/* crawled blocks take (batch, 32, 64): about 100M values at the default target */
+	long batch = (long)(32768 * (target_ms / 5.0));
 	if (batch < 1)
 		batch = 1;
 	const char *end = strchr(p + 1, '\n');
