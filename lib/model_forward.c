@@ -104,7 +104,7 @@ static struct ca_model_acts *acts_alloc(const struct ca_model_config *c, int T, 
 		struct layer_acts *L = &a->layer[l];
 		L->x = falloc(t * C); L->ln1 = falloc(t * C); L->rstd1 = falloc(t);
 		L->q = falloc(t * QD); L->k = falloc(t * KD); L->v = falloc(t * KD);
-		L->att = falloc(t * QD); L->probs = falloc(probs); L->xmid = falloc(t * C);
+		L->att = falloc(t * QD); L->probs = probs ? falloc(probs) : NULL; L->xmid = falloc(t * C);
 		L->ln2 = falloc(t * C); L->rstd2 = falloc(t);
 		L->gate = falloc(t * F); L->up = falloc(t * F); L->h = falloc(t * F);
 	}
@@ -210,10 +210,18 @@ int ca_model_forward(struct ca_model *m, const struct ca_batch *b, const int *ta
 	for (int s = 0, t = 0; s < b->nseq; s++)
 		for (int j = 0; j < b->seq_len[s]; j++, t++)
 			starts[t] = t - j;
-	size_t probs = ca_nn_attention_probs_size(starts, T, NH);
+	/*
+	 * Attention probabilities are kept for the backward when they are small
+	 * (up to 16M floats a layer); otherwise, and without training, each
+	 * row is recomputed where it is needed and no [T, T] array exists.
+	 */
+	size_t probs = train ? ca_nn_attention_probs_size(starts, T, NH) : 0;
+	if (probs > ((size_t)16 << 20))
+		probs = 0;
 	struct ca_model_acts *a = m->acts;
 	int recompute = train && m->recompute;
-	if (!a || a->cap_T < T || a->probs_cap < probs || a->train != train || a->recompute != recompute) {
+	if (!a || a->cap_T < T || a->probs_cap < probs || (a->probs_cap > 0) != (probs > 0) ||
+	    a->train != train || a->recompute != recompute) {
 		ca_model_acts_free(a);
 		a = m->acts = acts_alloc(c, T, probs, train, recompute);
 	}

@@ -331,39 +331,56 @@ size_t ca_nn_attention_probs_size(const int *seq_start, int T, int NH)
 	return n * (size_t)NH;
 }
 
+/* Softmax row of query qt over keys s..s+n-1 of kv head g, into p[0..n). */
+static void attention_row(float *p, const float *qt, const float *k, int s, int n, int g, int NKV, int D,
+			  float scale)
+{
+	float mx = -INFINITY;
+	for (int j = 0; j < n; j++) {
+		p[j] = ca_nn_dot(qt, k + ((size_t)(s + j) * NKV + g) * D, D) * scale;
+		if (p[j] > mx)
+			mx = p[j];
+	}
+	double sum = 0;
+	for (int j = 0; j < n; j++) {
+		p[j] = expf(p[j] - mx);
+		sum += p[j];
+	}
+	float inv = (float)(1.0 / sum);
+	for (int j = 0; j < n; j++)
+		p[j] *= inv;
+}
+
+static int longest_row(const int *seq_start, int T)
+{
+	int cap = 1;
+	for (int t = 0; t < T; t++)
+		if (t - seq_start[t] + 1 > cap)
+			cap = t - seq_start[t] + 1;
+	return cap;
+}
+
 void ca_nn_attention_forward(float *out, float *probs, const float *q, const float *k,
 			     const float *v, const int *seq_start, int T, int NH, int NKV, int D)
 {
 	int group = NH / NKV;
 	float scale = 1.0f / sqrtf((float)D);
+	float *scratch = probs ? NULL : ca_xmalloc(sizeof(float) * (size_t)longest_row(seq_start, T));
 	size_t offset = 0;
 	for (int t = 0; t < T; t++) {
 		int s = seq_start[t], n = t - s + 1;
 		for (int h = 0; h < NH; h++) {
 			int g = h / group;
-			const float *qt = q + ((size_t)t * NH + h) * D;
-			float *p = probs + offset;
+			float *p = probs ? probs + offset : scratch;
 			offset += (size_t)n;
-			float mx = -INFINITY;
-			for (int j = 0; j < n; j++) {
-				p[j] = ca_nn_dot(qt, k + ((size_t)(s + j) * NKV + g) * D, D) * scale;
-				if (p[j] > mx)
-					mx = p[j];
-			}
-			double sum = 0;
-			for (int j = 0; j < n; j++) {
-				p[j] = expf(p[j] - mx);
-				sum += p[j];
-			}
-			float inv = (float)(1.0 / sum);
+			attention_row(p, q + ((size_t)t * NH + h) * D, k, s, n, g, NKV, D, scale);
 			float *o = out + ((size_t)t * NH + h) * D;
 			memset(o, 0, sizeof *o * (size_t)D);
-			for (int j = 0; j < n; j++) {
-				p[j] *= inv;
+			for (int j = 0; j < n; j++)
 				ca_nn_axpy(o, p[j], v + ((size_t)(s + j) * NKV + g) * D, D);
-			}
 		}
 	}
+	free(scratch);
 }
 
 void ca_nn_attention_backward(float *dq, float *dk, float *dv, const float *dout,
@@ -372,22 +389,19 @@ void ca_nn_attention_backward(float *dq, float *dk, float *dv, const float *dout
 {
 	int group = NH / NKV;
 	float scale = 1.0f / sqrtf((float)D);
+	int cap = longest_row(seq_start, T);
+	float *dp = ca_xmalloc(sizeof(float) * (size_t)cap);
+	float *scratch = probs ? NULL : ca_xmalloc(sizeof(float) * (size_t)cap);
 	size_t offset = 0;
-	int cap = 0;
-	float *dp = NULL;
-	for (int t = 0; t < T; t++)
-		if (t - seq_start[t] + 1 > cap)
-			cap = t - seq_start[t] + 1;
-	float stack[256];
-	dp = cap <= 256 ? stack : NULL;
-	if (!dp)
-		dp = ca_xmalloc(sizeof *dp * (size_t)cap);
 	for (int t = 0; t < T; t++) {
 		int s = seq_start[t], n = t - s + 1;
 		for (int h = 0; h < NH; h++) {
 			int g = h / group;
-			const float *p = probs + offset;
+			const float *qt = q + ((size_t)t * NH + h) * D;
+			const float *p = probs ? probs + offset : scratch;
 			offset += (size_t)n;
+			if (!probs)  /* the same arithmetic as the forward: the same numbers */
+				attention_row(scratch, qt, k, s, n, g, NKV, D, scale);
 			const float *go = dout + ((size_t)t * NH + h) * D;
 			double pdp = 0;
 			for (int j = 0; j < n; j++) {
@@ -396,7 +410,6 @@ void ca_nn_attention_backward(float *dq, float *dk, float *dv, const float *dout
 				pdp += (double)p[j] * dp[j];
 				ca_nn_axpy(dv + kv, p[j], go, D);
 			}
-			const float *qt = q + ((size_t)t * NH + h) * D;
 			float *dqt = dq + ((size_t)t * NH + h) * D;
 			for (int j = 0; j < n; j++) {
 				float ds = p[j] * (dp[j] - (float)pdp) * scale;
@@ -406,8 +419,8 @@ void ca_nn_attention_backward(float *dq, float *dk, float *dv, const float *dout
 			}
 		}
 	}
-	if (dp != stack)
-		free(dp);
+	free(dp);
+	free(scratch);
 }
 
 void ca_nn_swiglu_forward(float *h, const float *gate, const float *up, int N)

@@ -48,6 +48,9 @@ void ca_nn_rope_backward(float *dx, const int *pos, const float *cos_table, cons
  * h / (NH/NKV). probs holds the softmax rows for backward: row (t, h) has
  * t - seq_start[t] + 1 entries at probs + ca_nn_attention_offset(...).
  * Total size: NH * sum_t (t - seq_start[t] + 1), see ca_nn_attention_probs_size.
+ * probs may be NULL in both directions: the forward then keeps nothing and
+ * the backward recomputes each row from q and k (the same arithmetic, so
+ * the same numbers), and memory stays O(T) for long sequences.
  */
 size_t ca_nn_attention_probs_size(const int *seq_start, int T, int NH);
 void ca_nn_attention_forward(float *out, float *probs, const float *q, const float *k,

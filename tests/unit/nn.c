@@ -175,6 +175,24 @@ static void test_attention(void)
 	check("attention q", att_loss, &c, c.q, dq, QN);
 	check("attention k", att_loss, &c, c.k, dk, KN);
 	check("attention v", att_loss, &c, c.v, dv, KN);
+	/* Without stored probabilities both directions give the same numbers, bit for bit. */
+	{
+		size_t QN2 = QN, KN2 = KN;
+		float *y2 = zeros(QN2), *dq2 = zeros(QN2), *dk2 = zeros(KN2), *dv2 = zeros(KN2);
+		att_loss(&c);
+		ca_nn_attention_forward(y2, NULL, c.q, c.k, c.v, start, c.T, c.NH, c.NKV, c.D);
+		memset(dq, 0, sizeof(float) * QN); memset(dk, 0, sizeof(float) * KN); memset(dv, 0, sizeof(float) * KN);
+		ca_nn_attention_backward(dq, dk, dv, c.R, c.probs, c.q, c.k, c.v, start, c.T, c.NH, c.NKV, c.D);
+		ca_nn_attention_backward(dq2, dk2, dv2, c.R, NULL, c.q, c.k, c.v, start, c.T, c.NH, c.NKV, c.D);
+		if (memcmp(y2, c.y, sizeof(float) * QN) || memcmp(dq, dq2, sizeof(float) * QN) ||
+		    memcmp(dk, dk2, sizeof(float) * KN) || memcmp(dv, dv2, sizeof(float) * KN)) {
+			fprintf(stderr, "attention without stored probabilities differs\n");
+			failures++;
+		} else {
+			printf("%-28s identical without stored probabilities\n", "attention");
+		}
+		free(y2); free(dq2); free(dk2); free(dv2);
+	}
 	/* No attention across sequences: changing sequence 2 leaves sequence 1's outputs alone. */
 	att_loss(&c);
 	float before = c.y[2 * c.NH * c.D];
