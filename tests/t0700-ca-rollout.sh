@@ -68,6 +68,17 @@ else
 	skip 'killed mid-run' 'no setsid here'
 fi
 
+expect_success '--retry: trajectories that stopped with a policy error are rolled out again, with their scores' '
+	tasks 3 >t &&
+	printf "#!/bin/sh\n[ \"\$CA_TASK_ID\" = t2 ] && [ ! -f \"%s/ok\" ] && exit 7\nexec \"%s\"\n" "$PWD" "$POLICY" >flaky && chmod +x flaky &&
+	ca-rollout --agent-opts "$AGENT" --policy ./flaky --score "jq -c -f $D/scores.jq" -o run t 2>/dev/null; s=$?
+	[ $s -eq 4 ] && jq -e -s "map(select(.id == \"t2\"))[0].trajectory.stop == \"policy_error\"" run/best.ndjson >/dev/null &&
+	touch ok &&
+	ca-rollout --retry policy_error,crashed --agent-opts "$AGENT" --policy ./flaky --score "jq -c -f $D/scores.jq" -o run t 2>err &&
+	grep -q "1 trajectories stopped with policy_error,crashed" err && grep -q "1 of 3 tasks to roll out" err &&
+	jq -e -s "length == 3 and all(.[]; .trajectory.stop == \"done\" and .reward.value == 1)" run/best.ndjson &&
+	[ $(wc -l <run/scored.ndjson) -eq 3 ]'
+
 expect_success 'without a GPU the scoring is skipped with one line and the trajectories are kept' '
 	mkdir nogpu && printf "#!/bin/sh\nexit 9\n" >nogpu/nvidia-smi && chmod +x nogpu/nvidia-smi &&
 	tasks 2 >t &&
