@@ -76,6 +76,13 @@ static long long slot_base, slot_count, slot_cap;
 static int exit_status = CA_EXIT_OK;
 static long long accepted, rejected;
 static char lock_path[PATH_MAX];
+/* SIGTERM or SIGINT: stop reading, mark the tasks in flight, write what was read. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop(int sig)
+{
+	stop_signal = sig;
+}
 
 /* ---------------------------------------------------------------- references */
 
@@ -512,7 +519,9 @@ static void fail_worker(struct worker *w, int timed_out)
 		ca_proc_kill(&w->co.proc, SIGKILL);
 	int status = ca_coproc_close(&w->co, timed_out ? 0 : 5);
 	tail_of_log(w, tail, sizeof tail);
-	if (timed_out)
+	if (timed_out == 2)
+		snprintf(why, sizeof why, "interrupted: ca-filter was stopped before the checks ended");
+	else if (timed_out)
 		snprintf(why, sizeof why, "timeout: the checks took more than %g s", cfg.timeout_s);
 	else if (status > 128)
 		snprintf(why, sizeof why, "crash: the checker was killed by signal %d%s%s", status - 128,
@@ -533,6 +542,12 @@ static void fail_worker(struct worker *w, int timed_out)
 static void wait_any(void)
 {
 	for (;;) {
+		if (stop_signal) {
+			for (long long i = 0; i < cfg.jobs; i++)
+				if (workers[i].busy)
+					fail_worker(&workers[i], 2);
+			return;
+		}
 		struct pollfd pfd[256];
 		int idx[256], n = 0;
 		double now = ca_proc_now(), soonest = -1;
@@ -604,6 +619,12 @@ static void dispatch(long long seq, const char *code)
 	struct slot *s;
 	for (int attempt = 0; attempt < 2; attempt++) {
 		struct worker *w = free_worker();
+		if (stop_signal) {
+			s = slot_at(seq);
+			s->filter = finish_filter(add_reason(s->filter, "interrupted: ca-filter was stopped before the checks ended"));
+			s->done = 1;
+			return;
+		}
 		if (!w->alive && start_worker(w) < 0) {
 			exit_status = ca_err_worst(exit_status, CA_EXIT_SYSTEM);
 			continue;
@@ -820,7 +841,12 @@ int main(int argc, char **argv)
 	struct ca_ndjson_reader *r = ca_ndjson_open(argc - optind, argv + optind);
 	jv rec;
 	int kind;
-	while ((kind = ca_ndjson_next(r, &rec)) != CA_NDJSON_EOF) {
+	struct sigaction sa = {0};
+	sa.sa_handler = on_stop;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	while (!stop_signal && (kind = ca_ndjson_next(r, &rec)) != CA_NDJSON_EOF) {
 		if (kind == CA_NDJSON_BAD) {
 			ca_ndjson_warn(r, "%s", jv_string_value(rec));
 			jv err = ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(rec));
@@ -861,6 +887,10 @@ int main(int argc, char **argv)
 		unlink(lock_path);
 	}
 	ca_pylex_index_free(refs);
+	if (stop_signal) {
+		ca_err_warn("stopped by signal %d; every record read was written", (int)stop_signal);
+		exit_status = 128 + stop_signal;
+	}
 	for (size_t i = 0; i < cfg.ngpus; i++)
 		free(cfg.gpus[i]);
 	free(cfg.gpus);

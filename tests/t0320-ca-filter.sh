@@ -44,6 +44,10 @@ expect_success 'a crash becomes a reason, and the next task still runs' '
 expect_success 'a task that runs too long is killed and marked' 'reason sleep | grep -q "^timeout"'
 expect_success 'unparsable code and missing code are reasons' '
 	reason syntax | grep -q "^syntax: unterminated string" && reason nocode | grep -q "no code"'
+expect_status 143 'SIGTERM: the task in flight is marked interrupted, every record read is written' '
+	jq -c "select(.id == \"sleep\")" "'"$fixtures"'" | timeout -s TERM 20 ca-filter -j 1 >t; s=$?
+	jq -e ".filter.reasons[0] | startswith(\"interrupted\")" t >/dev/null || exit 1
+	[ $s -eq 124 ] && exit 143; exit $s'
 expect_success '--drop keeps only accepted tasks' '
 	jq -c "select(.id == \"good\" or .id == \"zeros\")" "'"$fixtures"'" | ca-filter -j 1 --no-compile --drop >d &&
 	[ "$(jq -r .id d)" = good ]'
