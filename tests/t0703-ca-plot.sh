@@ -34,13 +34,13 @@ expect_success 'training: one row per global step, actor and critic merged; the 
 	steps | ca-plot -o p training 2>err &&
 	[ $(wc -l <p/training.tsv) -eq 3 ] && grep -q "^3	0.75	nan	0.1	0.01	1.5	0.6	100$" p/training.tsv &&
 	grep -q "no share of reward 3" err'
-if command -v gnuplot >/dev/null 2>&1; then
+if { echo 'set terminal pngcairo' | gnuplot || echo 'set terminal png' | gnuplot; } >/dev/null 2>&1; then
 	expect_success 'PNGs are drawn with gnuplot' '
 		filtered | ca-plot -o p dataset 2>/dev/null && steps | ca-plot -o p training 2>/dev/null &&
 		for f in dataset-composition dataset-similarity training; do
 			[ "$(head -c 4 p/$f.png | od -An -c | tr -d " ")" = "211PNG" ] || exit 1; done'
 else
-	skip 'PNGs' 'gnuplot is not installed'
+	skip 'PNGs' 'gnuplot with a PNG terminal is not installed'
 fi
 expect_success 'without gnuplot the numbers are kept and one line says so' '
 	mkdir nogp && for c in jq cat mkdir mktemp rm awk sort sh; do ln -s "$(command -v $c)" nogp/$c; done &&

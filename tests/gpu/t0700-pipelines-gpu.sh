@@ -50,7 +50,7 @@ expect_success 'ca-eval: both problems solved through the loop, reward 3, Table 
 	cat table &&
 	jq -c "{id, reward, best}" "$TRASH_BASE/eval/results.ndjson" &&
 	jq -e -s "length == 2 and all(.[]; .reward.value == 3 and .verify.ok == true)" "$TRASH_BASE/eval/results.ndjson" &&
-	grep -q "^all  *2  *0  *1.000 " table && { ! command -v gnuplot >/dev/null || [ -s "$TRASH_BASE/eval/table1.png" ]; }'
+	grep -q "^all  *2  *0  *1.000 " table && { ! { echo "set terminal png" | gnuplot; } >/dev/null 2>&1 || [ -s "$TRASH_BASE/eval/table1.png" ]; }'
 
 expect_success 'ca-eval again: resumes with nothing to roll out or score, same table' '
 	cp "$TRASH_BASE/eval/table.txt" before &&
