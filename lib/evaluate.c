@@ -190,36 +190,34 @@ static int safe_relative(const char *name)
 	return 1;
 }
 
-/* Write candidate.files into dir; NULL or a message (static). */
+/* Write candidate.files (consumed) into dir; NULL, or why in why. */
 static const char *write_files(const char *dir, jv files, char *why, size_t why_len)
 {
-	int n = 0;
+	const char *failed = NULL;
 	jv_object_foreach(files, key, value) {
 		const char *name = jv_string_value(key);
-		if (jv_get_kind(value) != JV_KIND_STRING || !safe_relative(name)) {
-			snprintf(why, why_len, "candidate.files: bad entry %s", name);
-			jv_free(key);
-			jv_free(value);
-			return why;
-		}
 		char path[PATHLEN];
-		snprintf(path, sizeof path, "%s/%s", dir, name);
-		for (char *s = path + strlen(dir) + 1; (s = strchr(s, '/')); s++) {
-			*s = '\0';
-			mkdir_mode(path, 0777);
-			*s = '/';
+		if (!failed && (jv_get_kind(value) != JV_KIND_STRING || !safe_relative(name))) {
+			snprintf(why, why_len, "candidate.files: bad entry %s", name);
+			failed = why;
 		}
-		if (write_file(path, jv_string_value(value), (size_t)jv_string_length_bytes(jv_copy(value))) != 0) {
-			snprintf(why, why_len, "cannot write %s: %s", path, strerror(errno));
-			jv_free(key);
-			jv_free(value);
-			return why;
+		if (!failed) {
+			snprintf(path, sizeof path, "%s/%s", dir, name);
+			for (char *sl = path + strlen(dir) + 1; (sl = strchr(sl, '/')); sl++) {
+				*sl = '\0';
+				mkdir_mode(path, 0777);
+				*sl = '/';
+			}
+			if (write_file(path, jv_string_value(value), (size_t)jv_string_length_bytes(jv_copy(value))) != 0) {
+				snprintf(why, why_len, "cannot write %s: %s", path, strerror(errno));
+				failed = why;
+			}
 		}
-		n++;
 		jv_free(key);
 		jv_free(value);
 	}
-	return NULL;
+	jv_free(files);
+	return failed;
 }
 
 static int copy_tree(const char *src, const char *dst)
