@@ -288,6 +288,7 @@ void ca_train_read(int nfiles, char **files, const char *const names[CA_TRAIN_NF
 		if (r.has_reward) {
 			d->reward_sum += r.reward;
 			d->rewarded++;
+			d->reward_3 += r.reward == 3;
 		}
 		d->nseq++;
 		d->tokens += s->n;
@@ -526,6 +527,8 @@ jv ca_train_stats_begin(const char *command, const struct ca_model *m, const str
 	r = jv_object_set(r, jv_string("tokens_total"), jv_number((double)d->tokens));
 	r = jv_object_set(r, jv_string("reward_mean"),
 		d->rewarded ? jv_number(d->reward_sum / (double)d->rewarded) : jv_null());
+	r = jv_object_set(r, jv_string("reward_3_share"),
+		d->rewarded ? jv_number((double)d->reward_3 / (double)d->rewarded) : jv_null());
 	r = jv_object_set(r, jv_string("updates"), jv_number(o->mini_batches * o->epochs));
 	return r;
 }

@@ -48,6 +48,7 @@ struct ca_train_data {
 	long tokens, agent_tokens;
 	double reward_sum;     /* over records with a numeric "reward" */
 	long rewarded;
+	long reward_3;         /* records whose reward is 3, the paper's best score */
 	int status;            /* worst exit status met while reading */
 };
 

@@ -21,7 +21,7 @@ expect_success 'on-policy step: ratio 1, pg_loss = -token-mean(A), stats fields'
 	jq -e ".command == \"ca-ppo-step\" and .step == 1 and .sequences == 2 and .tokens == 7 and .updates == 1" stats &&
 	jq -e ".ratio_min > 0.99999 and .ratio_max < 1.00001 and .clipfrac == 0 and (.approx_kl | fabs) < 1e-6" stats &&
 	jq -e "(.pg_loss - (-(4 - 3) / 7)) | fabs < 1e-6" stats &&
-	jq -e ".entropy > 2 and .grad_norm > 0 and .reward_mean == 0.5 and .lr == 0.001" stats &&
+	jq -e ".entropy > 2 and .grad_norm > 0 and .reward_mean == 0.5 and .reward_3_share == 0 and .lr == 0.001" stats &&
 	test -f pol2/model.safetensors && test -f pol2/optimizer.safetensors && test -f pol2/config.json &&
 	! test -f pol/optimizer.safetensors'
 
