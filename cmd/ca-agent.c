@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -346,6 +347,22 @@ static int materialize(const char *dir, jv files, const char *model_code)
 	return rc;
 }
 
+/*
+ * The child process a worker is waiting for (policy or trusted command),
+ * so that a worker told to stop takes it, and its process group, along.
+ */
+static struct ca_proc *volatile running_proc;
+
+static void stop_worker(int sig)
+{
+	struct ca_proc *p = running_proc;
+	if (p && p->pid > 0) {
+		kill(-p->pid, SIGKILL);
+		kill(p->pid, SIGKILL);
+	}
+	_exit(128 + sig);
+}
+
 /* ---- one task ---- */
 
 struct session {
@@ -519,7 +536,9 @@ static char *run_trusted(struct session *s, const char *which, jv args, int *is_
 		p.cwd = s->state;
 		p.timeout_s = cfg->eval_time;
 		p.die_with_parent = 1;
+		running_proc = &p;
 		status = ca_proc_capture(&p, NULL, 0, &out, &err, 4 << 20);
+		running_proc = NULL;
 		if (status < 0)
 			why = ca_xstrdup(strerror(errno));
 		free(argv);
@@ -788,8 +807,10 @@ static const char *run_policy(struct session *s, jv *message, char **detail)
 	p.timeout_s = cfg->policy_time;
 	p.die_with_parent = 1;
 	struct ca_buf out = {0}, err = {0};
+	running_proc = &p;
 	int status = ca_proc_capture(&p, jv_string_value(text), (size_t)jv_string_length_bytes(jv_copy(text)),
 		&out, &err, 8 << 20);
+	running_proc = NULL;
 	jv_free(text);
 	const char *stop = NULL;
 	*detail = NULL;
@@ -1276,11 +1297,23 @@ static int run_all(const struct config *cfg, int nfiles, char **files, const cha
 		while (running < cfg->jobs && next_start < n) {
 			struct slot *sl = &slots[next_start];
 			if (sl->is_task) {
+				pid_t parent = getpid();
 				pid_t pid = fork();
 				if (pid < 0)
 					ca_err_die_sys(CA_EXIT_SYSTEM, "fork");
-				if (pid == 0)
+				if (pid == 0) {
+					/* A worker does not outlive ca-agent; its children die with it. */
+					struct sigaction sa;
+					memset(&sa, 0, sizeof sa);
+					sa.sa_handler = stop_worker;
+					sigaction(SIGTERM, &sa, NULL);
+					sigaction(SIGINT, &sa, NULL);
+					sigaction(SIGHUP, &sa, NULL);
+					prctl(PR_SET_PDEATHSIG, SIGTERM);
+					if (getppid() != parent)
+						_exit(CA_EXIT_SYSTEM);
 					child_main(cfg, sl, (long)next_start);
+				}
 				sl->pid = pid;
 				running++;
 			} else {
