@@ -299,6 +299,13 @@ expect_success 'writing to a full disk fails with status 4' '
 	printf "%s\n" "$TASK" | ca-agent --unconfined --policy "echo {\\\"content\\\":\\\"x\\\"}" >/dev/full; [ $? -eq 4 ]
 '
 
+expect_success 'killing ca-agent stops its workers and their policies' '
+	marker=$((3000 + $$ % 1000)).5 &&
+	{ printf "%s\n" "$TASK" | ca-agent --unconfined --policy "sleep $marker; true" >/dev/null 2>&1 & } &&
+	pid=$! && sleep 1 && kill $pid && sleep 1 &&
+	! pgrep -f "sleep $marker" >/dev/null
+'
+
 expect_success 'workspaces are removed unless --keep' '
 	mkdir wd && printf "%s\n" "$TASK" | ca-agent --unconfined --workdir wd --policy "echo {\\\"content\\\":\\\"x\\\"}" >out &&
 	[ -z "$(ls wd)" ] &&
