@@ -1250,6 +1250,14 @@ static int emit(const struct config *cfg, struct slot *slot)
 	return status;
 }
 
+/* Set by SIGTERM, SIGINT or SIGHUP in ca-agent itself: stop the workers and clean up. */
+static volatile sig_atomic_t stop_signal;
+
+static void note_stop(int sig)
+{
+	stop_signal = sig;
+}
+
 static int run_all(const struct config *cfg, int nfiles, char **files, const char *root)
 {
 	struct ca_ndjson_reader *r = ca_ndjson_open(nfiles, files);
@@ -1328,7 +1336,19 @@ static int run_all(const struct config *cfg, int nfiles, char **files, const cha
 		if (next_emit >= n)
 			break;
 		int st;
-		pid_t pid = waitpid(-1, &st, 0);
+		pid_t pid = stop_signal ? -1 : waitpid(-1, &st, 0);
+		if (stop_signal) {
+			for (size_t i = 0; i < n; i++)
+				if (slots[i].pid > 0 && !slots[i].done)
+					kill(slots[i].pid, SIGTERM);
+			while (wait(NULL) > 0 || errno == EINTR)
+				;
+			ca_err_warn("stopped by signal %d; %zu of %zu records written", (int)stop_signal, next_emit, n);
+			for (size_t i = next_emit; i < n; i++)
+				jv_free(slots[i].record);
+			free(slots);
+			return 128 + stop_signal;
+		}
 		if (pid < 0) {
 			if (errno == EINTR)
 				continue;
@@ -1445,6 +1465,12 @@ int main(int argc, char **argv)
 		chmod(root, 0755);
 	}
 	cfg.root = root;
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = note_stop;     /* no SA_RESTART: waitpid returns */
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
 	int status = run_all(&cfg, argc - optind, argv + optind, root);
 	if (made_root && !cfg.keep)
 		remove_tree(root);

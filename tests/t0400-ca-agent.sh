@@ -299,11 +299,11 @@ expect_success 'writing to a full disk fails with status 4' '
 	printf "%s\n" "$TASK" | ca-agent --unconfined --policy "echo {\\\"content\\\":\\\"x\\\"}" >/dev/full; [ $? -eq 4 ]
 '
 
-expect_success 'killing ca-agent stops its workers and their policies' '
-	marker=$((3000 + $$ % 1000)).5 &&
-	{ printf "%s\n" "$TASK" | ca-agent --unconfined --policy "sleep $marker; true" >/dev/null 2>&1 & } &&
+expect_success 'killing ca-agent stops its workers and their policies, and cleans up' '
+	marker=$((3000 + $$ % 1000)).5 && mkdir tmp &&
+	{ printf "%s\n" "$TASK" | TMPDIR=$PWD/tmp ca-agent --unconfined --policy "sleep $marker; true" >/dev/null 2>err & } &&
 	pid=$! && sleep 1 && kill $pid && sleep 1 &&
-	! pgrep -f "sleep $marker" >/dev/null
+	! pgrep -f "sleep $marker" >/dev/null && [ -z "$(ls tmp)" ] && grep -q "stopped by signal 15" err
 '
 
 expect_success 'workspaces are removed unless --keep' '
