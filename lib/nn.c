@@ -58,29 +58,6 @@ void ca_nn_axpy(float *y, float a, const float *x, int n)
 		y[i] += a * x[i];
 }
 
-/* Four dot products of rows a0..a3 with one row w, sharing the loads of w. */
-static void dot4(float out[4], const float *a0, const float *a1, const float *a2,
-		 const float *a3, const float *w, int n)
-{
-	vec8 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
-	int i = 0;
-	for (; i + 8 <= n; i += 8) {
-		vec8 wv = load8(w + i);
-		s0 += load8(a0 + i) * wv;
-		s1 += load8(a1 + i) * wv;
-		s2 += load8(a2 + i) * wv;
-		s3 += load8(a3 + i) * wv;
-	}
-	float r0 = hsum8_at(&s0), r1 = hsum8_at(&s1), r2 = hsum8_at(&s2), r3 = hsum8_at(&s3);
-	for (; i < n; i++) {
-		r0 += a0[i] * w[i];
-		r1 += a1[i] * w[i];
-		r2 += a2[i] * w[i];
-		r3 += a3[i] * w[i];
-	}
-	out[0] = r0, out[1] = r1, out[2] = r2, out[3] = r3;
-}
-
 /*
  * The one matrix product everything uses: out[M,N] (+)= a[M,K] b[N,K]^T,
  * both operands walked along contiguous rows. A 4x2 block of outputs
@@ -93,14 +70,42 @@ __attribute__((target_clones("fma", "default"), optimize("fp-contract=fast")))
 static void matmul_nt_columns(float *out, const float *a, const float *b, int M, int K, int N,
 			      int accumulate, int n_begin, int n_end)
 {
+	/*
+	 * Every output element goes through the same instructions whatever M
+	 * and N are (ragged edges reuse a valid row and drop the result), so a
+	 * token's numbers do not depend on how the batch was packed.
+	 */
 	for (int nb = n_begin; nb < n_end; nb += COL_BLOCK) {
 		int ne = nb + COL_BLOCK < n_end ? nb + COL_BLOCK : n_end;
-		int m = 0;
-		for (; m + ROW_BLOCK <= M; m += ROW_BLOCK) {
-			const float *a0 = a + (size_t)m * K, *a1 = a0 + K, *a2 = a1 + K, *a3 = a2 + K;
-			int n = nb;
-			for (; n + 2 <= ne; n += 2) {
-				const float *b0 = b + (size_t)n * K, *b1 = b0 + K;
+		for (int m = 0; m < M; m += ROW_BLOCK) {
+			int rows = M - m < ROW_BLOCK ? M - m : ROW_BLOCK;
+			const float *a0 = a + (size_t)m * K;
+			const float *a1 = rows > 1 ? a0 + K : a0;
+			const float *a2 = rows > 2 ? a0 + 2 * (size_t)K : a0;
+			const float *a3 = rows > 3 ? a0 + 3 * (size_t)K : a0;
+			for (int n = nb; n < ne; n += 2) {
+				int cols = ne - n < 2 ? 1 : 2;
+				const float *b0 = b + (size_t)n * K, *b1 = cols > 1 ? b0 + K : b0;
+				if (rows == 1) {
+					/* One token (sampling): the same arithmetic as row 0 below, without the copies. */
+					vec8 t0 = {0}, t1 = {0};
+					int k = 0;
+					for (; k + 8 <= K; k += 8) {
+						vec8 x0 = load8(a0 + k);
+						t0 += x0 * load8(b0 + k);
+						t1 += x0 * load8(b1 + k);
+					}
+					float r0 = hsum8_at(&t0), r1 = hsum8_at(&t1);
+					for (; k < K; k++) {
+						r0 += a0[k] * b0[k];
+						r1 += a0[k] * b1[k];
+					}
+					float *o0 = out + (size_t)m * N + n;
+					o0[0] = (accumulate ? o0[0] : 0.0f) + r0;
+					if (cols > 1)
+						o0[1] = (accumulate ? o0[1] : 0.0f) + r1;
+					continue;
+				}
 				vec8 s00 = {0}, s10 = {0}, s20 = {0}, s30 = {0};
 				vec8 s01 = {0}, s11 = {0}, s21 = {0}, s31 = {0};
 				int k = 0;
@@ -118,26 +123,13 @@ static void matmul_nt_columns(float *out, const float *a, const float *b, int M,
 					r[4] += a0[k] * b1[k]; r[5] += a1[k] * b1[k];
 					r[6] += a2[k] * b1[k]; r[7] += a3[k] * b1[k];
 				}
-				for (int i = 0; i < ROW_BLOCK; i++) {
-					float *o0 = out + (size_t)(m + i) * N + n;
-					o0[0] = (accumulate ? o0[0] : 0.0f) + r[i];
-					o0[1] = (accumulate ? o0[1] : 0.0f) + r[4 + i];
-				}
-			}
-			for (; n < ne; n++) {
-				float r[4];
-				dot4(r, a0, a1, a2, a3, b + (size_t)n * K, K);
-				for (int i = 0; i < ROW_BLOCK; i++) {
-					float *o0 = out + (size_t)(m + i) * N + n;
-					*o0 = (accumulate ? *o0 : 0.0f) + r[i];
-				}
+				for (int i = 0; i < rows; i++)
+					for (int j = 0; j < cols; j++) {
+						float *o0 = out + (size_t)(m + i) * N + n + j;
+						*o0 = (accumulate ? *o0 : 0.0f) + r[4 * j + i];
+					}
 			}
 		}
-		for (; m < M; m++)
-			for (int n = nb; n < ne; n++) {
-				float *o0 = out + (size_t)m * N + n;
-				*o0 = (accumulate ? *o0 : 0.0f) + ca_nn_dot(a + (size_t)m * K, b + (size_t)n * K, K);
-			}
 	}
 }
 
