@@ -8,7 +8,7 @@
  * query heads per key/value head, intermediate = 8/3 hidden rounded to 64),
  * then times a forward pass with log-probs, a forward+backward pass and an
  * AdamW step over TOKENS tokens packed as 4 sequences, and greedy sampling
- * of 32 tokens after a 32-token prompt. One JSON line of results.
+ * of 32 tokens after a 32-token prompt (TOKENS if fewer). One JSON line of results.
  */
 #include <math.h>
 #include <stdio.h>
@@ -135,7 +135,7 @@ int main(int argc, char **argv)
 	int gen[32];
 	struct ca_sample_params sp = {.temperature = 0, .top_p = 1, .max_tokens = 32};
 	t0 = now();
-	int got = ca_model_generate(m, tokens, 32, &sp, NULL, NULL, gen, NULL, why);
+	int got = ca_model_generate(m, tokens, T < 32 ? T : 32, &sp, NULL, NULL, gen, NULL, why);
 	double gen_s = now() - t0;
 	/* Matmul flops: 2 per weight per token, attention ignored; backward twice that. */
 	double weights = (double)m->nparams;  /* the tied head's matmul counted once, the embedding lookup not */
