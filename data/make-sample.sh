@@ -26,7 +26,6 @@ seed=${SEED:-2026} jobs=${JOBS:-12} target=${TARGET_MS:-8} count=${COUNT:-4000}
 	echo "gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
 	echo "torch: $("$CA_PYTHON" -c 'import torch; print(torch.__version__)')"
 	echo "cpus: $(nproc)"
-	echo "compose: ca-compose -n $count --seed $seed --target-ms $target --max-tensor-mb 1024 (seeds.ndjson)"
 	echo "filter: ca-filter -j $jobs ${FILTER_OPTS:-}(stopped after ${secs}s)"
 } >"$out/run.txt"
 # Seeds from the torch and transformers installed here; without them the
@@ -35,8 +34,10 @@ t0=$(date +%s)
 timeout -s TERM "${CRAWL_SECS:-90}" ca-crawl >"$out/seeds.ndjson" 2>"$work/crawl.err"
 echo "seeds: $(wc -l <"$out/seeds.ndjson") ($(grep -c '"concrete":true' "$out/seeds.ndjson") concrete) in $(($(date +%s) - t0)) s" >>"$out/run.txt"
 if [ -s "$out/seeds.ndjson" ]; then
+	echo "compose: ca-compose -n $count --seed $seed --target-ms $target --max-tensor-mb 1024 seeds.ndjson" >>"$out/run.txt"
 	ca-compose -n "$count" --seed "$seed" --target-ms "$target" --max-tensor-mb 1024 "$out/seeds.ndjson" >"$work/composed.ndjson"
 else
+	echo "compose: ca-compose --no-seeds -n $count --seed $seed --target-ms $target --max-tensor-mb 1024" >>"$out/run.txt"
 	ca-compose --no-seeds -n "$count" --seed "$seed" --target-ms "$target" --max-tensor-mb 1024 >"$work/composed.ndjson"
 fi
 start=$(date +%s)
