@@ -304,6 +304,14 @@ int main(int argc, char **argv)
 				jv_free(task);
 				continue;
 			}
+			/* Capped by --max-tensor-mb, a memory-bound chain can fall far
+			 * short of the target; ca-filter's workload bound (1 ms) would
+			 * reject it, so it is drawn again. */
+			double est;
+			if (ca_json_number(task, "est_ms", &est) == 1 && est < (target_ms / 4 < 1 ? target_ms / 4 : 1)) {
+				jv_free(task);
+				continue;
+			}
 			snprintf(source, sizeof source, "torch#%d", cls + 1);
 		}
 		const char *composer = "builtin";
