@@ -202,9 +202,13 @@ int main(int argc, char **argv)
 	}
 	status = ca_err_worst(status, ca_ndjson_status(r));
 	ca_ndjson_close(r);
-	qsort(sources.v, sources.n, sizeof *sources.v, by_key);
-	qsort(reasons.v, reasons.n, sizeof *reasons.v, by_count);
-	qsort(nearest.v, nearest.n, sizeof *nearest.v, by_count);
+	/* qsort's array must not be NULL, even when empty (UBSan). */
+	if (sources.n)
+		qsort(sources.v, sources.n, sizeof *sources.v, by_key);
+	if (reasons.n)
+		qsort(reasons.v, reasons.n, sizeof *reasons.v, by_count);
+	if (nearest.n)
+		qsort(nearest.v, nearest.n, sizeof *nearest.v, by_count);
 	if (eager)
 		qsort(eager, neager, sizeof *eager, by_double);
 	double q[5] = {0, 0.1, 0.5, 0.9, 1};

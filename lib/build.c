@@ -299,7 +299,8 @@ static int collect(struct sources *s, const char *dir, const char *flavour)
 		if (d)
 			closedir(d);
 	}
-	qsort(s->v, s->n, sizeof *s->v, by_rel);
+	if (s->n > 1)
+		qsort(s->v, s->n, sizeof *s->v, by_rel);
 	return 0;
 }
 
