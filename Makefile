@@ -108,19 +108,25 @@ bench-rl: all
 	CA_BIN=$(CURDIR)/$(BIN) sh bench/bench-rl.sh $(BENCH_RL)
 
 # The policy engine's CUDA backend (issue 6), optional and not part of `all`:
-# `make model-cuda` compiles lib/cuda/*.cu with nvcc and links
-# $(BIN)/test-model-cuda, which tests/gpu/t0500-model-cuda.sh runs.
+# `make model-cuda` compiles lib/cuda/*.cu with nvcc into
+# $(BIN)/libca-model-cuda.so, which the training commands dlopen for
+# --device cuda (so `make` and `make check` need no CUDA), and links the
+# GPU tests and benchmark: $(BIN)/test-model-cuda (tests/gpu/t0500),
+# $(BIN)/test-train-cuda (t0510) and $(BIN)/bench-train-cuda.
 MODEL_CUDA_ARCH ?= sm_90
 MODEL_CUDA_OBJ := $(patsubst lib/cuda/%.cu,$(BUILD)/cuda/%.o,$(wildcard lib/cuda/*.cu))
-model-cuda: $(BIN)/test-model-cuda
+MODEL_CUDA_LIBS = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+model-cuda: $(BIN)/test-model-cuda $(BIN)/test-train-cuda $(BIN)/bench-train-cuda $(BIN)/libca-model-cuda.so
 $(BUILD)/cuda/%.o: lib/cuda/%.cu $(wildcard lib/cuda/*.h) $(LIB_HDR)
 	@test -n "$(NVCC)" || { echo "model-cuda: nvcc not found" >&2; exit 1; }
 	@mkdir -p $(@D)
-	$(NVCC) -O3 -std=c++17 -arch=$(MODEL_CUDA_ARCH) -Ilib -c -o $@ $<
-$(BIN)/test-model-cuda: lib/cuda/test-model-cuda.c $(MODEL_CUDA_OBJ) $(LIBCA) $(LIB_HDR)
+	$(NVCC) -O3 -std=c++17 -arch=$(MODEL_CUDA_ARCH) -Xcompiler -fPIC,-Wall -Ilib -c -o $@ $<
+$(BIN)/test-model-cuda $(BIN)/test-train-cuda $(BIN)/bench-train-cuda: $(BIN)/%: lib/cuda/%.c $(MODEL_CUDA_OBJ) $(LIBCA) $(LIB_HDR)
 	@mkdir -p $(@D)
-	$(CC) $(CA_CFLAGS) $(LDFLAGS) -o $@ $< $(MODEL_CUDA_OBJ) $(LIBCA) $(LDLIBS) \
-		-L$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+	$(CC) $(CA_CFLAGS) $(LDFLAGS) -o $@ $< $(MODEL_CUDA_OBJ) $(LIBCA) $(LDLIBS) $(MODEL_CUDA_LIBS)
+$(BIN)/libca-model-cuda.so: $(MODEL_CUDA_OBJ)
+	@mkdir -p $(@D)
+	$(CC) -shared -o $@ $(MODEL_CUDA_OBJ) $(MODEL_CUDA_LIBS)
 
 # The policy engine's CPU throughput against PyTorch (bench/bench-policy.sh, bench/policy-engine.md).
 bench-policy: all

@@ -1,34 +1,16 @@
-// model_cuda: the CUDA forward pass of the policy engine; see model_cuda.h.
-// One kernel family per layer, each the counterpart of a function in lib/nn.c.
-#include <cublas_v2.h>
-#include <cuda_bf16.h>
+// model_cuda: the policy engine's model on the GPU: weights, forward,
+// backward and AdamW; see model_cuda.h. The layers' kernels are in
+// nn_cuda.cu and attention_cuda.cu; this file is the CUDA twin of
+// lib/model_forward.c and the optimizer of lib/model.c.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-extern "C" {
-#include "model.h"
-}
-#include "cuda/model_cuda.h"
-
-struct layer_weights {
-	__nv_bfloat16 *wq, *wk, *wv, *wo, *wgate, *wup, *wdown;
-	float *bq, *bk, *bv, *bo, *ln1, *ln2;   // small vectors stay fp32
-};
-
-struct ca_cuda_model {
-	struct ca_model_config cfg;
-	cublasHandle_t blas;
-	__nv_bfloat16 *embed, *lm_head, *score_w;
-	float *norm, *score_b;
-	struct layer_weights *layers;
-	float *rope_cos, *rope_sin;
-	void **owned;            // every device allocation, for freeing
-	int nowned, capowned;
-};
+#include "cuda/model_cuda_impl.h"
 
 static void set_why(char *why, const char *fmt, ...)
 {
@@ -47,443 +29,670 @@ static void set_why(char *why, const char *fmt, ...)
 		}                                                                             \
 	} while (0)
 
-static void *device_alloc(struct ca_cuda_model *g, size_t bytes)
+// ---- device memory with a high-water mark ----
+
+struct allocation {
+	void *p;
+	size_t bytes;
+};
+static struct allocation *allocations;
+static size_t nallocations, capallocations, bytes_now, bytes_peak;
+
+void *ca_cuda_alloc(size_t bytes)
 {
 	void *p = NULL;
 	if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess)
 		return NULL;
-	if (g->nowned == g->capowned) {
-		g->capowned = g->capowned ? 2 * g->capowned : 64;
-		g->owned = (void **)realloc(g->owned, sizeof(void *) * (size_t)g->capowned);
+	if (nallocations == capallocations) {
+		size_t cap = capallocations ? 2 * capallocations : 256;
+		struct allocation *a = (struct allocation *)realloc(allocations, sizeof *a * cap);
+		if (!a) {
+			cudaFree(p);
+			return NULL;
+		}
+		allocations = a;
+		capallocations = cap;
 	}
-	g->owned[g->nowned++] = p;
+	allocations[nallocations++] = (struct allocation){p, bytes};
+	bytes_now += bytes;
+	if (bytes_now > bytes_peak)
+		bytes_peak = bytes_now;
 	return p;
 }
 
-static __nv_bfloat16 *upload_bf16(struct ca_cuda_model *g, const float *x, size_t n)
+void ca_cuda_release(void *p)
 {
-	if (!x)
-		return NULL;
-	__nv_bfloat16 *host = (__nv_bfloat16 *)malloc(sizeof(__nv_bfloat16) * (n ? n : 1));
-	for (size_t i = 0; i < n; i++)
-		host[i] = __float2bfloat16(x[i]);
-	__nv_bfloat16 *d = (__nv_bfloat16 *)device_alloc(g, sizeof(__nv_bfloat16) * n);
-	if (d && cudaMemcpy(d, host, sizeof(__nv_bfloat16) * n, cudaMemcpyHostToDevice) != cudaSuccess)
-		d = NULL;
-	free(host);
-	return d;
+	if (!p)
+		return;
+	for (size_t i = nallocations; i-- > 0;)
+		if (allocations[i].p == p) {
+			bytes_now -= allocations[i].bytes;
+			allocations[i] = allocations[--nallocations];
+			break;
+		}
+	cudaFree(p);
 }
 
-static float *upload_f32(struct ca_cuda_model *g, const float *x, size_t n)
+extern "C" size_t ca_cuda_model_peak_bytes(void)
 {
-	if (!x)
-		return NULL;
-	float *d = (float *)device_alloc(g, sizeof(float) * n);
-	if (d && cudaMemcpy(d, x, sizeof(float) * n, cudaMemcpyHostToDevice) != cudaSuccess)
-		d = NULL;
-	return d;
+	return bytes_peak;
 }
+
+// ---- activations ----
+
+struct layer_acts {
+	float *x, *rstd1, *q, *k, *v, *lse, *xmid, *rstd2;
+	bf16 *ln1, *att, *ln2, *gate, *up;
+};
+
+struct cuda_acts {
+	int cap_T, T, train, nkept, chunk;
+	struct layer_acts *layer;
+	float *xfinal, *rstdf, *y, *logits;
+	bf16 *lnf, *h, *dlogits;
+	int *tokens, *targets, *seq_start, *seq_end, *pos;
+	float *lp, *ent, *val, *dlp, *dent, *dval;
+	// backward scratch (train only)
+	float *dx, *dh, *dln, *datt, *dq, *dk, *dv, *delta;
+	bf16 *dxb, *dgate, *dup, *dqb, *dkb, *dvb;
+	void **owned;
+	int nowned;
+};
+
+static void acts_free(struct cuda_acts *a)
+{
+	if (!a)
+		return;
+	for (int i = 0; i < a->nowned; i++)
+		ca_cuda_release(a->owned[i]);
+	free(a->owned);
+	free(a->layer);
+	free(a);
+}
+
+static void *acts_alloc1(struct cuda_acts *a, size_t bytes, int *ok)
+{
+	void *p = ca_cuda_alloc(bytes);
+	if (!p) {
+		*ok = 0;
+		return NULL;
+	}
+	a->owned[a->nowned++] = p;
+	return p;
+}
+
+// Tokens per chunk of the language-model head: about 512M logits at most.
+static int head_chunk(int T, int V)
+{
+	long n = (1L << 29) / V;
+	if (n < 16)
+		n = 16;
+	return (int)(n < T ? n : T);
+}
+
+static struct cuda_acts *acts_new(const struct ca_model_config *c, int T, int train)
+{
+	struct cuda_acts *a = (struct cuda_acts *)calloc(1, sizeof *a);
+	if (!a)
+		return NULL;
+	size_t t = (size_t)T, C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size, V = (size_t)c->vocab_size;
+	size_t NH = (size_t)c->num_heads, QD = NH * c->head_dim, KD = (size_t)c->num_kv_heads * c->head_dim;
+	a->cap_T = T;
+	a->train = train;
+	a->nkept = train ? c->num_layers : 1;
+	a->chunk = head_chunk(T, c->vocab_size);
+	a->layer = (struct layer_acts *)calloc((size_t)a->nkept, sizeof *a->layer);
+	a->owned = (void **)calloc((size_t)(16 * a->nkept + 64), sizeof(void *));
+	if (!a->layer || !a->owned) {
+		acts_free(a);
+		return NULL;
+	}
+	int ok = 1;
+#define F32(n) (float *)acts_alloc1(a, sizeof(float) * (n), &ok)
+#define B16(n) (bf16 *)acts_alloc1(a, sizeof(bf16) * (n), &ok)
+#define I32(n) (int *)acts_alloc1(a, sizeof(int) * (n), &ok)
+	for (int l = 0; l < a->nkept && ok; l++) {
+		struct layer_acts *L = &a->layer[l];
+		L->x = F32(t * C); L->rstd1 = F32(t); L->q = F32(t * QD); L->k = F32(t * KD); L->v = F32(t * KD);
+		L->lse = F32(t * NH); L->xmid = F32(t * C); L->rstd2 = F32(t);
+		L->ln1 = B16(t * C); L->att = B16(t * QD); L->ln2 = B16(t * C); L->gate = B16(t * F); L->up = B16(t * F);
+	}
+	a->xfinal = F32(t * C); a->rstdf = F32(t); a->y = F32(t * C); a->lnf = B16(t * C); a->h = B16(t * F);
+	a->logits = F32((size_t)a->chunk * V);
+	a->tokens = I32(t); a->targets = I32(t); a->seq_start = I32(t); a->seq_end = I32(t); a->pos = I32(t);
+	a->lp = F32(t); a->ent = F32(t); a->val = F32(t); a->dlp = F32(t); a->dent = F32(t); a->dval = F32(t);
+	if (train && ok) {
+		a->dlogits = B16((size_t)a->chunk * V);
+		a->dx = F32(t * C); a->dh = F32(t * F); a->dln = F32(t * C); a->datt = F32(t * QD);
+		a->dq = F32(t * QD); a->dk = F32(t * KD); a->dv = F32(t * KD); a->delta = F32(t * NH);
+		a->dxb = B16(t * (C > QD ? C : QD)); a->dgate = B16(t * F); a->dup = B16(t * F);
+		a->dqb = B16(t * QD); a->dkb = B16(t * KD); a->dvb = B16(t * KD);
+	}
+#undef F32
+#undef B16
+#undef I32
+	if (!ok) {
+		acts_free(a);
+		return NULL;
+	}
+	return a;
+}
+
+// ---- weights ----
 
 extern "C" void ca_cuda_model_free(struct ca_cuda_model *g)
 {
 	if (!g)
 		return;
-	for (int i = 0; i < g->nowned; i++)
-		cudaFree(g->owned[i]);
-	free(g->owned);
+	acts_free(g->acts);
+	void *bufs[] = {g->params, g->params16, g->grad, g->adam_m, g->adam_v, g->rope_cos, g->rope_sin, g->partial};
+	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+		ca_cuda_release(bufs[i]);
 	free(g->layers);
 	if (g->blas)
 		cublasDestroy(g->blas);
 	free(g);
 }
 
+static size_t offset_of(const struct ca_model *m, const float *p)
+{
+	return p ? (size_t)(p - m->params) : SIZE_MAX;
+}
+
+static float *view32(struct ca_cuda_model *g, size_t off)
+{
+	return off == SIZE_MAX ? NULL : g->params + off;
+}
+
+static bf16 *view16(struct ca_cuda_model *g, size_t off)
+{
+	return off == SIZE_MAX ? NULL : g->params16 + off;
+}
+
+static float *G(struct ca_cuda_model *g, size_t off)
+{
+	return off == SIZE_MAX ? NULL : g->grad + off;
+}
+
+static int upload_state(struct ca_cuda_model *g, const struct ca_model *m, char *why)
+{
+	size_t n = g->nparams;
+	CUDA_TRY(cudaMemcpy(g->params, m->params, sizeof(float) * n, cudaMemcpyHostToDevice));
+	nn_cuda_to_bf16(g->params16, g->params, n);
+	if (m->adam_m && m->adam_v) {
+		if (!g->adam_m && !(g->adam_m = (float *)ca_cuda_alloc(sizeof(float) * n)))
+			return set_why(why, "no GPU memory for the AdamW state"), -1;
+		if (!g->adam_v && !(g->adam_v = (float *)ca_cuda_alloc(sizeof(float) * n)))
+			return set_why(why, "no GPU memory for the AdamW state"), -1;
+		CUDA_TRY(cudaMemcpy(g->adam_m, m->adam_m, sizeof(float) * n, cudaMemcpyHostToDevice));
+		CUDA_TRY(cudaMemcpy(g->adam_v, m->adam_v, sizeof(float) * n, cudaMemcpyHostToDevice));
+		g->adam_step = m->adam_step;
+	}
+	CUDA_TRY(cudaGetLastError());
+	CUDA_TRY(cudaDeviceSynchronize());
+	return 0;
+}
+
 extern "C" struct ca_cuda_model *ca_cuda_model_upload(const struct ca_model *m, char *why)
 {
 	const struct ca_model_config *c = &m->cfg;
+	if (c->head_dim % 16 || (c->head_dim != 32 && c->head_dim != 64 && c->head_dim != 128 && c->head_dim != 256)) {
+		set_why(why, "head_dim %d: the CUDA attention is built for 32, 64, 128 and 256", c->head_dim);
+		return NULL;
+	}
 	struct ca_cuda_model *g = (struct ca_cuda_model *)calloc(1, sizeof *g);
+	if (!g) {
+		set_why(why, "out of memory");
+		return NULL;
+	}
 	g->cfg = *c;
 	if (cublasCreate(&g->blas) != CUBLAS_STATUS_SUCCESS) {
 		set_why(why, "cublasCreate failed (no usable GPU?)");
 		free(g);
 		return NULL;
 	}
-	size_t C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size, V = (size_t)c->vocab_size;
-	size_t QD = (size_t)c->num_heads * c->head_dim, KD = (size_t)c->num_kv_heads * c->head_dim;
-	int ok = 1;
-	g->embed = upload_bf16(g, m->embed, V * C);
-	ok &= g->embed != NULL;
-	g->norm = upload_f32(g, m->norm, C);
-	ok &= g->norm != NULL;
-	if (c->critic) {
-		g->score_w = upload_bf16(g, m->score_w, C);
-		g->score_b = upload_f32(g, m->score_b, 1);
-		ok &= g->score_w != NULL;
-	} else {
-		g->lm_head = m->lm_head == m->embed ? g->embed : upload_bf16(g, m->lm_head, V * C);
-		ok &= g->lm_head != NULL;
-	}
+	g->nparams = m->nparams;
+	size_t rope = (size_t)c->max_positions * (size_t)(c->head_dim / 2);
+	g->params = (float *)ca_cuda_alloc(sizeof(float) * g->nparams);
+	g->params16 = (bf16 *)ca_cuda_alloc(sizeof(bf16) * g->nparams);
+	g->rope_cos = (float *)ca_cuda_alloc(sizeof(float) * rope);
+	g->rope_sin = (float *)ca_cuda_alloc(sizeof(float) * rope);
+	g->partial = (double *)ca_cuda_alloc(sizeof(double) * NN_CUDA_SUMSQ_BLOCKS);
 	g->layers = (struct layer_weights *)calloc((size_t)c->num_layers, sizeof *g->layers);
-	for (int l = 0; l < c->num_layers && ok; l++) {
+	if (!g->params || !g->params16 || !g->rope_cos || !g->rope_sin || !g->partial || !g->layers) {
+		set_why(why, "cannot copy the weights to the GPU (out of memory?)");
+		ca_cuda_model_free(g);
+		return NULL;
+	}
+	g->off_embed = offset_of(m, m->embed);
+	g->off_lm_head = offset_of(m, m->lm_head);
+	g->off_norm = offset_of(m, m->norm);
+	g->off_score_w = offset_of(m, m->score_w);
+	g->off_score_b = offset_of(m, m->score_b);
+	g->embed = view16(g, g->off_embed);
+	g->lm_head = c->critic ? NULL : view16(g, g->off_lm_head);
+	g->score_w = view16(g, g->off_score_w);
+	g->score_w32 = view32(g, g->off_score_w);
+	g->norm = view32(g, g->off_norm);
+	g->score_b = view32(g, g->off_score_b);
+	for (int l = 0; l < c->num_layers; l++) {
 		const struct ca_model_layer *L = &m->layers[l];
 		struct layer_weights *W = &g->layers[l];
-		W->wq = upload_bf16(g, L->wq, QD * C);
-		W->wk = upload_bf16(g, L->wk, KD * C);
-		W->wv = upload_bf16(g, L->wv, KD * C);
-		W->wo = upload_bf16(g, L->wo, C * QD);
-		W->wgate = upload_bf16(g, L->wgate, F * C);
-		W->wup = upload_bf16(g, L->wup, F * C);
-		W->wdown = upload_bf16(g, L->wdown, C * F);
-		W->bq = upload_f32(g, L->bq, QD);
-		W->bk = upload_f32(g, L->bk, KD);
-		W->bv = upload_f32(g, L->bv, KD);
-		W->bo = upload_f32(g, L->bo, C);
-		W->ln1 = upload_f32(g, L->ln1, C);
-		W->ln2 = upload_f32(g, L->ln2, C);
-		ok &= W->wq && W->wk && W->wv && W->wo && W->wgate && W->wup && W->wdown && W->ln1 && W->ln2;
+		const float *p[13] = {L->wq, L->wk, L->wv, L->wo, L->wgate, L->wup, L->wdown,
+				      L->bq, L->bk, L->bv, L->bo, L->ln1, L->ln2};
+		for (int i = 0; i < 13; i++)
+			W->off[i] = offset_of(m, p[i]);
+		W->wq = view16(g, W->off[0]); W->wk = view16(g, W->off[1]); W->wv = view16(g, W->off[2]);
+		W->wo = view16(g, W->off[3]); W->wgate = view16(g, W->off[4]); W->wup = view16(g, W->off[5]);
+		W->wdown = view16(g, W->off[6]);
+		W->bq = view32(g, W->off[7]); W->bk = view32(g, W->off[8]); W->bv = view32(g, W->off[9]);
+		W->bo = view32(g, W->off[10]); W->ln1 = view32(g, W->off[11]); W->ln2 = view32(g, W->off[12]);
 	}
-	size_t rope = (size_t)c->max_positions * (size_t)(c->head_dim / 2);
-	g->rope_cos = upload_f32(g, m->rope_cos, rope);
-	g->rope_sin = upload_f32(g, m->rope_sin, rope);
-	ok &= g->rope_cos && g->rope_sin;
-	if (!ok) {
-		set_why(why, "cannot copy the weights to the GPU (out of memory?)");
+	if (cudaMemcpy(g->rope_cos, m->rope_cos, sizeof(float) * rope, cudaMemcpyHostToDevice) != cudaSuccess ||
+	    cudaMemcpy(g->rope_sin, m->rope_sin, sizeof(float) * rope, cudaMemcpyHostToDevice) != cudaSuccess) {
+		set_why(why, "cannot copy the rotary tables to the GPU");
+		ca_cuda_model_free(g);
+		return NULL;
+	}
+	if (upload_state(g, m, why) < 0) {
 		ca_cuda_model_free(g);
 		return NULL;
 	}
 	return g;
 }
 
-// ---- kernels ----
-
-__device__ static float warp_sum(float x)
+extern "C" int ca_cuda_model_download(struct ca_cuda_model *g, struct ca_model *m, int grad, char *why)
 {
-	for (int o = 16; o > 0; o >>= 1)
-		x += __shfl_xor_sync(0xffffffffu, x, o);
-	return x;
-}
-
-__device__ static float warp_max(float x)
-{
-	for (int o = 16; o > 0; o >>= 1)
-		x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-	return x;
-}
-
-// Sum over a block of up to 1024 threads (blockDim.x a multiple of 32).
-__device__ static float block_sum(float x, float *shared)
-{
-	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-	x = warp_sum(x);
-	__syncthreads();
-	if (lane == 0)
-		shared[warp] = x;
-	__syncthreads();
-	x = threadIdx.x < nwarps ? shared[threadIdx.x] : 0.0f;
-	if (warp == 0)
-		x = warp_sum(x);
-	if (threadIdx.x == 0)
-		shared[0] = x;
-	__syncthreads();
-	return shared[0];
-}
-
-__device__ static float block_max(float x, float *shared)
-{
-	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-	x = warp_max(x);
-	__syncthreads();
-	if (lane == 0)
-		shared[warp] = x;
-	__syncthreads();
-	x = threadIdx.x < nwarps ? shared[threadIdx.x] : -INFINITY;
-	if (warp == 0)
-		x = warp_max(x);
-	if (threadIdx.x == 0)
-		shared[0] = x;
-	__syncthreads();
-	return shared[0];
-}
-
-__global__ static void embed_kernel(float *x, const __nv_bfloat16 *embed, const int *tokens, int C)
-{
-	int t = blockIdx.x;
-	for (int i = threadIdx.x; i < C; i += blockDim.x)
-		x[(size_t)t * C + i] = __bfloat162float(embed[(size_t)tokens[t] * C + i]);
-}
-
-// out (bf16, the next matmul's input) = w * x * rstd, per row (ca_nn_rmsnorm_forward).
-__global__ static void rmsnorm_kernel(__nv_bfloat16 *out, const float *x, const float *w, float eps, int C)
-{
-	__shared__ float shared[32];
-	const float *row = x + (size_t)blockIdx.x * C;
-	float ss = 0;
-	for (int i = threadIdx.x; i < C; i += blockDim.x)
-		ss += row[i] * row[i];
-	ss = block_sum(ss, shared);
-	float r = rsqrtf(ss / (float)C + eps);
-	for (int i = threadIdx.x; i < C; i += blockDim.x)
-		out[(size_t)blockIdx.x * C + i] = __float2bfloat16(w[i] * (row[i] * r));
-}
-
-__global__ static void bias_kernel(float *y, const float *bias, int O, size_t n)
-{
-	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-	if (i < n)
-		y[i] += bias[i % O];
-}
-
-// Rotate pairs (i, i + D/2) of every head by pos * inv_freq[i] (ca_nn_rope_forward).
-__global__ static void rope_kernel(float *x, const int *pos, const float *cos_t, const float *sin_t, int H, int D)
-{
-	int t = blockIdx.x, half = D / 2;
-	const float *c = cos_t + (size_t)pos[t] * half, *s = sin_t + (size_t)pos[t] * half;
-	for (int k = threadIdx.x; k < H * half; k += blockDim.x) {
-		int h = k / half, i = k % half;
-		float *v = x + ((size_t)t * H + h) * D;
-		float a = v[i], b = v[i + half];
-		v[i] = a * c[i] - b * s[i];
-		v[i + half] = b * c[i] + a * s[i];
+	size_t n = g->nparams, bytes = sizeof(float) * n;
+	if (m->nparams != n)
+		return set_why(why, "the model has %zu parameters, the GPU copy %zu", m->nparams, n), -1;
+	CUDA_TRY(cudaDeviceSynchronize());
+	CUDA_TRY(cudaMemcpy(m->params, g->params, bytes, cudaMemcpyDeviceToHost));
+	if (g->adam_m) {
+		if (!m->adam_m)
+			m->adam_m = (float *)malloc(bytes);
+		if (!m->adam_v)
+			m->adam_v = (float *)malloc(bytes);
+		if (!m->adam_m || !m->adam_v)
+			return set_why(why, "out of memory"), -1;
+		CUDA_TRY(cudaMemcpy(m->adam_m, g->adam_m, bytes, cudaMemcpyDeviceToHost));
+		CUDA_TRY(cudaMemcpy(m->adam_v, g->adam_v, bytes, cudaMemcpyDeviceToHost));
+		m->adam_step = g->adam_step;
 	}
+	if (grad && g->grad) {
+		if (!m->grad && !(m->grad = (float *)malloc(bytes)))
+			return set_why(why, "out of memory"), -1;
+		CUDA_TRY(cudaMemcpy(m->grad, g->grad, bytes, cudaMemcpyDeviceToHost));
+	}
+	return 0;
 }
 
-// One warp per (token, head): causal attention over the token's sequence
-// with an online softmax; each lane holds D/32 output dims (D <= 256).
-__global__ static void attention_kernel(__nv_bfloat16 *out, const float *q, const float *k, const float *v,
-					const int *seq_start, int T, int NH, int NKV, int D)
-{
-	int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-	if (warp >= T * NH)
-		return;
-	int t = warp / NH, h = warp % NH, g = h / (NH / NKV);
-	float scale = rsqrtf((float)D);
-	float qr[8], acc[8];
-	int per = (D + 31) / 32;
-	for (int j = 0; j < per; j++) {
-		int d = lane + 32 * j;
-		qr[j] = d < D ? q[((size_t)t * NH + h) * D + d] : 0.0f;
-		acc[j] = 0.0f;
-	}
-	float mx = -INFINITY, sum = 0.0f;
-	for (int s = seq_start[t]; s <= t; s++) {
-		const float *ks = k + ((size_t)s * NKV + g) * D, *vs = v + ((size_t)s * NKV + g) * D;
-		float dot = 0.0f;
-		for (int j = 0; j < per; j++) {
-			int d = lane + 32 * j;
-			if (d < D)
-				dot += qr[j] * ks[d];
-		}
-		float score = warp_sum(dot) * scale;
-		float nmx = fmaxf(mx, score);
-		float corr = expf(mx - nmx), p = expf(score - nmx);
-		sum = sum * corr + p;
-		for (int j = 0; j < per; j++) {
-			int d = lane + 32 * j;
-			acc[j] = acc[j] * corr + (d < D ? p * vs[d] : 0.0f);
-		}
-		mx = nmx;
-	}
-	for (int j = 0; j < per; j++) {
-		int d = lane + 32 * j;
-		if (d < D)
-			out[((size_t)t * NH + h) * D + d] = __float2bfloat16(acc[j] / sum);
-	}
-}
+// ---- matrix products (row-major [T, features] activations, [out, in] weights) ----
 
-__global__ static void swiglu_kernel(__nv_bfloat16 *h, const float *gate, const float *up, size_t n)
+static int gemm(struct ca_cuda_model *g, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+		const bf16 *A, int lda, const bf16 *B, int ldb, void *Cm, cudaDataType ct, int ldc, float beta,
+		char *why)
 {
-	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-	if (i < n) {
-		float g = gate[i];
-		h[i] = __float2bfloat16(g / (1.0f + expf(-g)) * up[i]);
-	}
-}
-
-__global__ static void add_kernel(float *x, const float *y, size_t n)
-{
-	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-	if (i < n)
-		x[i] += y[i];
-}
-
-// Per row of logits: log p(target) and the entropy (ca_nn_logprob_row).
-__global__ static void logprob_kernel(float *logprob, float *entropy, const float *logits, const int *targets,
-				      int V)
-{
-	__shared__ float shared[32];
-	const float *z = logits + (size_t)blockIdx.x * V;
-	float mx = -INFINITY;
-	for (int j = threadIdx.x; j < V; j += blockDim.x)
-		mx = fmaxf(mx, z[j]);
-	mx = block_max(mx, shared);
-	float se = 0.0f, sez = 0.0f;
-	for (int j = threadIdx.x; j < V; j += blockDim.x) {
-		float e = expf(z[j] - mx);
-		se += e;
-		sez += e * z[j];
-	}
-	se = block_sum(se, shared);
-	sez = block_sum(sez, shared);
-	if (threadIdx.x == 0) {
-		float lse = mx + logf(se);
-		int tg = targets[blockIdx.x];
-		if (logprob)
-			logprob[blockIdx.x] = tg >= 0 && tg < V ? z[tg] - lse : 0.0f;
-		if (entropy)
-			entropy[blockIdx.x] = lse - sez / se;
-	}
-}
-
-__global__ static void value_kernel(float *values, const __nv_bfloat16 *x, const __nv_bfloat16 *w,
-				    const float *b, int C)
-{
-	__shared__ float shared[32];
-	float s = 0.0f;
-	for (int i = threadIdx.x; i < C; i += blockDim.x)
-		s += __bfloat162float(x[(size_t)blockIdx.x * C + i]) * __bfloat162float(w[i]);
-	s = block_sum(s, shared);
-	if (threadIdx.x == 0)
-		values[blockIdx.x] = s + (b ? b[0] : 0.0f);
-}
-
-// y[T,O] (fp32) = x[T,I] (bf16) W[O,I]^T (bf16), fp32 accumulation.
-static int linear(cublasHandle_t h, float *y, const __nv_bfloat16 *x, const __nv_bfloat16 *w, int T, int I,
-		  int O, char *why)
-{
-	const float one = 1.0f, zero = 0.0f;
-	cublasStatus_t st = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, O, T, I, &one, w, CUDA_R_16BF, I, x,
-					 CUDA_R_16BF, I, &zero, y, CUDA_R_32F, O, CUBLAS_COMPUTE_32F,
-					 CUBLAS_GEMM_DEFAULT);
+	const float one = 1.0f;
+	cublasStatus_t st = cublasGemmEx(g->blas, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb,
+					 &beta, Cm, ct, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 	if (st != CUBLAS_STATUS_SUCCESS) {
-		set_why(why, "cublasGemmEx failed (%d)", (int)st);
+		set_why(why, "cublasGemmEx failed (status %d)", (int)st);
 		return -1;
 	}
 	return 0;
 }
 
-static unsigned blocks_for(size_t n, unsigned threads)
+// y[T,O] = x[T,I] W[O,I]^T, y fp32 or bf16.
+static int linear(struct ca_cuda_model *g, void *y, cudaDataType yt, const bf16 *x, const bf16 *w, int T, int I,
+		  int O, char *why)
 {
-	return (unsigned)((n + threads - 1) / threads);
+	return gemm(g, CUBLAS_OP_T, CUBLAS_OP_N, O, T, I, w, I, x, I, y, yt, O, 0.0f, why);
+}
+
+// dx[T,I] (fp32) = beta dx + dy[T,O] W[O,I].
+static int linear_dx(struct ca_cuda_model *g, float *dx, const bf16 *dy, const bf16 *w, int T, int I, int O,
+		     float beta, char *why)
+{
+	return gemm(g, CUBLAS_OP_N, CUBLAS_OP_N, I, T, O, w, I, dy, O, dx, CUDA_R_32F, I, beta, why);
+}
+
+// dW[O,I] (fp32) += dy[T,O]^T x[T,I].
+static int linear_dw(struct ca_cuda_model *g, float *dw, const bf16 *dy, const bf16 *x, int T, int I, int O,
+		     char *why)
+{
+	return gemm(g, CUBLAS_OP_N, CUBLAS_OP_T, I, O, T, x, I, dy, O, dw, CUDA_R_32F, I, 1.0f, why);
+}
+
+// ---- forward ----
+
+static int layer_forward(struct ca_cuda_model *g, struct cuda_acts *a, struct layer_acts *L,
+			 const struct layer_weights *W, float *next, char *why)
+{
+	const struct ca_model_config *c = &g->cfg;
+	int T = a->T, C = c->hidden_size, F = c->intermediate_size;
+	int NH = c->num_heads, NKV = c->num_kv_heads, D = c->head_dim, QD = NH * D, KD = NKV * D;
+	size_t TC = (size_t)T * C;
+	nn_cuda_rmsnorm_forward(L->ln1, L->rstd1, L->x, W->ln1, c->rms_norm_eps, T, C);
+	if (linear(g, L->q, CUDA_R_32F, L->ln1, W->wq, T, C, QD, why) < 0 ||
+	    linear(g, L->k, CUDA_R_32F, L->ln1, W->wk, T, C, KD, why) < 0 ||
+	    linear(g, L->v, CUDA_R_32F, L->ln1, W->wv, T, C, KD, why) < 0)
+		return -1;
+	if (W->bq)
+		nn_cuda_bias_forward(L->q, W->bq, T, QD);
+	if (W->bk)
+		nn_cuda_bias_forward(L->k, W->bk, T, KD);
+	if (W->bv)
+		nn_cuda_bias_forward(L->v, W->bv, T, KD);
+	nn_cuda_rope(L->q, a->pos, g->rope_cos, g->rope_sin, T, NH, D, 0);
+	nn_cuda_rope(L->k, a->pos, g->rope_cos, g->rope_sin, T, NKV, D, 0);
+	if (nn_cuda_attention_forward(L->att, L->lse, L->q, L->k, L->v, a->seq_start, T, NH, NKV, D) < 0)
+		return set_why(why, "head_dim %d is not supported by the CUDA attention", D), -1;
+	if (linear(g, a->y, CUDA_R_32F, L->att, W->wo, T, QD, C, why) < 0)
+		return -1;
+	if (W->bo)
+		nn_cuda_bias_forward(a->y, W->bo, T, C);
+	nn_cuda_add(L->xmid, L->x, a->y, TC);
+	nn_cuda_rmsnorm_forward(L->ln2, L->rstd2, L->xmid, W->ln2, c->rms_norm_eps, T, C);
+	if (linear(g, L->gate, CUDA_R_16BF, L->ln2, W->wgate, T, C, F, why) < 0 ||
+	    linear(g, L->up, CUDA_R_16BF, L->ln2, W->wup, T, C, F, why) < 0)
+		return -1;
+	nn_cuda_swiglu_forward(a->h, L->gate, L->up, (size_t)T * F);
+	if (linear(g, a->y, CUDA_R_32F, a->h, W->wdown, T, F, C, why) < 0)
+		return -1;
+	nn_cuda_add(next, L->xmid, a->y, TC);
+	return 0;
+}
+
+static int forward(struct ca_cuda_model *g, const struct ca_batch *b, const int *targets, float *logprobs,
+		   float *entropy, float *values, int train, char *why)
+{
+	const struct ca_model_config *c = &g->cfg;
+	int T = b->T, C = c->hidden_size, V = c->vocab_size;
+	if (T <= 0)
+		return set_why(why, "empty batch"), -1;
+	long total = 0;
+	for (int s = 0; s < b->nseq; s++) {
+		if (b->seq_len[s] <= 0)
+			return set_why(why, "sequence %d is empty", s), -1;
+		if (b->seq_len[s] > c->max_positions)
+			return set_why(why, "sequence of %d tokens exceeds max_position_embeddings %d", b->seq_len[s],
+				       c->max_positions), -1;
+		total += b->seq_len[s];
+	}
+	if (total != T)
+		return set_why(why, "sequence lengths add up to %ld, not %d tokens", total, T), -1;
+	for (int t = 0; t < T; t++)
+		if (b->tokens[t] < 0 || b->tokens[t] >= V)
+			return set_why(why, "token %d at %d is outside the vocabulary of %d", b->tokens[t], t, V), -1;
+	if (c->critic && (logprobs || entropy))
+		return set_why(why, "a critic checkpoint has no language-model head"), -1;
+	if (!c->critic && values)
+		return set_why(why, "a policy checkpoint has no value head"), -1;
+
+	struct cuda_acts *a = g->acts;
+	if (!a || a->cap_T < T || (train && !a->train)) {
+		acts_free(a);
+		a = g->acts = acts_new(c, T, train);
+		if (!a)
+			return set_why(why, "no GPU memory for the activations of %d tokens", T), -1;
+	}
+	a->T = T;
+	int *host = (int *)malloc(sizeof(int) * 4 * (size_t)T);
+	if (!host)
+		return set_why(why, "out of memory"), -1;
+	int *hstart = host, *hend = host + T, *hpos = host + 2 * T, *htarget = host + 3 * T;
+	for (int s = 0, t = 0; s < b->nseq; s++)
+		for (int j = 0; j < b->seq_len[s]; j++, t++) {
+			hstart[t] = t - j;
+			hend[t] = t - j + b->seq_len[s];
+			hpos[t] = j;
+		}
+	for (int t = 0; t < T; t++)
+		htarget[t] = targets ? targets[t] : -1;
+	size_t nb = sizeof(int) * (size_t)T;
+	cudaError_t e = cudaMemcpy(a->tokens, b->tokens, nb, cudaMemcpyHostToDevice);
+	if (e == cudaSuccess)
+		e = cudaMemcpy(a->seq_start, hstart, nb, cudaMemcpyHostToDevice);
+	if (e == cudaSuccess)
+		e = cudaMemcpy(a->seq_end, hend, nb, cudaMemcpyHostToDevice);
+	if (e == cudaSuccess)
+		e = cudaMemcpy(a->pos, hpos, nb, cudaMemcpyHostToDevice);
+	if (e == cudaSuccess)
+		e = cudaMemcpy(a->targets, htarget, nb, cudaMemcpyHostToDevice);
+	free(host);
+	CUDA_TRY(e);
+
+	int keep = a->nkept > 1;
+	nn_cuda_embed_forward(a->layer[0].x, g->embed, a->tokens, T, C);
+	for (int l = 0; l < c->num_layers; l++) {
+		struct layer_acts *L = &a->layer[keep ? l : 0];
+		float *next = keep && l + 1 < c->num_layers ? a->layer[l + 1].x : a->xfinal;
+		if (layer_forward(g, a, L, &g->layers[l], next, why) < 0)
+			return -1;
+		if (!keep && l + 1 < c->num_layers)
+			CUDA_TRY(cudaMemcpyAsync(L->x, a->xfinal, sizeof(float) * (size_t)T * C, cudaMemcpyDeviceToDevice));
+	}
+	nn_cuda_rmsnorm_forward(a->lnf, a->rstdf, a->xfinal, g->norm, c->rms_norm_eps, T, C);
+	if (c->critic) {
+		nn_cuda_value_forward(a->val, a->lnf, g->score_w, g->score_b, T, C);
+	} else if (logprobs || entropy) {
+		for (int t0 = 0; t0 < T; t0 += a->chunk) {
+			int n = T - t0 < a->chunk ? T - t0 : a->chunk;
+			if (linear(g, a->logits, CUDA_R_32F, a->lnf + (size_t)t0 * C, g->lm_head, n, C, V, why) < 0)
+				return -1;
+			nn_cuda_logprob_forward(a->lp + t0, a->ent + t0, a->logits, a->targets + t0, n, V);
+		}
+	}
+	CUDA_TRY(cudaGetLastError());
+	size_t fb = sizeof(float) * (size_t)T;
+	if (logprobs)
+		CUDA_TRY(cudaMemcpy(logprobs, a->lp, fb, cudaMemcpyDeviceToHost));
+	if (entropy)
+		CUDA_TRY(cudaMemcpy(entropy, a->ent, fb, cudaMemcpyDeviceToHost));
+	if (values)
+		CUDA_TRY(cudaMemcpy(values, a->val, fb, cudaMemcpyDeviceToHost));
+	CUDA_TRY(cudaDeviceSynchronize());
+	return 0;
 }
 
 extern "C" int ca_cuda_model_forward(struct ca_cuda_model *g, const struct ca_batch *b, const int *targets,
 				     float *logprobs, float *entropy, float *values, char *why)
 {
-	const struct ca_model_config *c = &g->cfg;
-	int T = b->T, C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
-	int NH = c->num_heads, NKV = c->num_kv_heads, D = c->head_dim;
-	int QD = NH * D, KD = NKV * D;
-	if (D > 256) {
-		set_why(why, "head_dim %d above 256 is not supported by the CUDA attention yet", D);
-		return -1;
-	}
-	long total = 0;
-	for (int s = 0; s < b->nseq; s++) {
-		if (b->seq_len[s] <= 0 || b->seq_len[s] > c->max_positions) {
-			set_why(why, "sequence %d has %d tokens (1 to %d allowed)", s, b->seq_len[s], c->max_positions);
-			return -1;
-		}
-		total += b->seq_len[s];
-	}
-	if (T <= 0 || total != T) {
-		set_why(why, "sequence lengths add up to %ld, not %d tokens", total, T);
-		return -1;
-	}
-	for (int t = 0; t < T; t++)
-		if (b->tokens[t] < 0 || b->tokens[t] >= V) {
-			set_why(why, "token %d at %d is outside the vocabulary of %d", b->tokens[t], t, V);
-			return -1;
-		}
-	int *hstart = (int *)malloc(sizeof(int) * (size_t)T), *hpos = (int *)malloc(sizeof(int) * (size_t)T);
-	int *htarget = (int *)malloc(sizeof(int) * (size_t)T);
-	for (int s = 0, t = 0; s < b->nseq; s++)
-		for (int j = 0; j < b->seq_len[s] && t < T; j++, t++) {
-			hstart[t] = t - j;
-			hpos[t] = j;
-		}
-	for (int t = 0; t < T; t++)
-		htarget[t] = targets ? targets[t] : -1;
-	size_t TC = (size_t)T * C, TF = (size_t)T * F;
-	int chunk = T < 256 ? T : 256;
-	// Scratch for the batch (freed at the end; a later stage keeps a pool).
-	float *x, *y, *q, *k, *v, *gate, *up, *logits, *dlp = NULL, *dent = NULL, *dval = NULL;
-	__nv_bfloat16 *xb, *hb;
-	int *dtok, *dstart, *dpos, *dtarget;
-	size_t wide = (size_t)T * (QD > F ? QD : F);
-	CUDA_TRY(cudaMalloc(&x, sizeof(float) * TC));
-	CUDA_TRY(cudaMalloc(&y, sizeof(float) * TC));
-	CUDA_TRY(cudaMalloc(&q, sizeof(float) * (size_t)T * QD));
-	CUDA_TRY(cudaMalloc(&k, sizeof(float) * (size_t)T * KD));
-	CUDA_TRY(cudaMalloc(&v, sizeof(float) * (size_t)T * KD));
-	CUDA_TRY(cudaMalloc(&gate, sizeof(float) * TF));
-	CUDA_TRY(cudaMalloc(&up, sizeof(float) * TF));
-	CUDA_TRY(cudaMalloc(&logits, sizeof(float) * (size_t)chunk * V));
-	CUDA_TRY(cudaMalloc(&xb, sizeof(__nv_bfloat16) * TC));
-	CUDA_TRY(cudaMalloc(&hb, sizeof(__nv_bfloat16) * wide));
-	CUDA_TRY(cudaMalloc(&dtok, sizeof(int) * (size_t)T));
-	CUDA_TRY(cudaMalloc(&dstart, sizeof(int) * (size_t)T));
-	CUDA_TRY(cudaMalloc(&dpos, sizeof(int) * (size_t)T));
-	CUDA_TRY(cudaMalloc(&dtarget, sizeof(int) * (size_t)T));
-	CUDA_TRY(cudaMalloc(&dlp, sizeof(float) * (size_t)T));
-	CUDA_TRY(cudaMalloc(&dent, sizeof(float) * (size_t)T));
-	CUDA_TRY(cudaMalloc(&dval, sizeof(float) * (size_t)T));
-	CUDA_TRY(cudaMemcpy(dtok, b->tokens, sizeof(int) * (size_t)T, cudaMemcpyHostToDevice));
-	CUDA_TRY(cudaMemcpy(dstart, hstart, sizeof(int) * (size_t)T, cudaMemcpyHostToDevice));
-	CUDA_TRY(cudaMemcpy(dpos, hpos, sizeof(int) * (size_t)T, cudaMemcpyHostToDevice));
-	CUDA_TRY(cudaMemcpy(dtarget, htarget, sizeof(int) * (size_t)T, cudaMemcpyHostToDevice));
-	free(hstart);
-	free(hpos);
-	free(htarget);
+	if (g->acts && g->acts->train == 2)
+		g->acts->train = 1;  // its activations are about to be overwritten
+	return forward(g, b, targets, logprobs, entropy, values, 0, why);
+}
 
-	const unsigned nt = 256;
-	embed_kernel<<<T, nt>>>(x, g->embed, dtok, C);
-	for (int l = 0; l < c->num_layers; l++) {
-		const struct layer_weights *W = &g->layers[l];
-		rmsnorm_kernel<<<T, nt>>>(xb, x, W->ln1, c->rms_norm_eps, C);
-		if (linear(g->blas, q, xb, W->wq, T, C, QD, why) < 0 || linear(g->blas, k, xb, W->wk, T, C, KD, why) < 0 ||
-		    linear(g->blas, v, xb, W->wv, T, C, KD, why) < 0)
-			return -1;
-		if (W->bq) {
-			bias_kernel<<<blocks_for((size_t)T * QD, nt), nt>>>(q, W->bq, QD, (size_t)T * QD);
-			bias_kernel<<<blocks_for((size_t)T * KD, nt), nt>>>(k, W->bk, KD, (size_t)T * KD);
-			bias_kernel<<<blocks_for((size_t)T * KD, nt), nt>>>(v, W->bv, KD, (size_t)T * KD);
-		}
-		rope_kernel<<<T, nt>>>(q, dpos, g->rope_cos, g->rope_sin, NH, D);
-		rope_kernel<<<T, nt>>>(k, dpos, g->rope_cos, g->rope_sin, NKV, D);
-		attention_kernel<<<blocks_for((size_t)T * NH * 32, nt), nt>>>(hb, q, k, v, dstart, T, NH, NKV, D);
-		if (linear(g->blas, y, hb, W->wo, T, QD, C, why) < 0)
-			return -1;
-		if (W->bo)
-			bias_kernel<<<blocks_for(TC, nt), nt>>>(y, W->bo, C, TC);
-		add_kernel<<<blocks_for(TC, nt), nt>>>(x, y, TC);
-		rmsnorm_kernel<<<T, nt>>>(xb, x, W->ln2, c->rms_norm_eps, C);
-		if (linear(g->blas, gate, xb, W->wgate, T, C, F, why) < 0 || linear(g->blas, up, xb, W->wup, T, C, F, why) < 0)
-			return -1;
-		swiglu_kernel<<<blocks_for(TF, nt), nt>>>(hb, gate, up, TF);
-		if (linear(g->blas, y, hb, W->wdown, T, F, C, why) < 0)
-			return -1;
-		add_kernel<<<blocks_for(TC, nt), nt>>>(x, y, TC);
-	}
-	rmsnorm_kernel<<<T, nt>>>(xb, x, g->norm, c->rms_norm_eps, C);
+extern "C" int ca_cuda_model_forward_train(struct ca_cuda_model *g, const struct ca_batch *b, const int *targets,
+					   float *logprobs, float *entropy, float *values, char *why)
+{
+	int r = forward(g, b, targets, logprobs, entropy, values, 1, why);
+	if (g->acts)
+		g->acts->train = r == 0 ? 2 : 1;  // 2: a training forward is waiting for its backward
+	return r;
+}
+
+// ---- backward ----
+
+static int ensure_grad(struct ca_cuda_model *g, char *why)
+{
+	if (g->grad)
+		return 0;
+	if (!(g->grad = (float *)ca_cuda_alloc(sizeof(float) * g->nparams)))
+		return set_why(why, "no GPU memory for the gradient"), -1;
+	CUDA_TRY(cudaMemset(g->grad, 0, sizeof(float) * g->nparams));
+	return 0;
+}
+
+extern "C" int ca_cuda_model_zero_grad(struct ca_cuda_model *g, char *why)
+{
+	if (ensure_grad(g, why) < 0)
+		return -1;
+	CUDA_TRY(cudaMemset(g->grad, 0, sizeof(float) * g->nparams));
+	return 0;
+}
+
+extern "C" int ca_cuda_model_set_grad(struct ca_cuda_model *g, const float *grad, char *why)
+{
+	if (ensure_grad(g, why) < 0)
+		return -1;
+	CUDA_TRY(cudaMemcpy(g->grad, grad, sizeof(float) * g->nparams, cudaMemcpyHostToDevice));
+	return 0;
+}
+
+static int layer_backward(struct ca_cuda_model *g, struct cuda_acts *a, struct layer_acts *L,
+			  const struct layer_weights *W, char *why)
+{
+	const struct ca_model_config *c = &g->cfg;
+	int T = a->T, C = c->hidden_size, F = c->intermediate_size;
+	int NH = c->num_heads, NKV = c->num_kv_heads, D = c->head_dim, QD = NH * D, KD = NKV * D;
+	size_t TC = (size_t)T * C, TF = (size_t)T * F;
+	const size_t *o = W->off;
+	// MLP: out = xmid + down(silu(gate) * up); dx flows on to xmid.
+	nn_cuda_to_bf16(a->dxb, a->dx, TC);
+	nn_cuda_swiglu_forward(a->h, L->gate, L->up, TF);
+	if (linear_dw(g, G(g, o[6]), a->dxb, a->h, T, F, C, why) < 0 ||
+	    linear_dx(g, a->dh, a->dxb, W->wdown, T, F, C, 0.0f, why) < 0)
+		return -1;
+	nn_cuda_swiglu_backward(a->dgate, a->dup, a->dh, L->gate, L->up, TF);
+	if (linear_dw(g, G(g, o[4]), a->dgate, L->ln2, T, C, F, why) < 0 ||
+	    linear_dw(g, G(g, o[5]), a->dup, L->ln2, T, C, F, why) < 0 ||
+	    linear_dx(g, a->dln, a->dgate, W->wgate, T, C, F, 0.0f, why) < 0 ||
+	    linear_dx(g, a->dln, a->dup, W->wup, T, C, F, 1.0f, why) < 0)
+		return -1;
+	nn_cuda_rmsnorm_backward(a->dx, G(g, o[12]), a->dln, L->xmid, W->ln2, L->rstd2, T, C);
+	// Attention: xmid = x + o_proj(att).
+	nn_cuda_to_bf16(a->dxb, a->dx, TC);
+	if (linear_dw(g, G(g, o[3]), a->dxb, L->att, T, QD, C, why) < 0 ||
+	    linear_dx(g, a->datt, a->dxb, W->wo, T, QD, C, 0.0f, why) < 0)
+		return -1;
+	if (W->bo)
+		nn_cuda_colsum(G(g, o[10]), a->dx, NULL, T, C);
+	if (nn_cuda_attention_backward(a->dq, a->dk, a->dv, a->delta, a->datt, L->att, L->lse, L->q, L->k, L->v,
+				       a->seq_start, a->seq_end, T, NH, NKV, D) < 0)
+		return set_why(why, "head_dim %d is not supported by the CUDA attention", D), -1;
+	nn_cuda_rope(a->dq, a->pos, g->rope_cos, g->rope_sin, T, NH, D, 1);
+	nn_cuda_rope(a->dk, a->pos, g->rope_cos, g->rope_sin, T, NKV, D, 1);
+	if (W->bq)
+		nn_cuda_colsum(G(g, o[7]), a->dq, NULL, T, QD);
+	if (W->bk)
+		nn_cuda_colsum(G(g, o[8]), a->dk, NULL, T, KD);
+	if (W->bv)
+		nn_cuda_colsum(G(g, o[9]), a->dv, NULL, T, KD);
+	nn_cuda_to_bf16(a->dqb, a->dq, (size_t)T * QD);
+	nn_cuda_to_bf16(a->dkb, a->dk, (size_t)T * KD);
+	nn_cuda_to_bf16(a->dvb, a->dv, (size_t)T * KD);
+	if (linear_dw(g, G(g, o[0]), a->dqb, L->ln1, T, C, QD, why) < 0 ||
+	    linear_dw(g, G(g, o[1]), a->dkb, L->ln1, T, C, KD, why) < 0 ||
+	    linear_dw(g, G(g, o[2]), a->dvb, L->ln1, T, C, KD, why) < 0 ||
+	    linear_dx(g, a->dln, a->dqb, W->wq, T, C, QD, 0.0f, why) < 0 ||
+	    linear_dx(g, a->dln, a->dkb, W->wk, T, C, KD, 1.0f, why) < 0 ||
+	    linear_dx(g, a->dln, a->dvb, W->wv, T, C, KD, 1.0f, why) < 0)
+		return -1;
+	nn_cuda_rmsnorm_backward(a->dx, G(g, o[11]), a->dln, L->x, W->ln1, L->rstd1, T, C);
+	return 0;
+}
+
+static int any_nonzero(const float *x, int n)
+{
+	for (int i = 0; x && i < n; i++)
+		if (x[i] != 0.0f)
+			return 1;
+	return 0;
+}
+
+extern "C" int ca_cuda_model_backward(struct ca_cuda_model *g, const float *dlogp, const float *dentropy,
+				      const float *dvalue, char *why)
+{
+	struct cuda_acts *a = g->acts;
+	if (!a || a->train != 2)
+		return set_why(why, "backward without a training forward"), -1;
+	a->train = 1;
+	if (ensure_grad(g, why) < 0)
+		return -1;
+	const struct ca_model_config *c = &g->cfg;
+	int T = a->T, C = c->hidden_size, V = c->vocab_size;
+	size_t TC = (size_t)T * C, fb = sizeof(float) * (size_t)T;
+	if (dlogp)
+		CUDA_TRY(cudaMemcpy(a->dlp, dlogp, fb, cudaMemcpyHostToDevice));
+	if (dentropy)
+		CUDA_TRY(cudaMemcpy(a->dent, dentropy, fb, cudaMemcpyHostToDevice));
+	if (dvalue)
+		CUDA_TRY(cudaMemcpy(a->dval, dvalue, fb, cudaMemcpyHostToDevice));
+	// Head: the gradient of the final norm's output gathers in dln.
+	CUDA_TRY(cudaMemset(a->dln, 0, sizeof(float) * TC));
 	if (c->critic) {
-		value_kernel<<<T, nt>>>(dval, xb, g->score_w, g->score_b, C);
+		if (dvalue) {
+			nn_cuda_value_backward(a->dln, a->dval, g->score_w32, T, C);
+			nn_cuda_colsum_bf16(G(g, g->off_score_w), a->lnf, a->dval, T, C);
+			if (g->score_b)
+				nn_cuda_colsum(G(g, g->off_score_b), a->dval, NULL, T, 1);
+		}
 	} else {
-		for (int t0 = 0; t0 < T; t0 += chunk) {
-			int n = T - t0 < chunk ? T - t0 : chunk;
-			if (linear(g->blas, logits, xb + (size_t)t0 * C, g->lm_head, n, C, V, why) < 0)
+		for (int t0 = 0; t0 < T; t0 += a->chunk) {
+			int n = T - t0 < a->chunk ? T - t0 : a->chunk;
+			int need_lp = any_nonzero(dlogp ? dlogp + t0 : NULL, n);
+			int need_ent = any_nonzero(dentropy ? dentropy + t0 : NULL, n);
+			if (!need_lp && !need_ent)
+				continue;
+			const bf16 *x = a->lnf + (size_t)t0 * C;
+			if (linear(g, a->logits, CUDA_R_32F, x, g->lm_head, n, C, V, why) < 0)
 				return -1;
-			logprob_kernel<<<n, 1024>>>(dlp + t0, dent + t0, logits, dtarget + t0, V);
+			nn_cuda_logprob_backward(a->dlogits, a->logits, a->targets + t0, need_lp ? a->dlp + t0 : NULL,
+						 need_ent ? a->dent + t0 : NULL, n, V);
+			if (linear_dx(g, a->dln + (size_t)t0 * C, a->dlogits, g->lm_head, n, C, V, 0.0f, why) < 0 ||
+			    linear_dw(g, G(g, g->off_lm_head), a->dlogits, x, n, C, V, why) < 0)
+				return -1;
 		}
 	}
+	CUDA_TRY(cudaMemset(a->dx, 0, sizeof(float) * TC));
+	nn_cuda_rmsnorm_backward(a->dx, G(g, g->off_norm), a->dln, a->xfinal, g->norm, a->rstdf, T, C);
+	for (int l = c->num_layers - 1; l >= 0; l--)
+		if (layer_backward(g, a, &a->layer[l], &g->layers[l], why) < 0)
+			return -1;
+	nn_cuda_embed_backward(G(g, g->off_embed), a->dx, a->tokens, T, C);
 	CUDA_TRY(cudaGetLastError());
 	CUDA_TRY(cudaDeviceSynchronize());
-	if (logprobs)
-		CUDA_TRY(cudaMemcpy(logprobs, dlp, sizeof(float) * (size_t)T, cudaMemcpyDeviceToHost));
-	if (entropy)
-		CUDA_TRY(cudaMemcpy(entropy, dent, sizeof(float) * (size_t)T, cudaMemcpyDeviceToHost));
-	if (values)
-		CUDA_TRY(cudaMemcpy(values, dval, sizeof(float) * (size_t)T, cudaMemcpyDeviceToHost));
-	void *scratch[] = {x, y, q, k, v, gate, up, logits, xb, hb, dtok, dstart, dpos, dtarget, dlp, dent, dval};
-	for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++)
-		cudaFree(scratch[i]);
+	return 0;
+}
+
+// ---- AdamW (ca_model_adamw_step) ----
+
+extern "C" int ca_cuda_model_adamw_step(struct ca_cuda_model *g, const struct ca_adamw *o, double *grad_norm,
+					char *why)
+{
+	size_t n = g->nparams;
+	if (ensure_grad(g, why) < 0)
+		return -1;
+	if (!g->adam_m) {
+		g->adam_m = (float *)ca_cuda_alloc(sizeof(float) * n);
+		g->adam_v = (float *)ca_cuda_alloc(sizeof(float) * n);
+		if (!g->adam_m || !g->adam_v)
+			return set_why(why, "no GPU memory for the AdamW state"), -1;
+		CUDA_TRY(cudaMemset(g->adam_m, 0, sizeof(float) * n));
+		CUDA_TRY(cudaMemset(g->adam_v, 0, sizeof(float) * n));
+	}
+	double partial[NN_CUDA_SUMSQ_BLOCKS];
+	int nb = nn_cuda_sumsq(g->partial, g->grad, n);
+	CUDA_TRY(cudaMemcpy(partial, g->partial, sizeof(double) * (size_t)nb, cudaMemcpyDeviceToHost));
+	double s = 0;
+	for (int i = 0; i < nb; i++)
+		s += partial[i];
+	double norm = sqrt(s);
+	// As torch.nn.utils.clip_grad_norm_: scale by max / (norm + 1e-6) when above.
+	float clip = 1.0f;
+	if (o->max_grad_norm > 0 && norm > o->max_grad_norm)
+		clip = (float)(o->max_grad_norm / (norm + 1e-6));
+	g->adam_step++;
+	double bc1 = 1.0 - pow(o->beta1, (double)g->adam_step);
+	double bc2 = 1.0 - pow(o->beta2, (double)g->adam_step);
+	nn_cuda_adamw(g->params, g->params16, g->grad, g->adam_m, g->adam_v, n, clip, (float)o->beta1,
+		      (float)o->beta2, (float)(o->lr / bc1), (float)sqrt(bc2), (float)o->eps,
+		      (float)(1.0 - o->lr * o->weight_decay));
+	CUDA_TRY(cudaGetLastError());
+	CUDA_TRY(cudaDeviceSynchronize());
+	if (grad_norm)
+		*grad_norm = norm;
 	return 0;
 }

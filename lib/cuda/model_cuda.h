@@ -1,17 +1,24 @@
 /*
  * model_cuda: the policy engine's CUDA backend (owner: policy engine,
- * issue 6). FIRST STAGE, COMPILED BUT NOT YET RUN ON A GPU: the forward
- * pass with log-probs, entropies and values, for ca-logprob. Weights are
- * bf16 on the device; matrix products run in cuBLAS with bf16 inputs and
- * fp32 accumulation; the residual stream, norms, softmax and attention are
- * fp32. Attention is one warp per (token, head) with an online softmax
- * over the token's own sequence, so no [T, T] matrix exists.
+ * issue 6): forward with log-probs, entropies and values, the backward of
+ * ca_model_backward's loss, and AdamW with fp32 master weights, for
+ * ca-logprob and the training steps (--device cuda).
  *
- * Every kernel has its CPU reference in lib/nn.c; tests/gpu/t0500 compares
- * the whole forward with the CPU backend (bf16 tolerance). Backward, AdamW
- * and sampling on the GPU are still to come.
+ * The device holds the parameters as the CPU model lays them out: one
+ * fp32 master buffer (same offsets as m->params), a bf16 copy of it that
+ * the matmuls read, and, once training starts, fp32 gradients and AdamW
+ * moments. Matrix products run in cuBLAS with bf16 inputs and fp32
+ * accumulation; the residual stream, norms, softmax, attention and the
+ * gradients of everything but matmul inputs are fp32. Attention is
+ * flash-style (lib/cuda/attention_cuda.cu): no [T, T] matrix exists.
  *
- * Built only when nvcc is found, by `make model-cuda`.
+ * Every kernel has its CPU reference in lib/nn.c or lib/model.c;
+ * test-model-cuda compares the forward, test-train-cuda the gradients per
+ * tensor and one AdamW step (tests/gpu/t0500, t0510).
+ *
+ * Built only when nvcc is found, by `make model-cuda`: into the test
+ * binaries and into $(BIN)/libca-model-cuda.so, which lib/train.c opens
+ * with dlopen for --device cuda, so the CPU build needs no CUDA at all.
  */
 #ifndef CA_MODEL_CUDA_H
 #define CA_MODEL_CUDA_H
@@ -24,12 +31,31 @@ extern "C" {
 
 struct ca_cuda_model;
 
-/* Copy a loaded model's weights to the current device as bf16. */
+/* Copy a loaded model's weights (and AdamW state, when it has one) to the current device. */
 struct ca_cuda_model *ca_cuda_model_upload(const struct ca_model *m, char why[CA_MODEL_WHY]);
 void ca_cuda_model_free(struct ca_cuda_model *g);
-/* As ca_model_forward (inference only): outputs on the host, NULL when not wanted. */
+/* As ca_model_forward with train 0: outputs on the host, NULL when not wanted. */
 int ca_cuda_model_forward(struct ca_cuda_model *g, const struct ca_batch *b, const int *targets,
 			  float *logprobs, float *entropy, float *values, char why[CA_MODEL_WHY]);
+/* As ca_model_forward with train 1: the activations stay on the device for the backward. */
+int ca_cuda_model_forward_train(struct ca_cuda_model *g, const struct ca_batch *b, const int *targets,
+				float *logprobs, float *entropy, float *values, char why[CA_MODEL_WHY]);
+/* As ca_model_backward (host arrays of T entries, each may be NULL): adds into the device gradient. */
+int ca_cuda_model_backward(struct ca_cuda_model *g, const float *dlogp, const float *dentropy,
+			   const float *dvalue, char why[CA_MODEL_WHY]);
+int ca_cuda_model_zero_grad(struct ca_cuda_model *g, char why[CA_MODEL_WHY]);
+/* As ca_model_adamw_step; *grad_norm gets the norm before clipping. */
+int ca_cuda_model_adamw_step(struct ca_cuda_model *g, const struct ca_adamw *opt, double *grad_norm,
+			     char why[CA_MODEL_WHY]);
+/*
+ * Copy the device's parameters and AdamW state (allocated in m when
+ * missing) back into m, for saving; with grad set, the gradient too.
+ */
+int ca_cuda_model_download(struct ca_cuda_model *g, struct ca_model *m, int grad, char why[CA_MODEL_WHY]);
+/* Replace the device gradient by grad[nparams] (tests: one AdamW step on the CPU's gradient). */
+int ca_cuda_model_set_grad(struct ca_cuda_model *g, const float *grad, char why[CA_MODEL_WHY]);
+/* The most device memory this backend has held at once, in bytes (weights, state, activations). */
+size_t ca_cuda_model_peak_bytes(void);
 
 #ifdef __cplusplus
 }

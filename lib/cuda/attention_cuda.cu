@@ -1,0 +1,271 @@
+// attention_cuda: causal grouped-query attention over packed sequences,
+// flash-style (ca_nn_attention_forward / ca_nn_attention_backward are the
+// references). Blocks of 256 threads; a query (or key) is served by D/16
+// neighbouring lanes that hold 16 dims each, so a block covers 256/(D/16)
+// queries of one head while tiles of keys and values (or of queries and
+// their gradients) pass through shared memory. Scores live only in
+// registers: nothing of size [T, T] is ever stored. fp32 arithmetic.
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "cuda/nn_cuda.h"
+
+#define THREADS 256
+
+template <int D>
+__device__ static float group_sum(float x)
+{
+	for (int o = D / 32; o > 0; o >>= 1)
+		x += __shfl_xor_sync(0xffffffffu, x, o);
+	return x;
+}
+
+// Block (tile of queries, head h): online softmax over the keys of each
+// query's own sequence up to itself.
+template <int D>
+__global__ static void __launch_bounds__(THREADS)
+attention_forward_kernel(bf16 *out, float *lse, const float *q, const float *k, const float *v,
+			 const int *seq_start, int T, int NH, int NKV)
+{
+	constexpr int NTQ = D / 16, BQ = THREADS / NTQ, BK = 4096 / D;
+	__shared__ __align__(16) float ks[BK * D];
+	__shared__ __align__(16) float vs[BK * D];
+	int h = blockIdx.y, g = h / (NH / NKV);
+	int q0 = blockIdx.x * BQ, part = threadIdx.x % NTQ;
+	int t = q0 + (int)threadIdx.x / NTQ;
+	bool active = t < T;
+	int tc = active ? t : T - 1, start = seq_start[tc];
+	float scale = rsqrtf((float)D), qr[16], acc[16];
+	const float *qp = q + ((size_t)tc * NH + h) * D + part * 16;
+	for (int i = 0; i < 16; i++) {
+		qr[i] = qp[i] * scale;
+		acc[i] = 0.0f;
+	}
+	float mx = -INFINITY, l = 0.0f;
+	int qlast = min(q0 + BQ, T) - 1;
+	for (int kt = seq_start[q0]; kt <= qlast; kt += BK) {
+		int nk = min(BK, qlast - kt + 1);
+		__syncthreads();
+		for (int i = threadIdx.x; i < nk * D; i += THREADS) {
+			size_t src = ((size_t)(kt + i / D) * NKV + g) * D + i % D;
+			ks[i] = k[src];
+			vs[i] = v[src];
+		}
+		__syncthreads();
+		for (int j = 0; j < nk; j++) {
+			int s = kt + j;
+			const float *kr = ks + j * D + part * 16;
+			float dot = 0.0f;
+			for (int i = 0; i < 16; i++)
+				dot += qr[i] * kr[i];
+			dot = group_sum<D>(dot);
+			if (active && s >= start && s <= t) {
+				if (dot > mx) {
+					float corr = expf(mx - dot);
+					l *= corr;
+					for (int i = 0; i < 16; i++)
+						acc[i] *= corr;
+					mx = dot;
+				}
+				float p = expf(dot - mx);
+				l += p;
+				const float *vr = vs + j * D + part * 16;
+				for (int i = 0; i < 16; i++)
+					acc[i] += p * vr[i];
+			}
+		}
+	}
+	if (active) {
+		bf16 *op = out + ((size_t)t * NH + h) * D + part * 16;
+		for (int i = 0; i < 16; i++)
+			op[i] = __float2bfloat16(acc[i] / l);
+		if (part == 0)
+			lse[(size_t)t * NH + h] = mx + logf(l);
+	}
+}
+
+// delta[t, h] = dout[t, h] . out[t, h]: one warp per row.
+__global__ static void attention_delta_kernel(float *delta, const float *dout, const bf16 *out, int rows, int D)
+{
+	int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+	if (row >= rows)
+		return;
+	float s = 0.0f;
+	for (int d = lane; d < D; d += 32)
+		s += dout[(size_t)row * D + d] * __bfloat162float(out[(size_t)row * D + d]);
+	for (int o = 16; o > 0; o >>= 1)
+		s += __shfl_xor_sync(0xffffffffu, s, o);
+	if (lane == 0)
+		delta[row] = s;
+}
+
+// dq: the forward's tiling again, with p recomputed from lse.
+template <int D>
+__global__ static void __launch_bounds__(THREADS)
+attention_dq_kernel(float *dq, const float *dout, const float *delta, const float *lse, const float *q,
+		    const float *k, const float *v, const int *seq_start, int T, int NH, int NKV)
+{
+	constexpr int NTQ = D / 16, BQ = THREADS / NTQ, BK = 4096 / D;
+	__shared__ __align__(16) float ks[BK * D];
+	__shared__ __align__(16) float vs[BK * D];
+	int h = blockIdx.y, g = h / (NH / NKV);
+	int q0 = blockIdx.x * BQ, part = threadIdx.x % NTQ;
+	int t = q0 + (int)threadIdx.x / NTQ;
+	bool active = t < T;
+	int tc = active ? t : T - 1, start = seq_start[tc];
+	float scale = rsqrtf((float)D), qr[16], dor[16], acc[16];
+	size_t off = ((size_t)tc * NH + h) * D + part * 16;
+	for (int i = 0; i < 16; i++) {
+		qr[i] = q[off + i] * scale;
+		dor[i] = dout[off + i];
+		acc[i] = 0.0f;
+	}
+	float L = lse[(size_t)tc * NH + h], Dt = delta[(size_t)tc * NH + h];
+	int qlast = min(q0 + BQ, T) - 1;
+	for (int kt = seq_start[q0]; kt <= qlast; kt += BK) {
+		int nk = min(BK, qlast - kt + 1);
+		__syncthreads();
+		for (int i = threadIdx.x; i < nk * D; i += THREADS) {
+			size_t src = ((size_t)(kt + i / D) * NKV + g) * D + i % D;
+			ks[i] = k[src];
+			vs[i] = v[src];
+		}
+		__syncthreads();
+		for (int j = 0; j < nk; j++) {
+			int s = kt + j;
+			const float *kr = ks + j * D + part * 16, *vr = vs + j * D + part * 16;
+			float dot = 0.0f, dp = 0.0f;
+			for (int i = 0; i < 16; i++) {
+				dot += qr[i] * kr[i];
+				dp += dor[i] * vr[i];
+			}
+			dot = group_sum<D>(dot);
+			dp = group_sum<D>(dp);
+			if (active && s >= start && s <= t) {
+				float ds = expf(dot - L) * (dp - Dt);
+				for (int i = 0; i < 16; i++)
+					acc[i] += ds * kr[i];
+			}
+		}
+	}
+	if (active)
+		for (int i = 0; i < 16; i++)
+			dq[off + i] = acc[i] * scale;
+}
+
+// dk, dv: block (tile of keys, kv head g); the queries of every head of
+// the group that can see a key of the tile pass through shared memory.
+template <int D>
+__global__ static void __launch_bounds__(THREADS)
+attention_dkv_kernel(float *dk, float *dv, const float *dout, const float *delta, const float *lse,
+		     const float *q, const float *k, const float *v, const int *seq_start, const int *seq_end,
+		     int T, int NH, int NKV)
+{
+	constexpr int NTQ = D / 16, BKEY = THREADS / NTQ, BQ = 4096 / D;
+	__shared__ __align__(16) float qs[BQ * D];
+	__shared__ __align__(16) float dos[BQ * D];
+	__shared__ float ls[BQ], dls[BQ];
+	__shared__ int sts[BQ];
+	int g = blockIdx.y, group = NH / NKV;
+	int k0 = blockIdx.x * BKEY, part = threadIdx.x % NTQ;
+	int s = k0 + (int)threadIdx.x / NTQ;
+	bool active = s < T;
+	int sc = active ? s : T - 1;
+	float scale = rsqrtf((float)D), kr[16], vr[16], dka[16], dva[16];
+	size_t off = ((size_t)sc * NKV + g) * D + part * 16;
+	for (int i = 0; i < 16; i++) {
+		kr[i] = k[off + i] * scale;
+		vr[i] = v[off + i];
+		dka[i] = 0.0f;
+		dva[i] = 0.0f;
+	}
+	int qend = seq_end[min(k0 + BKEY, T) - 1];
+	for (int hh = 0; hh < group; hh++) {
+		int h = g * group + hh;
+		for (int qt = k0; qt < qend; qt += BQ) {
+			int nq = min(BQ, qend - qt);
+			__syncthreads();
+			for (int i = threadIdx.x; i < nq * D; i += THREADS) {
+				size_t src = ((size_t)(qt + i / D) * NH + h) * D + i % D;
+				qs[i] = q[src];
+				dos[i] = dout[src];
+			}
+			for (int i = threadIdx.x; i < nq; i += THREADS) {
+				ls[i] = lse[(size_t)(qt + i) * NH + h];
+				dls[i] = delta[(size_t)(qt + i) * NH + h];
+				sts[i] = seq_start[qt + i];
+			}
+			__syncthreads();
+			for (int j = 0; j < nq; j++) {
+				int t = qt + j;
+				const float *qrow = qs + j * D + part * 16, *drow = dos + j * D + part * 16;
+				float dot = 0.0f, dp = 0.0f;
+				for (int i = 0; i < 16; i++) {
+					dot += kr[i] * qrow[i];
+					dp += vr[i] * drow[i];
+				}
+				dot = group_sum<D>(dot);
+				dp = group_sum<D>(dp);
+				if (active && t >= s && sts[j] <= s) {
+					float p = expf(dot - ls[j]), ds = p * (dp - dls[j]);
+					for (int i = 0; i < 16; i++) {
+						dva[i] += p * drow[i];
+						dka[i] += ds * qrow[i];
+					}
+				}
+			}
+		}
+	}
+	if (active)
+		for (int i = 0; i < 16; i++) {
+			dk[off + i] = dka[i] * scale;
+			dv[off + i] = dva[i];
+		}
+}
+
+template <int D>
+static void forward_d(bf16 *out, float *lse, const float *q, const float *k, const float *v, const int *seq_start,
+		      int T, int NH, int NKV)
+{
+	constexpr int BQ = THREADS / (D / 16);
+	dim3 grid((unsigned)((T + BQ - 1) / BQ), (unsigned)NH);
+	attention_forward_kernel<D><<<grid, THREADS>>>(out, lse, q, k, v, seq_start, T, NH, NKV);
+}
+
+template <int D>
+static void backward_d(float *dq, float *dk, float *dv, const float *delta, const float *dout, const float *lse,
+		       const float *q, const float *k, const float *v, const int *seq_start, const int *seq_end,
+		       int T, int NH, int NKV)
+{
+	constexpr int BQ = THREADS / (D / 16);
+	dim3 gq((unsigned)((T + BQ - 1) / BQ), (unsigned)NH), gk((unsigned)((T + BQ - 1) / BQ), (unsigned)NKV);
+	attention_dq_kernel<D><<<gq, THREADS>>>(dq, dout, delta, lse, q, k, v, seq_start, T, NH, NKV);
+	attention_dkv_kernel<D><<<gk, THREADS>>>(dk, dv, dout, delta, lse, q, k, v, seq_start, seq_end, T, NH, NKV);
+}
+
+int nn_cuda_attention_forward(bf16 *out, float *lse, const float *q, const float *k, const float *v,
+			      const int *seq_start, int T, int NH, int NKV, int D)
+{
+	switch (D) {
+	case 32: forward_d<32>(out, lse, q, k, v, seq_start, T, NH, NKV); return 0;
+	case 64: forward_d<64>(out, lse, q, k, v, seq_start, T, NH, NKV); return 0;
+	case 128: forward_d<128>(out, lse, q, k, v, seq_start, T, NH, NKV); return 0;
+	case 256: forward_d<256>(out, lse, q, k, v, seq_start, T, NH, NKV); return 0;
+	default: return -1;
+	}
+}
+
+int nn_cuda_attention_backward(float *dq, float *dk, float *dv, float *delta, const float *dout, const bf16 *out,
+			       const float *lse, const float *q, const float *k, const float *v,
+			       const int *seq_start, const int *seq_end, int T, int NH, int NKV, int D)
+{
+	int rows = T * NH;
+	attention_delta_kernel<<<(unsigned)((rows + 7) / 8), 256>>>(delta, dout, out, rows, D);
+	switch (D) {
+	case 32: backward_d<32>(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, T, NH, NKV); return 0;
+	case 64: backward_d<64>(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, T, NH, NKV); return 0;
+	case 128: backward_d<128>(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, T, NH, NKV); return 0;
+	case 256: backward_d<256>(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, T, NH, NKV); return 0;
+	default: return -1;
+	}
+}

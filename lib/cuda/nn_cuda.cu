@@ -1,0 +1,428 @@
+// nn_cuda: the elementwise, norm, head and optimizer kernels; see nn_cuda.h.
+// Each kernel's CPU reference is the lib/nn.c or lib/model.c function named beside it.
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "cuda/nn_cuda.h"
+
+static unsigned blocks_for(size_t n, unsigned threads)
+{
+	return (unsigned)((n + threads - 1) / threads);
+}
+
+__device__ static float warp_sum(float x)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		x += __shfl_xor_sync(0xffffffffu, x, o);
+	return x;
+}
+
+__device__ static float warp_max(float x)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+	return x;
+}
+
+// Sum over a block of up to 1024 threads (blockDim.x a multiple of 32); every thread gets it.
+__device__ static float block_sum(float x, float *shared)
+{
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+	x = warp_sum(x);
+	__syncthreads();
+	if (lane == 0)
+		shared[warp] = x;
+	__syncthreads();
+	x = threadIdx.x < nwarps ? shared[threadIdx.x] : 0.0f;
+	if (warp == 0)
+		x = warp_sum(x);
+	if (threadIdx.x == 0)
+		shared[0] = x;
+	__syncthreads();
+	float r = shared[0];
+	__syncthreads();
+	return r;
+}
+
+__device__ static float block_max(float x, float *shared)
+{
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+	x = warp_max(x);
+	__syncthreads();
+	if (lane == 0)
+		shared[warp] = x;
+	__syncthreads();
+	x = threadIdx.x < nwarps ? shared[threadIdx.x] : -INFINITY;
+	if (warp == 0)
+		x = warp_max(x);
+	if (threadIdx.x == 0)
+		shared[0] = x;
+	__syncthreads();
+	float r = shared[0];
+	__syncthreads();
+	return r;
+}
+
+// ---- embedding ----
+
+__global__ static void embed_forward_kernel(float *x, const bf16 *embed, const int *tokens, int C)
+{
+	int t = blockIdx.x;
+	for (int i = threadIdx.x; i < C; i += blockDim.x)
+		x[(size_t)t * C + i] = __bfloat162float(embed[(size_t)tokens[t] * C + i]);
+}
+
+void nn_cuda_embed_forward(float *x, const bf16 *embed, const int *tokens, int T, int C)
+{
+	embed_forward_kernel<<<T, 256>>>(x, embed, tokens, C);
+}
+
+__global__ static void embed_backward_kernel(float *dembed, const float *dx, const int *tokens, int C)
+{
+	int t = blockIdx.x;
+	for (int i = threadIdx.x; i < C; i += blockDim.x)
+		atomicAdd(&dembed[(size_t)tokens[t] * C + i], dx[(size_t)t * C + i]);
+}
+
+void nn_cuda_embed_backward(float *dembed, const float *dx, const int *tokens, int T, int C)
+{
+	embed_backward_kernel<<<T, 256>>>(dembed, dx, tokens, C);
+}
+
+// ---- RMSNorm (ca_nn_rmsnorm_forward, ca_nn_rmsnorm_backward) ----
+
+__global__ static void rmsnorm_forward_kernel(bf16 *out, float *rstd, const float *x, const float *w, float eps,
+					      int C)
+{
+	__shared__ float shared[32];
+	const float *row = x + (size_t)blockIdx.x * C;
+	float ss = 0;
+	for (int i = threadIdx.x; i < C; i += blockDim.x)
+		ss += row[i] * row[i];
+	ss = block_sum(ss, shared);
+	float r = rsqrtf(ss / (float)C + eps);
+	if (rstd && threadIdx.x == 0)
+		rstd[blockIdx.x] = r;
+	for (int i = threadIdx.x; i < C; i += blockDim.x)
+		out[(size_t)blockIdx.x * C + i] = __float2bfloat16(w[i] * (row[i] * r));
+}
+
+void nn_cuda_rmsnorm_forward(bf16 *out, float *rstd, const float *x, const float *w, float eps, int T, int C)
+{
+	rmsnorm_forward_kernel<<<T, 256>>>(out, rstd, x, w, eps, C);
+}
+
+__global__ static void rmsnorm_backward_kernel(float *dx, const float *dout, const float *x, const float *w,
+					       const float *rstd, int C)
+{
+	__shared__ float shared[32];
+	size_t row = (size_t)blockIdx.x * C;
+	float r = rstd[blockIdx.x], dot = 0;
+	for (int i = threadIdx.x; i < C; i += blockDim.x)
+		dot += dout[row + i] * w[i] * x[row + i];
+	dot = block_sum(dot, shared);
+	float k = dot * r * r * r / (float)C;
+	for (int i = threadIdx.x; i < C; i += blockDim.x)
+		dx[row + i] += dout[row + i] * w[i] * r - k * x[row + i];
+}
+
+__device__ static float to_float(float x)
+{
+	return x;
+}
+
+__device__ static float to_float(bf16 x)
+{
+	return __bfloat162float(x);
+}
+
+// out[c] += sum_t a[t,c] * b[t,c] * s[t] (b, s optional): a 32x8 block per 32
+// columns and a slice of rows, then one atomic per column and block.
+template <typename TA>
+__global__ static void colsum_kernel(float *out, const TA *a, const float *b, const float *s, int T, int C)
+{
+	__shared__ float part[8][33];
+	int c = blockIdx.x * 32 + threadIdx.x;
+	float acc = 0;
+	if (c < C)
+		for (int t = blockIdx.y * 8 + threadIdx.y; t < T; t += gridDim.y * 8) {
+			float v = to_float(a[(size_t)t * C + c]);
+			if (b)
+				v *= b[(size_t)t * C + c];
+			if (s)
+				v *= s[t];
+			acc += v;
+		}
+	part[threadIdx.y][threadIdx.x] = acc;
+	__syncthreads();
+	if (threadIdx.y == 0 && c < C) {
+		for (int y = 1; y < 8; y++)
+			acc += part[y][threadIdx.x];
+		atomicAdd(&out[c], acc);
+	}
+}
+
+static dim3 colsum_grid(int T, int C)
+{
+	unsigned rows = blocks_for((size_t)T, 8);
+	return dim3(blocks_for((size_t)C, 32), rows < 128 ? rows : 128);
+}
+
+void nn_cuda_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+			      const float *rstd, int T, int C)
+{
+	rmsnorm_backward_kernel<<<T, 256>>>(dx, dout, x, w, rstd, C);
+	colsum_kernel<float><<<colsum_grid(T, C), dim3(32, 8)>>>(dw, dout, x, rstd, T, C);
+}
+
+void nn_cuda_colsum(float *out, const float *a, const float *rowscale, int T, int C)
+{
+	colsum_kernel<float><<<colsum_grid(T, C), dim3(32, 8)>>>(out, a, NULL, rowscale, T, C);
+}
+
+void nn_cuda_colsum_bf16(float *out, const bf16 *a, const float *rowscale, int T, int C)
+{
+	colsum_kernel<bf16><<<colsum_grid(T, C), dim3(32, 8)>>>(out, a, NULL, rowscale, T, C);
+}
+
+__global__ static void bias_kernel(float *y, const float *bias, int O, size_t n)
+{
+	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n)
+		y[i] += bias[i % O];
+}
+
+void nn_cuda_bias_forward(float *y, const float *bias, int T, int O)
+{
+	size_t n = (size_t)T * O;
+	bias_kernel<<<blocks_for(n, 256), 256>>>(y, bias, O, n);
+}
+
+// ---- rotary embedding (ca_nn_rope_forward, ca_nn_rope_backward) ----
+
+__global__ static void rope_kernel(float *x, const int *pos, const float *cos_t, const float *sin_t, int H, int D,
+				   float sign)
+{
+	int t = blockIdx.x, half = D / 2;
+	const float *c = cos_t + (size_t)pos[t] * half, *s = sin_t + (size_t)pos[t] * half;
+	for (int k = threadIdx.x; k < H * half; k += blockDim.x) {
+		int h = k / half, i = k % half;
+		float *v = x + ((size_t)t * H + h) * D;
+		float a = v[i], b = v[i + half], sn = sign * s[i];
+		v[i] = a * c[i] - b * sn;
+		v[i + half] = b * c[i] + a * sn;
+	}
+}
+
+void nn_cuda_rope(float *x, const int *pos, const float *cos_t, const float *sin_t, int T, int H, int D,
+		  int inverse)
+{
+	rope_kernel<<<T, 256>>>(x, pos, cos_t, sin_t, H, D, inverse ? -1.0f : 1.0f);
+}
+
+// ---- SwiGLU (ca_nn_swiglu_forward, ca_nn_swiglu_backward) ----
+
+__global__ static void swiglu_forward_kernel(bf16 *h, const bf16 *gate, const bf16 *up, size_t n)
+{
+	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n) {
+		float g = __bfloat162float(gate[i]);
+		h[i] = __float2bfloat16(g / (1.0f + expf(-g)) * __bfloat162float(up[i]));
+	}
+}
+
+void nn_cuda_swiglu_forward(bf16 *h, const bf16 *gate, const bf16 *up, size_t n)
+{
+	swiglu_forward_kernel<<<blocks_for(n, 256), 256>>>(h, gate, up, n);
+}
+
+__global__ static void swiglu_backward_kernel(bf16 *dgate, bf16 *dup, const float *dh, const bf16 *gate,
+					      const bf16 *up, size_t n)
+{
+	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n) {
+		float g = __bfloat162float(gate[i]), u = __bfloat162float(up[i]), d = dh[i];
+		float sig = 1.0f / (1.0f + expf(-g));
+		dup[i] = __float2bfloat16(d * g * sig);
+		dgate[i] = __float2bfloat16(d * u * sig * (1.0f + g * (1.0f - sig)));
+	}
+}
+
+void nn_cuda_swiglu_backward(bf16 *dgate, bf16 *dup, const float *dh, const bf16 *gate, const bf16 *up, size_t n)
+{
+	swiglu_backward_kernel<<<blocks_for(n, 256), 256>>>(dgate, dup, dh, gate, up, n);
+}
+
+__global__ static void add_kernel(float *out, const float *a, const float *b, size_t n)
+{
+	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n)
+		out[i] = a[i] + b[i];
+}
+
+void nn_cuda_add(float *out, const float *a, const float *b, size_t n)
+{
+	add_kernel<<<blocks_for(n, 256), 256>>>(out, a, b, n);
+}
+
+__global__ static void to_bf16_kernel(bf16 *out, const float *x, size_t n)
+{
+	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n)
+		out[i] = __float2bfloat16(x[i]);
+}
+
+void nn_cuda_to_bf16(bf16 *out, const float *x, size_t n)
+{
+	to_bf16_kernel<<<blocks_for(n, 256), 256>>>(out, x, n);
+}
+
+// ---- language-model head (ca_nn_logprob_row, ca_nn_logprob_row_backward) ----
+
+__global__ static void logprob_forward_kernel(float *logprob, float *entropy, const float *logits,
+					      const int *targets, int V)
+{
+	__shared__ float shared[32];
+	const float *z = logits + (size_t)blockIdx.x * V;
+	float mx = -INFINITY;
+	for (int j = threadIdx.x; j < V; j += blockDim.x)
+		mx = fmaxf(mx, z[j]);
+	mx = block_max(mx, shared);
+	float se = 0.0f, sez = 0.0f;
+	for (int j = threadIdx.x; j < V; j += blockDim.x) {
+		float e = expf(z[j] - mx);
+		se += e;
+		sez += e * (z[j] - mx);
+	}
+	se = block_sum(se, shared);
+	sez = block_sum(sez, shared);
+	if (threadIdx.x == 0) {
+		float lse = mx + logf(se);
+		int tg = targets[blockIdx.x];
+		if (logprob)
+			logprob[blockIdx.x] = tg >= 0 && tg < V ? z[tg] - lse : 0.0f;
+		if (entropy)
+			entropy[blockIdx.x] = logf(se) - sez / se;
+	}
+}
+
+void nn_cuda_logprob_forward(float *logprob, float *entropy, const float *logits, const int *targets, int n, int V)
+{
+	logprob_forward_kernel<<<n, 1024>>>(logprob, entropy, logits, targets, V);
+}
+
+__global__ static void logprob_backward_kernel(bf16 *dlogits, const float *logits, const int *targets,
+					       const float *dlogp, const float *dentropy, int V)
+{
+	__shared__ float shared[32];
+	size_t row = (size_t)blockIdx.x * V;
+	const float *z = logits + row;
+	float gl = dlogp ? dlogp[blockIdx.x] : 0.0f, ge = dentropy ? dentropy[blockIdx.x] : 0.0f;
+	float mx = -INFINITY;
+	for (int j = threadIdx.x; j < V; j += blockDim.x)
+		mx = fmaxf(mx, z[j]);
+	mx = block_max(mx, shared);
+	float se = 0.0f, sez = 0.0f;
+	for (int j = threadIdx.x; j < V; j += blockDim.x) {
+		float e = expf(z[j] - mx);
+		se += e;
+		sez += e * (z[j] - mx);
+	}
+	se = block_sum(se, shared);
+	sez = block_sum(sez, shared);
+	float lse = mx + logf(se), H = logf(se) - sez / se;
+	int tg = targets[blockIdx.x];
+	for (int j = threadIdx.x; j < V; j += blockDim.x) {
+		float logp = z[j] - lse, p = expf(logp);
+		float d = -gl * p + (ge != 0.0f ? -ge * p * (logp + H) : 0.0f);
+		if (j == tg)
+			d += gl;
+		dlogits[row + j] = __float2bfloat16(d);
+	}
+}
+
+void nn_cuda_logprob_backward(bf16 *dlogits, const float *logits, const int *targets, const float *dlogp,
+			      const float *dentropy, int n, int V)
+{
+	logprob_backward_kernel<<<n, 1024>>>(dlogits, logits, targets, dlogp, dentropy, V);
+}
+
+// ---- value head ----
+
+__global__ static void value_forward_kernel(float *values, const bf16 *x, const bf16 *w, const float *b, int C)
+{
+	__shared__ float shared[32];
+	float s = 0.0f;
+	for (int i = threadIdx.x; i < C; i += blockDim.x)
+		s += __bfloat162float(x[(size_t)blockIdx.x * C + i]) * __bfloat162float(w[i]);
+	s = block_sum(s, shared);
+	if (threadIdx.x == 0)
+		values[blockIdx.x] = s + (b ? b[0] : 0.0f);
+}
+
+void nn_cuda_value_forward(float *values, const bf16 *x, const bf16 *w, const float *b, int T, int C)
+{
+	value_forward_kernel<<<T, 256>>>(values, x, w, b, C);
+}
+
+__global__ static void value_backward_kernel(float *dx, const float *dvalue, const float *w, int C)
+{
+	float g = dvalue[blockIdx.x];
+	for (int i = threadIdx.x; i < C; i += blockDim.x)
+		dx[(size_t)blockIdx.x * C + i] = g * w[i];
+}
+
+void nn_cuda_value_backward(float *dx, const float *dvalue, const float *w, int T, int C)
+{
+	value_backward_kernel<<<T, 256>>>(dx, dvalue, w, C);
+}
+
+// ---- optimizer (ca_model_grad_norm, ca_model_adamw_step) ----
+
+__global__ static void sumsq_kernel(double *partial, const float *x, size_t n)
+{
+	__shared__ double shared[32];
+	double s = 0;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+		s += (double)x[i] * x[i];
+	for (int o = 16; o > 0; o >>= 1)
+		s += __shfl_xor_sync(0xffffffffu, s, o);
+	if ((threadIdx.x & 31) == 0)
+		shared[threadIdx.x >> 5] = s;
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		double t = 0;
+		for (int w = 0; w < (int)(blockDim.x >> 5); w++)
+			t += shared[w];
+		partial[blockIdx.x] = t;
+	}
+}
+
+int nn_cuda_sumsq(double *partial, const float *x, size_t n)
+{
+	sumsq_kernel<<<NN_CUDA_SUMSQ_BLOCKS, 256>>>(partial, x, n);
+	return NN_CUDA_SUMSQ_BLOCKS;
+}
+
+__global__ static void adamw_kernel(float *params, bf16 *params16, const float *grad, float *m, float *v, size_t n,
+				    float clip, float b1, float b2, float step_size, float bc2_sqrt, float eps,
+				    float decay)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+		float g = grad[i] * clip;
+		float mi = m[i] = b1 * m[i] + (1.0f - b1) * g;
+		float vi = v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+		float p = params[i] * decay;
+		p = p - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+		params[i] = p;
+		params16[i] = __float2bfloat16(p);
+	}
+}
+
+void nn_cuda_adamw(float *params, bf16 *params16, const float *grad, float *m, float *v, size_t n, float clip,
+		   float beta1, float beta2, float step_size, float bc2_sqrt, float eps, float decay)
+{
+	size_t blocks = blocks_for(n, 256);
+	adamw_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256>>>(params, params16, grad, m, v, n, clip, beta1,
+									   beta2, step_size, bc2_sqrt, eps, decay);
+}

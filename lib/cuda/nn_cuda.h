@@ -1,0 +1,83 @@
+/*
+ * nn_cuda: the CUDA kernels of the policy engine, one family per layer,
+ * each the counterpart of a function in lib/nn.c (owner: policy engine,
+ * issue 6). Host-side launchers on the default stream; no synchronisation.
+ * Private to lib/cuda (C++ linkage).
+ *
+ * Types: the residual stream, attention inputs, norms' statistics and all
+ * gradients are fp32; what feeds a cuBLAS matmul is bf16.
+ */
+#ifndef CA_NN_CUDA_H
+#define CA_NN_CUDA_H
+
+#include <cuda_bf16.h>
+#include <stddef.h>
+
+typedef __nv_bfloat16 bf16;
+
+/* x[T,C] = embed[tokens[t]] (fp32 copy of bf16 rows); backward scatter-adds dx into dembed. */
+void nn_cuda_embed_forward(float *x, const bf16 *embed, const int *tokens, int T, int C);
+void nn_cuda_embed_backward(float *dembed, const float *dx, const int *tokens, int T, int C);
+
+/* out = w * x * rstd (bf16), rstd kept when not NULL (ca_nn_rmsnorm_forward). */
+void nn_cuda_rmsnorm_forward(bf16 *out, float *rstd, const float *x, const float *w, float eps, int T, int C);
+/* dx += d(norm)/dx dout; dw += sum_t dout * x * rstd (ca_nn_rmsnorm_backward). */
+void nn_cuda_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+			      const float *rstd, int T, int C);
+
+/* y[T,O] += bias[O]. */
+void nn_cuda_bias_forward(float *y, const float *bias, int T, int O);
+/* out[c] += sum_t a[t,c] * (rowscale ? rowscale[t] : 1): bias gradients, value head. */
+void nn_cuda_colsum(float *out, const float *a, const float *rowscale, int T, int C);
+void nn_cuda_colsum_bf16(float *out, const bf16 *a, const float *rowscale, int T, int C);
+
+/* Rotary embedding in place on x[T, H*D]; inverse set: the backward. */
+void nn_cuda_rope(float *x, const int *pos, const float *cos_t, const float *sin_t, int T, int H, int D,
+		  int inverse);
+
+/* h = silu(gate) * up, and its backward (dgate, dup written, not added). */
+void nn_cuda_swiglu_forward(bf16 *h, const bf16 *gate, const bf16 *up, size_t n);
+void nn_cuda_swiglu_backward(bf16 *dgate, bf16 *dup, const float *dh, const bf16 *gate, const bf16 *up,
+			     size_t n);
+
+/* out = a + b; out may be a. */
+void nn_cuda_add(float *out, const float *a, const float *b, size_t n);
+void nn_cuda_to_bf16(bf16 *out, const float *x, size_t n);
+
+/* Per row of logits[n, V]: log p(target) (0 when target < 0) and entropy (either may be NULL). */
+void nn_cuda_logprob_forward(float *logprob, float *entropy, const float *logits, const int *targets, int n,
+			     int V);
+/* dlogits (bf16) = dlogp (onehot - p) - dentropy p (log p + H) per row (ca_nn_logprob_row_backward). */
+void nn_cuda_logprob_backward(bf16 *dlogits, const float *logits, const int *targets, const float *dlogp,
+			      const float *dentropy, int n, int V);
+
+/* values[t] = x[t] . w + b; backward: dx[t] = dvalue[t] w (written). */
+void nn_cuda_value_forward(float *values, const bf16 *x, const bf16 *w, const float *b, int T, int C);
+void nn_cuda_value_backward(float *dx, const float *dvalue, const float *w, int T, int C);
+
+/* partial[0..nblocks) = sums of squares of x over a grid of nblocks (returned). */
+int nn_cuda_sumsq(double *partial, const float *x, size_t n);
+#define NN_CUDA_SUMSQ_BLOCKS 1024
+/*
+ * One AdamW step over n parameters as ca_model_adamw_step: g = grad * clip,
+ * decoupled decay, bias correction folded into step_size and bc2_sqrt;
+ * the bf16 copy of every parameter is refreshed.
+ */
+void nn_cuda_adamw(float *params, bf16 *params16, const float *grad, float *m, float *v, size_t n, float clip,
+		   float beta1, float beta2, float step_size, float bc2_sqrt, float eps, float decay);
+
+/*
+ * Causal grouped-query attention over packed sequences, flash-style: no
+ * [T, T] matrix; the forward keeps only lse[T, NH] (log-sum-exp of the
+ * scaled scores) for the backward. q [T, NH*D], k, v [T, NKV*D] fp32;
+ * out bf16. seq_end[t] is one past the last token of t's sequence.
+ * Returns -1 for a head_dim it was not built for (32, 64, 128, 256).
+ */
+int nn_cuda_attention_forward(bf16 *out, float *lse, const float *q, const float *k, const float *v,
+			      const int *seq_start, int T, int NH, int NKV, int D);
+/* dq, dk, dv written; delta is [T, NH] scratch. */
+int nn_cuda_attention_backward(float *dq, float *dk, float *dv, float *delta, const float *dout,
+			       const bf16 *out, const float *lse, const float *q, const float *k, const float *v,
+			       const int *seq_start, const int *seq_end, int T, int NH, int NKV, int D);
+
+#endif
