@@ -49,7 +49,7 @@ struct config {
 
 struct worker {
 	struct ca_coproc co;
-	int alive, busy, log_fd, index;
+	int alive, busy, starting, log_fd, index;
 	long long seq;
 	double started;
 	char torch[64], gpu[128];
@@ -75,6 +75,10 @@ static struct slot *slots;
 static long long slot_base, slot_count, slot_cap;
 static int exit_status = CA_EXIT_OK;
 static long long accepted, rejected;
+/* Worker starts that failed since the last one that succeeded. */
+static long long start_failures;
+/* Seconds a worker may take to say hello (import torch, start CUDA, warm up). */
+#define HELLO_TIMEOUT_S 600
 static char lock_path[PATH_MAX];
 /* SIGTERM or SIGINT: stop reading, mark the tasks in flight, write what was read. */
 static volatile sig_atomic_t stop_signal;
@@ -252,12 +256,21 @@ static void tail_of_log(struct worker *w, char *out, size_t n)
 		memmove(out, nl + 1, strlen(nl + 1) + 1);
 }
 
-static int start_worker(struct worker *w)
+/*
+ * Workers start in parallel and in the background: spawn_worker only
+ * launches the interpreter; its hello (after importing torch, starting
+ * CUDA and, for GPU runs, warming torch.compile up) is read by wait_any
+ * when it comes. So the start-up of all -j workers overlaps, and overlaps
+ * whatever feeds ca-filter (ca-crawl | ca-compose).
+ */
+static int spawn_worker(struct worker *w)
 {
 	static char script[PATH_MAX];
 	const char *python = ca_paths_python();
 	snprintf(script, sizeof script, "%s/ca_synth.py", ca_paths_pydir());
-	const char *argv[] = {python, script, "worker", NULL};
+	/* torch.compile's first use in a process is slow; on a GPU the worker
+	 * pays it before its hello, while the workers start together. */
+	const char *argv[] = {python, script, "worker", cfg.compile && strcmp(cfg.device, "cpu") ? "--warm" : NULL, NULL};
 	if (!w->env)
 		w->env = worker_env(w->index);
 	if (w->log_fd < 0) {
@@ -279,16 +292,29 @@ static int start_worker(struct worker *w)
 	}
 	if (ca_coproc_start_prepared(&w->co) < 0) {
 		ca_err_warn_sys("cannot start %s %s", python, script);
+		start_failures++;
 		return -1;
 	}
+	w->starting = 1;
+	w->started = ca_proc_now();
+	return 0;
+}
+
+/* The starting worker has written (or closed its output): read its hello. */
+static void finish_start(struct worker *w, int timed_out)
+{
+	w->starting = 0;
 	size_t len;
-	char *line = ca_coproc_read_line(&w->co, 600, &len);
+	char *line = timed_out ? NULL : ca_coproc_read_line(&w->co, 5, &len);
 	if (!line) {
 		char tail[512];
+		if (timed_out)
+			ca_proc_kill(&w->co.proc, SIGKILL);
 		ca_coproc_close(&w->co, 0);
 		tail_of_log(w, tail, sizeof tail);
-		ca_err_warn("torch worker did not start: %s", tail[0] ? tail : "no hello line");
-		return -1;
+		ca_err_warn("torch worker did not start%s: %s", timed_out ? " in time" : "", tail[0] ? tail : "no hello line");
+		start_failures++;
+		return;
 	}
 	jv hello = jv_parse_sized(line, (int)len);
 	free(line);
@@ -298,7 +324,8 @@ static int start_worker(struct worker *w)
 		jv_free(hello);
 		ca_coproc_close(&w->co, 0);
 		ca_err_warn("torch worker sent no hello");
-		return -1;
+		start_failures++;
+		return;
 	}
 	char *t = ca_json_strdup(h, "torch");
 	char *g = ca_json_strdup(h, "gpu");
@@ -310,7 +337,7 @@ static int start_worker(struct worker *w)
 	jv_free(h);
 	jv_free(hello);
 	w->alive = 1;
-	return 0;
+	start_failures = 0;
 }
 
 /* ---------------------------------------------------------------- results */
@@ -538,7 +565,7 @@ static void fail_worker(struct worker *w, int timed_out)
 	s->done = 1;
 }
 
-/* Wait for at least one busy worker to finish (answer, crash or timeout). */
+/* Wait for at least one busy worker to finish (answer, crash or timeout) or one starting worker to say hello. */
 static void wait_any(void)
 {
 	for (;;) {
@@ -553,11 +580,14 @@ static void wait_any(void)
 		double now = ca_proc_now(), soonest = -1;
 		for (long long i = 0; i < cfg.jobs && n < 256; i++) {
 			struct worker *w = &workers[i];
-			if (!w->busy)
+			if (!w->busy && !w->starting)
 				continue;
-			double left = w->started + cfg.timeout_s - now;
+			double left = w->started + (w->starting ? HELLO_TIMEOUT_S : cfg.timeout_s) - now;
 			if (left <= 0) {
-				fail_worker(w, 1);
+				if (w->starting)
+					finish_start(w, 1);
+				else
+					fail_worker(w, 1);
 				return;
 			}
 			if (soonest < 0 || left < soonest)
@@ -576,6 +606,11 @@ static void wait_any(void)
 			if (!(pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
 				continue;
 			struct worker *w = &workers[idx[k]];
+			if (w->starting) {
+				finish_start(w, 0);
+				finished = 1;
+				continue;
+			}
 			size_t len;
 			char *line = ca_coproc_read_line(&w->co, 0.05, &len);
 			if (!line) {
@@ -603,12 +638,28 @@ static void wait_any(void)
 	}
 }
 
+/*
+ * An idle started worker; dead ones are started again in the background
+ * meanwhile. NULL when none is running or starting and starting more is
+ * pointless (every start since the last good one failed), or on a signal.
+ */
 static struct worker *free_worker(void)
 {
 	for (;;) {
+		if (stop_signal)
+			return NULL;
 		for (long long i = 0; i < cfg.jobs; i++)
-			if (!workers[i].busy)
+			if (workers[i].alive && !workers[i].busy)
 				return &workers[i];
+		int pending = 0;
+		for (long long i = 0; i < cfg.jobs; i++) {
+			struct worker *w = &workers[i];
+			if (!w->alive && !w->starting && !w->busy && start_failures <= cfg.jobs)
+				spawn_worker(w);
+			pending |= w->busy || w->starting;
+		}
+		if (!pending)
+			return NULL;
 		wait_any();
 		flush_done();
 	}
@@ -625,9 +676,9 @@ static void dispatch(long long seq, const char *code)
 			s->done = 1;
 			return;
 		}
-		if (!w->alive && start_worker(w) < 0) {
+		if (!w) {
 			exit_status = ca_err_worst(exit_status, CA_EXIT_SYSTEM);
-			continue;
+			break;
 		}
 		const char *device = !strcmp(cfg.device, "auto") ? (w->cuda ? "cuda" : "cpu") : cfg.device;
 		if (!strcmp(device, "cuda") && !w->cuda) {
@@ -837,6 +888,9 @@ int main(int argc, char **argv)
 		workers[i].log_fd = -1;
 		workers[i].index = (int)i;
 	}
+	/* All workers start now, together, while the input is still coming. */
+	for (long long i = 0; i < cfg.jobs; i++)
+		spawn_worker(&workers[i]);
 
 	struct ca_ndjson_reader *r = ca_ndjson_open(argc - optind, argv + optind);
 	jv rec;
@@ -874,6 +928,11 @@ int main(int argc, char **argv)
 	for (long long i = 0; i < cfg.jobs; i++) {
 		if (workers[i].alive)
 			ca_coproc_close(&workers[i].co, 5);
+		else if (workers[i].starting) {
+			/* never needed: no point waiting for its hello */
+			ca_proc_kill(&workers[i].co.proc, SIGKILL);
+			ca_coproc_close(&workers[i].co, 0);
+		}
 		if (workers[i].log_fd >= 0)
 			close(workers[i].log_fd);
 		if (workers[i].env) {
