@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "err.h"
 #include "json.h"
@@ -21,13 +22,14 @@
 #include "proc.h"
 
 static const char usage_text[] =
-	"usage: ca-crawl [-hu] [--families LIST] [--no-functions] [--no-transformers] [--timeout S]\n";
+	"usage: ca-crawl [-hu] [--families LIST] [-j N] [--no-functions] [--no-transformers] [--timeout S]\n";
 
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{"families", required_argument, NULL, 'f'},
 		{"help", no_argument, NULL, 'h'},
+		{"jobs", required_argument, NULL, 'j'},
 		{"no-functions", no_argument, NULL, 'F'},
 		{"no-transformers", no_argument, NULL, 'T'},
 		{"timeout", required_argument, NULL, 't'},
@@ -37,12 +39,14 @@ int main(int argc, char **argv)
 	const char *families = NULL;
 	int no_functions = 0, no_transformers = 0, c;
 	double timeout_s = 1800;
+	long long jobs = 0;
 	ca_err_init(argv[0]);
-	while ((c = getopt_long(argc, argv, "hu", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "hj:u", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'f': families = optarg; break;
 		case 'F': no_functions = 1; break;
 		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
+		case 'j': jobs = ca_opt_long("-j", optarg, 1, 64); break;
 		case 't': timeout_s = ca_opt_double("--timeout", optarg, 0.001, 1e7); break;
 		case 'T': no_transformers = 1; break;
 		case 'u': ca_ndjson_set_unbuffered(1); break;
@@ -55,11 +59,19 @@ int main(int argc, char **argv)
 	}
 	char script[PATH_MAX];
 	snprintf(script, sizeof script, "%s/ca_synth.py", ca_paths_pydir());
-	const char *args[10];
+	if (jobs == 0) {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		jobs = cpus < 1 ? 1 : cpus > 8 ? 8 : cpus;
+	}
+	char jobs_text[32];
+	snprintf(jobs_text, sizeof jobs_text, "%lld", jobs);
+	const char *args[12];
 	int n = 0;
 	args[n++] = ca_paths_python();
 	args[n++] = script;
 	args[n++] = "crawl";
+	args[n++] = "--jobs";
+	args[n++] = jobs_text;
 	if (no_functions)
 		args[n++] = "--no-functions";
 	if (no_transformers)

@@ -26,6 +26,10 @@ expect_success 'nn.Dropout is stochastic, nn.BatchNorm2d stateful' '
 	jq -se ".[] | select(.seed.name == \"torch.nn.BatchNorm2d\") | .seed.stateful" "'"$seeds"'"'
 expect_success 'a seed that cannot be made concrete says why' '
 	jq -se ".[] | select(.seed.name == \"torch.nn.Sequential\") | (.seed.concrete | not) and (.seed.reason | test(\"container\"))" "'"$seeds"'"'
+expect_success 'the seeds do not depend on -j (one process or three, the same bytes)' '
+	ca-crawl -j 1 --no-functions --no-transformers >one &&
+	ca-crawl -j 3 --no-functions --no-transformers >three &&
+	cmp one three && cmp one "'"$seeds"'"'
 expect_success 'seed tasks run: nn.Conv2d through the rubric (no compile)' '
 	jq -c "select(.seed.name == \"torch.nn.Conv2d\")" "'"$seeds"'" |
 		ca-filter -j 1 --no-compile --max-sim 1 >out &&

@@ -3,7 +3,7 @@
 Run by the interpreter from ca_paths_python(); the C commands own the
 record streams, this file only introspects and executes PyTorch.
 
-  python3 ca_synth.py crawl [--no-functions] [--no-transformers] [--families a,b,...]
+  python3 ca_synth.py crawl [--jobs N] [--no-functions] [--no-transformers] [--families a,b,...]
       One seed record per line on stdout (see ca-crawl(1)): torch.nn module
       classes, torch.nn.functional functions, torch functions that are also
       Tensor methods, and transformers' self-contained building blocks.
@@ -69,7 +69,8 @@ def signature_text(fn, drop_self=False):
     if drop_self:
         params = list(sig.parameters.values())[1:]
         sig = sig.replace(parameters=params)
-    return str(sig)
+    # default values print with their address ("<function relu at 0x7f...>"): not the same twice
+    return re.sub(r" at 0x[0-9a-f]+>", ">", str(sig))
 
 
 def doc_shapes(doc):
@@ -297,6 +298,8 @@ def crawl_torch(torch, functions=True):
         cls = getattr(nn, name)
         if name.startswith("_") or not inspect.isclass(cls) or not issubclass(cls, nn.Module):
             continue
+        if not mine():
+            continue
         reason = code = None
         stoch = bool(STOCHASTIC_NAME.search(name))
         stateful = False
@@ -325,12 +328,16 @@ def crawl_torch(torch, functions=True):
                                                   "torch._C._VariableFunctions", None) and \
                 not str(getattr(fn, "__module__", "")).startswith("torch"):
             continue
+        if not mine():
+            continue
         yield_fn("torch.nn.functional." + name, "F." + name, fn, version, torch)
     for name in sorted(dir(torch)):
         if name.startswith("_") or name.endswith("_") or not hasattr(torch.Tensor, name):
             continue
         fn = getattr(torch, name)
         if not callable(fn) or inspect.isclass(fn) or inspect.ismodule(fn):
+            continue
+        if not mine():
             continue
         yield_fn("torch." + name, "torch." + name, fn, version, torch)
 
@@ -416,6 +423,8 @@ def crawl_transformers(torch, families):
         cls = getattr(acts, name)
         if not inspect.isclass(cls) or not issubclass(cls, nn.Module) or cls.__module__ != acts.__name__:
             continue
+        if not mine():
+            continue
         code = reason = None
         stoch = stateful = False
         r = try_module(torch, cls, name)
@@ -429,6 +438,8 @@ def crawl_transformers(torch, families):
                          cls.__doc__, code, reason, stoch, stateful))
     import importlib
     for fam in families:
+        if not mine():
+            continue
         modpath = "transformers.models.%s.modeling_%s" % (fam, fam)
         try:
             mod = importlib.import_module(modpath)
@@ -484,29 +495,109 @@ def crawl_transformers(torch, families):
                              cls.__doc__, code, reason, stoch, stateful))
 
 
+# Sharding: every operator (and every transformers family) is one item,
+# numbered in crawl order; shard K of N probes the items numbered K mod N
+# and tags its records with the item number, so the parent can put the
+# shards' records back in the order one process would have written them.
+SHARD = [0, 1]
+ITEM = [-1]
+
+
+def mine():
+    ITEM[0] += 1
+    return ITEM[0] % SHARD[1] == SHARD[0]
+
+
+def limit_memory():
+    """Cap the heap so a probe whose output explodes (torch.diagflat of a
+    large tensor, say) fails with an error, a reason, instead of exhausting
+    the machine. CA_CRAWL_MEM_MB, 4096 by default; 0 for no cap."""
+    try:
+        import resource
+        mb = int(os.environ.get("CA_CRAWL_MEM_MB", "4096"))
+        if mb > 0:
+            lim = mb << 20
+            soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+            if hard != resource.RLIM_INFINITY:
+                lim = min(lim, hard)
+            resource.setrlimit(resource.RLIMIT_DATA, (lim, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+def crawl_parallel(argv, jobs):
+    """Run jobs shards of the crawl at once and merge them in crawl order."""
+    import subprocess
+    import tempfile
+    rest = [a for a in argv]
+    procs = []
+    for k in range(jobs):
+        f = tempfile.TemporaryFile()
+        p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "crawl", "--shard", "%d/%d" % (k, jobs)] + rest,
+                             stdout=f)
+        procs.append((p, f))
+    status = 0
+    tagged = []
+    for p, f in procs:
+        rc = p.wait()
+        status = status or rc
+        f.seek(0)
+        for n, line in enumerate(f.read().decode().splitlines()):
+            item, _, rec = line.partition("\t")
+            if rec:
+                tagged.append((int(item), n, rec))
+        f.close()
+    tagged.sort(key=lambda t: (t[0], t[1]))
+    for _, _, rec in tagged:
+        sys.stdout.write(rec + "\n")
+    sys.stdout.flush()
+    return status
+
+
 def crawl(argv):
-    import torch
-    torch.set_num_threads(1)
     families = DEFAULT_FAMILIES.split(",")
     use_tf = True
     functions = True
+    jobs = 1
+    shard = None
+    passed = []
     i = 0
     while i < len(argv):
         if argv[i] == "--no-transformers":
             use_tf = False
+            passed.append(argv[i])
         elif argv[i] == "--no-functions":
             functions = False
+            passed.append(argv[i])
         elif argv[i] == "--families" and i + 1 < len(argv):
             i += 1
             families = [f for f in argv[i].split(",") if f]
+            passed += ["--families", argv[i]]
+        elif argv[i] == "--jobs" and i + 1 < len(argv):
+            i += 1
+            jobs = max(1, int(argv[i]))
+        elif argv[i] == "--shard" and i + 1 < len(argv):
+            i += 1
+            k, n = argv[i].split("/")
+            shard = [int(k), int(n)]
         i += 1
+    if jobs > 1 and shard is None:
+        return crawl_parallel(passed, jobs)
+    import torch
+    torch.set_num_threads(1)
+    limit_memory()
     real_stdout = sys.stdout
     # Modules may print while being probed; keep stdout for records.
     sys.stdout = sys.stderr
     global emit
+    if shard is None:
+        def emit(rec):  # noqa: F811
+            real_stdout.write(json.dumps(rec) + "\n")
+    else:
+        SHARD[:] = shard
 
-    def emit(rec):  # noqa: F811
-        real_stdout.write(json.dumps(rec) + "\n")
+        def emit(rec):  # noqa: F811
+            real_stdout.write("%d\t%s\n" % (ITEM[0], json.dumps(rec)))
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     crawl_torch(torch, functions)
     if use_tf:
