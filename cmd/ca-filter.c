@@ -877,9 +877,14 @@ int main(int argc, char **argv)
 		cfg.jobs = n < 1 ? 1 : n > 16 ? 16 : n;
 	}
 	load_references();
-	/* One lock file serialises GPU timing across workers. */
-	snprintf(lock_path, sizeof lock_path, "%s/ca-filter-timing.%ld.lock", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-	         (long)getpid());
+	/* One lock file serialises GPU timing across workers (and across
+	 * ca-filter processes that share one GPU, given CA_FILTER_TIMING_LOCK). */
+	const char *shared_lock = getenv("CA_FILTER_TIMING_LOCK");
+	if (shared_lock && *shared_lock)
+		snprintf(lock_path, sizeof lock_path, "%s", shared_lock);
+	else
+		snprintf(lock_path, sizeof lock_path, "%s/ca-filter-timing.%ld.lock",
+		         getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (long)getpid());
 	int lock_fd = open(lock_path, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
 	if (lock_fd < 0)
 		lock_path[0] = '\0';
@@ -943,7 +948,8 @@ int main(int argc, char **argv)
 	}
 	if (lock_fd >= 0) {
 		close(lock_fd);
-		unlink(lock_path);
+		if (!(shared_lock && *shared_lock))
+			unlink(lock_path);
 	}
 	ca_pylex_index_free(refs);
 	if (stop_signal) {
