@@ -7,6 +7,8 @@
 // registers: nothing of size [T, T] is ever stored. fp32 arithmetic.
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda/nn_cuda.h"
 
@@ -243,9 +245,26 @@ static void backward_d(float *dq, float *dk, float *dv, const float *delta, cons
 	attention_dkv_kernel<D><<<gk, THREADS>>>(dk, dv, dout, delta, lse, q, k, v, seq_start, seq_end, T, NH, NKV);
 }
 
+static int use_wmma(int D)
+{
+	static int chosen = -1;
+	if (chosen < 0) {
+		const char *e = getenv("CA_CUDA_ATTENTION");
+		chosen = e && strcmp(e, "wmma") == 0;
+	}
+	return chosen && (D == 64 || D == 128);
+}
+
+const char *nn_cuda_attention_kind(int D)
+{
+	return use_wmma(D) ? "wmma" : "fp32";
+}
+
 int nn_cuda_attention_forward(bf16 *out, float *lse, const float *q, const float *k, const float *v,
 			      const int *seq_start, int T, int NH, int NKV, int D)
 {
+	if (use_wmma(D))
+		return nn_cuda_attention_forward_wmma(out, lse, q, k, v, seq_start, T, NH, NKV, D);
 	switch (D) {
 	case 32: forward_d<32>(out, lse, q, k, v, seq_start, T, NH, NKV); return 0;
 	case 64: forward_d<64>(out, lse, q, k, v, seq_start, T, NH, NKV); return 0;
@@ -261,6 +280,9 @@ int nn_cuda_attention_backward(float *dq, float *dk, float *dv, float *delta, co
 {
 	int rows = T * NH;
 	attention_delta_kernel<<<(unsigned)((rows + 7) / 8), 256>>>(delta, dout, out, rows, D);
+	if (use_wmma(D))
+		return nn_cuda_attention_backward_wmma(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, T, NH,
+						       NKV, D);
 	switch (D) {
 	case 32: backward_d<32>(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, T, NH, NKV); return 0;
 	case 64: backward_d<64>(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, T, NH, NKV); return 0;

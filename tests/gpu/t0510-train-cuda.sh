@@ -3,7 +3,7 @@
 # a training forward, the backward of a weighted log-prob + entropy loss
 # (policy) or of a value loss (critic), compared per parameter tensor, and
 # two AdamW steps (clipping and weight decay active) compared per tensor;
-# packed sequences of 1 to 1500 tokens, tied and untied heads, head_dim 64
+# packed sequences of 1 to 1100 tokens, tied and untied heads, head_dim 64
 # and 128, with and without GQA.
 . "$(dirname "$0")/../test-lib.sh"
 
@@ -17,14 +17,14 @@ if [ ! -x "$CA_BIN/test-train-cuda" ]; then
 	test_done
 	exit 0
 fi
-# Sequences of 1, 7, 64, 300 tokens, and a second batch with a 1500-token one.
+# Sequences of 1, 7, 64, 300 tokens, and a second batch with a 1100-token one.
 awk 'BEGIN { srand(5); split("1 7 64 300", n, " ");
 	for (i = 1; i <= 4; i++) { s = "{\"tokens\":["; for (j = 0; j < n[i]; j++) s = s (j ? "," : "") int(rand() * 8000); print s "]}" } }' \
 	>"$TRASH_BASE/tokens.ndjson"
-awk 'BEGIN { srand(6); split("1500 33 129", n, " ");
+awk 'BEGIN { srand(6); split("1100 33 129", n, " ");
 	for (i = 1; i <= 3; i++) { s = "{\"tokens\":["; for (j = 0; j < n[i]; j++) s = s (j ? "," : "") int(rand() * 8000); print s "]}" } }' \
 	>"$TRASH_BASE/long.ndjson"
-for cfg in "256 2 8192 2048" "512 2 8192 2048"; do
+for cfg in "256 2 4096 1200" "512 1 4096 1200"; do
 	for head in policy critic; do
 		expect_success "CUDA gradients and AdamW match the CPU ($head; hidden, layers, vocab: ${cfg% *})" '
 			test-model_bench model '"$cfg"' >bench.json &&
@@ -32,6 +32,14 @@ for cfg in "256 2 8192 2048" "512 2 8192 2048"; do
 			test-train-cuda model 0.15 0.05 '"$head"' <"$TRASH_BASE/long.ndjson" | tee -a result.json
 		'
 	done
+done
+# The tensor-core attention kernels (lib/cuda/attention_wmma.cu) the same way.
+for head in policy critic; do
+	expect_success "CUDA gradients match the CPU with CA_CUDA_ATTENTION=wmma ($head; hidden 256)" '
+		test-model_bench model 256 2 4096 1200 >bench.json &&
+		CA_CUDA_ATTENTION=wmma test-train-cuda model 0.15 0.05 '"$head"' <"$TRASH_BASE/tokens.ndjson" | tee result.json &&
+		CA_CUDA_ATTENTION=wmma test-train-cuda model 0.15 0.05 '"$head"' <"$TRASH_BASE/long.ndjson" | tee -a result.json
+	'
 done
 # Untied head and head_dim 128 (2 heads, 1 key/value head): a checkpoint written by transformers.
 PY=$(ca_python)
@@ -41,11 +49,12 @@ if "$PY" -c 'import torch, transformers' 2>/dev/null; then
 import torch, transformers
 torch.manual_seed(0)
 c = transformers.Qwen2Config(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=2,
-    num_key_value_heads=1, vocab_size=8192, max_position_embeddings=2048, tie_word_embeddings=False)
+    num_key_value_heads=1, vocab_size=4096, max_position_embeddings=1200, tie_word_embeddings=False)
 transformers.Qwen2ForCausalLM(c).save_pretrained(\"model\")
 " &&
 		test-train-cuda model 0.15 0.05 <"$TRASH_BASE/tokens.ndjson" | tee result.json &&
-		test-train-cuda model 0.15 0.05 critic <"$TRASH_BASE/long.ndjson" | tee -a result.json
+		test-train-cuda model 0.15 0.05 critic <"$TRASH_BASE/long.ndjson" | tee -a result.json &&
+		CA_CUDA_ATTENTION=wmma test-train-cuda model 0.15 0.05 <"$TRASH_BASE/long.ndjson" | tee -a result.json
 	'
 else
 	skip 'CUDA gradients (untied head, head_dim 128)' 'python3 with torch and transformers not found'
