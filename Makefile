@@ -139,6 +139,7 @@ install: all
 	mkdir -p $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(SHAREDIR)
 	cp $(CMDS) $(DESTDIR)$(BINDIR)/
 	if [ -n "$(CUPTI_SO)" ]; then cp $(CUPTI_SO) $(DESTDIR)$(BINDIR)/; fi
+	if [ -f $(BIN)/libca-model-cuda.so ]; then cp $(BIN)/libca-model-cuda.so $(DESTDIR)$(BINDIR)/; fi
 	for f in scripts/ca-* scripts/policy-*; do [ -f "$$f" ] && cp "$$f" $(DESTDIR)$(BINDIR)/; done; true
 	cp man/*.1 $(DESTDIR)$(MANDIR)/man1/
 	cp man/*.5 $(DESTDIR)$(MANDIR)/man5/

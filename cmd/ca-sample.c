@@ -8,6 +8,11 @@
  * why it stopped. With --token-record it also sets "tokens", "mask" and
  * "logprobs" over prompt + completion, the token record that ca-logprob,
  * ca-gae and the RL steps read.
+ *
+ * Records are read in batches of --batch; on the CPU each is generated in
+ * turn, with --device cuda the whole batch goes to the GPU sampler
+ * (lib/cuda/model_cuda_sample.cu), which decodes its requests together.
+ * Output keeps the input order either way.
  */
 #include <getopt.h>
 #include <limits.h>
@@ -16,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "err.h"
 #include "json.h"
 #include "model.h"
@@ -24,9 +30,9 @@
 #include "tokenizer.h"
 
 static const char usage_text[] =
-	"usage: ca-sample [-hu] [--max-tokens N] [--progress] [--seed N] [--stop STRING ...]\n"
-	"                 [--stop-token ID ...] [--temperature X] [--token-record] [--top-p X]\n"
-	"                 -m DIR [file ...]\n";
+	"usage: ca-sample [-hu] [--batch N] [--device cpu|cuda] [--fp32] [--max-tokens N]\n"
+	"                 [--progress] [--seed N] [--slots N] [--stop STRING ...] [--stop-token ID ...]\n"
+	"                 [--temperature X] [--token-record] [--top-p X] -m DIR [file ...]\n";
 
 struct config {
 	struct ca_model *model;
@@ -41,11 +47,30 @@ struct config {
 	int neos;
 	int eos[16];
 	long index;
+	int batch;          /* records read before generating */
+	int slots;          /* GPU: sequences decoded together */
+	int fp32;           /* GPU: fp32 matrices, the CPU's numbers */
+	enum ca_device device;
+	const struct ca_cuda_api *cuda;
+	struct ca_cuda_sampler *sampler;   /* made for the first batch, again when a longer one comes */
+	int sampler_len;
 };
 
 struct stop_ctx {
 	const struct config *cfg;
 	size_t cut;   /* where the stop string starts in the decoded text, or SIZE_MAX */
+};
+
+/* A record read and waiting for its batch to be generated. */
+struct pending {
+	jv record;
+	char *where;        /* "FILE:LINE" for messages */
+	const char *bad;    /* why it cannot be sampled (static or in why) */
+	char why[CA_MODEL_WHY];
+	int *prompt, n;
+	int stops[17], nstops;
+	struct stop_ctx sc;
+	struct ca_sample_request req;
 };
 
 /* Does the completion so far contain a stop string? */
@@ -68,12 +93,14 @@ static int stop_on_string(const int *tokens, int n, void *p)
 	return hit;
 }
 
-static jv sample_error(jv record, const char *message, int *status)
+static jv sample_error(struct pending *p, const char *message, int *status)
 {
-	ca_ndjson_record_warn("%s", message);
-	*status = CA_EXIT_DATA;
+	ca_err_warn("%s: %s", p->where, message);
+	*status = ca_err_worst(*status, CA_EXIT_DATA);
 	jv c = jv_object_set(jv_object(), jv_string("error"), jv_string(message));
-	return jv_object_set(record, jv_string("completion"), c);
+	jv out = jv_object_set(p->record, jv_string("completion"), c);
+	p->record = jv_invalid();
+	return out;
 }
 
 static int *int_array(jv a, int *n, const char **why)
@@ -98,86 +125,77 @@ static int *int_array(jv a, int *n, const char **why)
 	return out;
 }
 
-static jv complete(jv record, void *ctx, int *status)
+/* The record's prompt as token ids, and the request to generate it; p->bad set when impossible. */
+static void prepare(struct config *cfg, struct pending *p)
 {
-	struct config *cfg = ctx;
 	long index = cfg->index++;
-	int *prompt = NULL, n = 0, chat_stop = -1;
-	const char *bad = NULL;
-	jv pt = ca_json_get(record, "prompt_tokens");
-	jv text = ca_json_get(record, "prompt");
-	jv messages = ca_json_get(record, "messages");
+	int chat_stop = -1;
+	jv pt = ca_json_get(p->record, "prompt_tokens");
+	jv text = ca_json_get(p->record, "prompt");
+	jv messages = ca_json_get(p->record, "messages");
 	if (jv_is_valid(pt)) {
-		prompt = int_array(pt, &n, &bad);
+		p->prompt = int_array(pt, &p->n, &p->bad);
 	} else if (jv_get_kind(text) == JV_KIND_STRING || jv_get_kind(messages) == JV_KIND_ARRAY) {
 		if (!cfg->tok) {
-			bad = cfg->tok_why;
+			p->bad = cfg->tok_why;
 		} else {
-			char why[CA_TOKENIZER_WHY];
 			char *rendered = NULL;
 			if (jv_get_kind(messages) == JV_KIND_ARRAY) {
-				rendered = ca_tokenizer_chat(cfg->tok, messages, 1, &chat_stop, why);
+				rendered = ca_tokenizer_chat(cfg->tok, messages, 1, &chat_stop, p->why);
 				if (!rendered)
-					bad = why;
+					p->bad = p->why;
 			} else {
 				rendered = ca_xstrdup(jv_string_value(text));
 			}
 			if (rendered) {
-				size_t count = ca_tokenizer_encode(cfg->tok, rendered, strlen(rendered), &prompt);
-				n = (int)count;
+				p->n = (int)ca_tokenizer_encode(cfg->tok, rendered, strlen(rendered), &p->prompt);
 				free(rendered);
-				if (n == 0)
-					bad = "the prompt encodes to no tokens";
-			}
-			if (bad) {
-				jv_free(pt);
-				jv_free(text);
-				jv_free(messages);
-				free(prompt);
-				return sample_error(record, bad, status);
+				if (p->n == 0)
+					p->bad = "the prompt encodes to no tokens";
 			}
 		}
 	} else {
-		bad = "record has no prompt_tokens, prompt or messages";
+		p->bad = "record has no prompt_tokens, prompt or messages";
 	}
 	jv_free(pt);
 	jv_free(text);
 	jv_free(messages);
-	if (bad) {
-		free(prompt);
-		return sample_error(record, bad, status);
-	}
-
-	int stops[17];
-	int nstops = 0;
+	if (p->bad)
+		return;
 	for (int i = 0; i < cfg->neos; i++)
-		stops[nstops++] = cfg->eos[i];
+		p->stops[p->nstops++] = cfg->eos[i];
 	if (chat_stop >= 0)
-		stops[nstops++] = chat_stop;
-	struct ca_sample_params p = {
-		.temperature = cfg->temperature, .top_p = cfg->top_p, .max_tokens = cfg->max_tokens,
-		.nstop_tokens = nstops, .stop_tokens = stops,
-		.seed = cfg->seed * 0x9e3779b97f4a7c15ull + (unsigned long long)index,
+		p->stops[p->nstops++] = chat_stop;
+	p->sc = (struct stop_ctx){.cfg = cfg, .cut = SIZE_MAX};
+	p->req = (struct ca_sample_request){
+		.prompt = p->prompt, .n = p->n,
+		.params = {.temperature = cfg->temperature, .top_p = cfg->top_p, .max_tokens = cfg->max_tokens,
+			   .nstop_tokens = p->nstops, .stop_tokens = p->stops,
+			   .seed = cfg->seed * 0x9e3779b97f4a7c15ull + (unsigned long long)index},
+		.stop_fn = stop_on_string, .stop_ctx = &p->sc,
+		.out_tokens = ca_xmalloc(sizeof(int) * (size_t)(cfg->max_tokens + 1)),
+		.out_logprobs = ca_xmalloc(sizeof(float) * (size_t)(cfg->max_tokens + 1)),
 	};
-	int *out = ca_xmalloc(sizeof(int) * (size_t)(cfg->max_tokens + 1));
-	float *lps = ca_xmalloc(sizeof(float) * (size_t)(cfg->max_tokens + 1));
-	struct stop_ctx sc = {.cfg = cfg, .cut = SIZE_MAX};
-	char why[CA_MODEL_WHY];
-	int got = ca_model_generate(cfg->model, prompt, n, &p, stop_on_string, &sc, out, lps, why);
-	if (got < 0) {
-		free(prompt);
-		free(out);
-		free(lps);
-		return sample_error(record, why, status);
-	}
-	const char *finish = "length";
+}
+
+/* The record with its completion (and token record) added. */
+static jv finish(const struct config *cfg, struct pending *p, int *status)
+{
+	if (p->bad)
+		return sample_error(p, p->bad, status);
+	if (p->req.produced < 0)
+		return sample_error(p, p->req.why, status);
+	int got = p->req.produced, n = p->n;
+	const int *out = p->req.out_tokens;
+	const float *lps = p->req.out_logprobs;
+	const char *reason = "length";
 	int text_tokens = got;
-	if (sc.cut != SIZE_MAX) {
-		finish = "stop";
+	if (p->sc.cut != SIZE_MAX) {
+		reason = "stop";
 	} else if (got > 0) {
-		for (int i = 0; i < nstops; i++)
-			if (out[got - 1] == stops[i]) {
-				finish = "stop";
+		for (int i = 0; i < p->nstops; i++)
+			if (out[got - 1] == p->stops[i]) {
+				reason = "stop";
 				text_tokens = got - 1;  /* the end token is not part of the text */
 			}
 	}
@@ -192,18 +210,19 @@ static jv complete(jv record, void *ctx, int *status)
 	if (cfg->tok) {
 		size_t len;
 		char *t = ca_tokenizer_decode(cfg->tok, out, (size_t)text_tokens, &len);
-		if (sc.cut < len)
-			len = sc.cut;
+		if (p->sc.cut < len)
+			len = p->sc.cut;
 		c = jv_object_set(c, jv_string("text"), jv_string_sized(t, (int)len));
 		free(t);
 	}
-	c = jv_object_set(c, jv_string("finish_reason"), jv_string(finish));
+	c = jv_object_set(c, jv_string("finish_reason"), jv_string(reason));
 	c = jv_object_set(c, jv_string("prompt_tokens"), jv_number(n));
-	record = jv_object_set(record, jv_string("completion"), c);
+	jv record = jv_object_set(p->record, jv_string("completion"), c);
+	p->record = jv_invalid();
 	if (cfg->token_record) {
 		jv all = jv_array(), mask = jv_array(), alp = jv_array();
 		for (int i = 0; i < n; i++) {
-			all = jv_array_append(all, jv_number(prompt[i]));
+			all = jv_array_append(all, jv_number(p->prompt[i]));
 			mask = jv_array_append(mask, jv_number(0));
 			alp = jv_array_append(alp, jv_null());
 		}
@@ -218,10 +237,123 @@ static jv complete(jv record, void *ctx, int *status)
 		jv_free(toks);
 		jv_free(lp);
 	}
-	free(prompt);
-	free(out);
-	free(lps);
 	return record;
+}
+
+/*
+ * The GPU sampler for a batch: cache slots for every request, positions
+ * for the longest prompt plus --max-tokens (rounded up, so that a slightly
+ * longer batch does not make a new one). Returns -1 with why set.
+ */
+static int cuda_sampler_for(struct config *cfg, struct pending *items, int nitems, char why[CA_MODEL_WHY])
+{
+	int longest = 0;
+	for (int i = 0; i < nitems; i++)
+		if (!items[i].bad && items[i].n > longest)
+			longest = items[i].n;
+	long need = (long)longest + cfg->max_tokens, len = 1024;
+	while (len < need)
+		len *= 2;
+	if (len > cfg->model->cfg.max_positions)
+		len = cfg->model->cfg.max_positions;
+	if (cfg->sampler && cfg->sampler_len >= len)
+		return 0;
+	if (cfg->sampler)
+		cfg->cuda->sampler_free(cfg->sampler);
+	int slots = cfg->slots < cfg->batch ? cfg->slots : cfg->batch;
+	cfg->sampler = cfg->cuda->sampler_new(cfg->model, slots, (int)len, cfg->fp32, why);
+	cfg->sampler_len = cfg->sampler ? (int)len : 0;
+	return cfg->sampler ? 0 : -1;
+}
+
+/* Generate every pending record's completion and write them in order; -1 on a write error. */
+static int flush(struct config *cfg, struct pending *items, int nitems, int *status)
+{
+	if (cfg->device == CA_DEVICE_CUDA) {
+		struct ca_sample_request *reqs = ca_xcalloc((size_t)nitems + 1, sizeof *reqs);
+		int nreq = 0;
+		for (int i = 0; i < nitems; i++)
+			if (!items[i].bad)
+				reqs[nreq++] = items[i].req;
+		char why[CA_MODEL_WHY];
+		if (nreq > 0 && (cuda_sampler_for(cfg, items, nitems, why) < 0 ||
+				 cfg->cuda->sampler_generate(cfg->sampler, reqs, nreq, why) < 0))
+			ca_err_die(CA_EXIT_SYSTEM, "%s", why);
+		for (int i = 0, k = 0; i < nitems; i++)
+			if (!items[i].bad) {
+				items[i].req.produced = reqs[k].produced;
+				memcpy(items[i].req.why, reqs[k++].why, CA_MODEL_WHY);
+			}
+		free(reqs);
+	} else {
+		for (int i = 0; i < nitems; i++) {
+			struct pending *p = &items[i];
+			if (!p->bad)
+				p->req.produced = ca_model_generate(cfg->model, p->prompt, p->n, &p->req.params, stop_on_string,
+								    &p->sc, p->req.out_tokens, p->req.out_logprobs,
+								    p->req.why);
+		}
+	}
+	int rc = 0;
+	for (int i = 0; i < nitems; i++) {
+		struct pending *p = &items[i];
+		jv out = finish(cfg, p, status);
+		if (rc == 0 && ca_ndjson_write(out) != 0)
+			rc = -1;
+		else if (rc != 0)
+			jv_free(out);
+		ca_ndjson_progress_tick();
+		free(p->where);
+		free(p->prompt);
+		free(p->req.out_tokens);
+		free(p->req.out_logprobs);
+	}
+	return rc;
+}
+
+/* Read records in batches, generate, write; returns the exit status. */
+static int run(struct config *cfg, int nfiles, char **files, int unbuffered)
+{
+	struct ca_ndjson_reader *r = ca_ndjson_open(nfiles, files);
+	struct pending *items = ca_xcalloc((size_t)cfg->batch, sizeof *items);
+	int nitems = 0, status = CA_EXIT_OK, rc = 0, kind;
+	jv v;
+	while (rc == 0 && (kind = ca_ndjson_next(r, &v)) != CA_NDJSON_EOF) {
+		if (kind == CA_NDJSON_BAD) {
+			/* Keep the order of records: finish what came before first. */
+			rc = flush(cfg, items, nitems, &status);
+			nitems = 0;
+			ca_ndjson_warn(r, "%s", jv_string_value(v));
+			jv e = ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(v));
+			jv_free(v);
+			status = ca_err_worst(status, CA_EXIT_DATA);
+			if (rc == 0 && ca_ndjson_write(e) != 0)
+				rc = -1;
+			continue;
+		}
+		struct pending *p = &items[nitems++];
+		memset(p, 0, sizeof *p);
+		p->record = v;
+		char where[512];
+		snprintf(where, sizeof where, "%s:%ld", ca_ndjson_name(r), ca_ndjson_line(r));
+		p->where = ca_xstrdup(where);
+		prepare(cfg, p);
+		if (unbuffered || nitems == cfg->batch) {
+			rc = flush(cfg, items, nitems, &status);
+			nitems = 0;
+		}
+	}
+	if (rc == 0)
+		rc = flush(cfg, items, nitems, &status);
+	ca_ndjson_progress_done();
+	if (rc != 0) {
+		ca_err_warn_sys("write error on stdout");
+		status = CA_EXIT_SYSTEM;
+	}
+	status = ca_err_worst(status, ca_ndjson_status(r));
+	ca_ndjson_close(r);
+	free(items);
+	return ca_err_finish(status);
 }
 
 /* eos ids from config.json and generation_config.json (a number or a list). */
@@ -263,11 +395,15 @@ static void load_eos(struct config *cfg, const char *dir)
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
+		{"batch", required_argument, NULL, 'b'},
+		{"device", required_argument, NULL, 'd'},
+		{"fp32", no_argument, NULL, 'f'},
 		{"help", no_argument, NULL, 'h'},
 		{"max-tokens", required_argument, NULL, 'n'},
 		{"model", required_argument, NULL, 'm'},
 		{"progress", no_argument, NULL, 'P'},
 		{"seed", required_argument, NULL, 's'},
+		{"slots", required_argument, NULL, 'l'},
 		{"stop", required_argument, NULL, 'S'},
 		{"stop-token", required_argument, NULL, 'T'},
 		{"temperature", required_argument, NULL, 't'},
@@ -276,14 +412,18 @@ int main(int argc, char **argv)
 		{"unbuffered", no_argument, NULL, 'u'},
 		{NULL, 0, NULL, 0},
 	};
-	struct config cfg = {.temperature = 1.0, .top_p = 1.0, .max_tokens = 256};
+	struct config cfg = {.temperature = 1.0, .top_p = 1.0, .max_tokens = 256, .slots = 64};
 	const char *dir = NULL;
-	int c;
+	int c, unbuffered = 0;
 	ca_err_init(argv[0]);
 	cfg.stop = ca_xcalloc((size_t)argc + 1, sizeof *cfg.stop);
 	while ((c = getopt_long(argc, argv, "hm:u", longopts, NULL)) != -1) {
 		switch (c) {
+		case 'b': cfg.batch = (int)ca_opt_long("--batch", optarg, 1, 1 << 16); break;
+		case 'd': cfg.device = ca_device_parse("--device", optarg); break;
+		case 'f': cfg.fp32 = 1; break;
 		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
+		case 'l': cfg.slots = (int)ca_opt_long("--slots", optarg, 1, 1 << 12); break;
 		case 'm': dir = optarg; break;
 		case 'n': cfg.max_tokens = (int)ca_opt_long("--max-tokens", optarg, 0, 1 << 24); break;
 		case 'P': ca_ndjson_set_progress(1); break;
@@ -302,16 +442,25 @@ int main(int argc, char **argv)
 				cfg.eos[cfg.neos++] = (int)ca_opt_long("--stop-token", optarg, 0, INT_MAX);
 			break;
 		case 't': cfg.temperature = ca_opt_double("--temperature", optarg, 0, 100); break;
-		case 'u': ca_ndjson_set_unbuffered(1); break;
+		case 'u': unbuffered = 1; ca_ndjson_set_unbuffered(1); break;
 		default: fputs(usage_text, stderr); ca_opt_bad_usage();
 		}
 	}
+	if (cfg.batch == 0)   /* the CPU generates one record at a time anyway */
+		cfg.batch = cfg.device == CA_DEVICE_CUDA ? 256 : 1;
 	if (!dir) {
 		ca_err_warn("-m DIR is required");
 		fputs(usage_text, stderr);
 		ca_opt_bad_usage();
 	}
 	char why[CA_MODEL_WHY];
+	if (cfg.device == CA_DEVICE_CUDA) {
+		cfg.cuda = ca_device_cuda(why);
+		if (!cfg.cuda)
+			ca_err_die(CA_EXIT_SYSTEM, "%s", why);
+		if (!cfg.cuda->sampler_new || !cfg.cuda->sampler_generate || !cfg.cuda->sampler_free)
+			ca_err_die(CA_EXIT_SYSTEM, "%s has no sampler (rebuild with make model-cuda)", cfg.cuda->path);
+	}
 	cfg.model = ca_model_load(dir, why);
 	if (!cfg.model)
 		ca_err_die(CA_EXIT_DATA, "%s", why);
@@ -321,7 +470,9 @@ int main(int argc, char **argv)
 	if (!cfg.tok && cfg.nstop > 0)
 		ca_err_die(CA_EXIT_DATA, "--stop needs a tokenizer: %s", cfg.tok_why);
 	load_eos(&cfg, dir);
-	int status = ca_ndjson_map(argc - optind, argv + optind, complete, &cfg);
+	int status = run(&cfg, argc - optind, argv + optind, unbuffered);
+	if (cfg.sampler)
+		cfg.cuda->sampler_free(cfg.sampler);
 	ca_tokenizer_free(cfg.tok);
 	ca_model_free(cfg.model);
 	free(cfg.stop);
