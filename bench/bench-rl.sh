@@ -61,8 +61,7 @@ awk -v n=$((tokens / seq)) -v len="$seq" -v vocab="$vocab" 'BEGIN {
 		for (i = 0; i < len; i++) printf "%s%d", (i ? "," : ""), (i >= 32)
 		print "]}"
 	}
-}' | ca-logprob -m "$out/$shape/actor" | ca-logprob -m "$out/$shape/critic" |
-	jq -c '.values = [0] + .values[:-1]' | ca-gae >"$out/batch.ndjson"
+}' | ca-logprob -m "$out/$shape/actor" | ca-logprob -m "$out/$shape/critic" | ca-gae >"$out/batch.ndjson"
 
 rss() { # command...: run it, print its max RSS in KiB to fd 3
 	if command -v /usr/bin/time >/dev/null 2>&1; then

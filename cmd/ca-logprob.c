@@ -3,8 +3,15 @@
  * checkpoint) to token records.
  *
  * Records are packed into batches of about --batch-tokens tokens and run
- * through one forward pass each; attention never crosses records. This is
- * how PPO's old log-probs and the critic's values are produced.
+ * through one forward pass each (on the CPU, or with --device cuda on the
+ * GPU forward of lib/cuda); attention never crosses records. This is how
+ * PPO's old log-probs and the critic's values are produced.
+ *
+ * Entry i of every array belongs to the action of emitting tokens[i]: its
+ * log-prob and entropy come from position i - 1, and so does its value,
+ * V(s_i), the value of the state before the token, which is what ca-gae
+ * and the training steps read (ca-records(5)). Entry 0 has no state before
+ * it: null for log-probs and entropy, 0 for the value.
  */
 #include <getopt.h>
 #include <math.h>
@@ -12,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device.h"
 #include "err.h"
 #include "json.h"
 #include "model.h"
@@ -19,7 +27,8 @@
 #include "opt.h"
 
 static const char usage_text[] =
-	"usage: ca-logprob [-hu] [--batch-tokens N] [--entropy] [--progress] -m DIR [file ...]\n";
+	"usage: ca-logprob [-hu] [--batch-tokens N] [--device cpu|cuda] [--entropy] [--progress]\n"
+	"                  -m DIR [file ...]\n";
 
 struct pending {
 	jv record;          /* the input record (owned) */
@@ -31,6 +40,8 @@ struct pending {
 
 struct state {
 	struct ca_model *model;
+	const struct ca_cuda_api *cuda;   /* NULL on the CPU */
+	struct ca_cuda_model *gpu;
 	int entropy;
 	long batch_tokens;
 	struct pending *items;
@@ -135,7 +146,10 @@ static int flush(struct state *s)
 			if (s->entropy)
 				entropy = ca_xmalloc(sizeof(float) * (size_t)T);
 		}
-		ok = ca_model_forward(s->model, &b, targets, logprobs, entropy, values, 0, why) == 0;
+		if (s->gpu)
+			ok = s->cuda->model_forward(s->gpu, &b, targets, logprobs, entropy, values, why) == 0;
+		else
+			ok = ca_model_forward(s->model, &b, targets, logprobs, entropy, values, 0, why) == 0;
 		free(tokens);
 		free(targets);
 		free(lens);
@@ -149,7 +163,13 @@ static int flush(struct state *s)
 		} else if (!ok) {
 			out = failed(p, why, &s->status);
 		} else if (c->critic) {
-			out = jv_object_set(p->record, jv_string("values"), float_array(values + t, p->n, 0));
+			/* values[j] is V(s_j), the critic at position j - 1, before tokens[j]. */
+			float *shifted = ca_xmalloc(sizeof(float) * (size_t)p->n);
+			shifted[0] = 0;
+			for (int j = 1; j < p->n; j++)
+				shifted[j] = values[t + j - 1];
+			out = jv_object_set(p->record, jv_string("values"), float_array(shifted, p->n, 0));
+			free(shifted);
 			p->record = jv_invalid();
 			t += p->n;
 		} else {
@@ -189,6 +209,7 @@ int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{"batch-tokens", required_argument, NULL, 'b'},
+		{"device", required_argument, NULL, 'd'},
 		{"entropy", no_argument, NULL, 'e'},
 		{"help", no_argument, NULL, 'h'},
 		{"model", required_argument, NULL, 'm'},
@@ -199,10 +220,12 @@ int main(int argc, char **argv)
 	struct state s = {.batch_tokens = 2048};
 	const char *dir = NULL;
 	int unbuffered = 0, c;
+	enum ca_device device = CA_DEVICE_CPU;
 	ca_err_init(argv[0]);
 	while ((c = getopt_long(argc, argv, "hm:u", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'b': s.batch_tokens = ca_opt_long("--batch-tokens", optarg, 1, 1L << 30); break;
+		case 'd': device = ca_device_parse("--device", optarg); break;
 		case 'e': s.entropy = 1; break;
 		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case 'm': dir = optarg; break;
@@ -217,11 +240,20 @@ int main(int argc, char **argv)
 		ca_opt_bad_usage();
 	}
 	char why[CA_MODEL_WHY];
+	if (device == CA_DEVICE_CUDA) {
+		s.cuda = ca_device_cuda(why);
+		if (!s.cuda)
+			ca_err_die(CA_EXIT_SYSTEM, "%s", why);
+		if (!s.cuda->model_upload || !s.cuda->model_forward || !s.cuda->model_free)
+			ca_err_die(CA_EXIT_SYSTEM, "%s has no forward pass (rebuild with make model-cuda)", s.cuda->path);
+	}
 	s.model = ca_model_load(dir, why);
 	if (!s.model)
 		ca_err_die(CA_EXIT_DATA, "%s", why);
 	if (s.entropy && s.model->cfg.critic)
 		ca_err_die(CA_EXIT_USAGE, "--entropy needs a policy checkpoint, %s is a critic", dir);
+	if (s.cuda && !(s.gpu = s.cuda->model_upload(s.model, why)))
+		ca_err_die(CA_EXIT_SYSTEM, "%s", why);
 
 	struct ca_ndjson_reader *r = ca_ndjson_open(argc - optind, argv + optind);
 	jv v;
@@ -265,6 +297,8 @@ int main(int argc, char **argv)
 	s.status = ca_err_worst(s.status, ca_ndjson_status(r));
 	ca_ndjson_close(r);
 	free(s.items);
+	if (s.gpu)
+		s.cuda->model_free(s.gpu);
 	ca_model_free(s.model);
 	return ca_err_finish(s.status);
 }

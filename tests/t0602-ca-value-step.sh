@@ -5,12 +5,12 @@
 . "$(dirname "$0")/test-lib.sh"
 
 # Old values as the step reads them: entry i is the critic output at
-# position i - 1 (the state before token i), so shift ca-logprob's.
+# position i - 1 (the state before token i), as ca-logprob writes them.
 make_batch='
 	ca-toy init --critic --seed 3 crit &&
 	printf "%s\n" "{\"tokens\":[0,3,3,4,5,6],\"mask\":[0,0,1,1,1,1],\"reward\":1}" \
 		"{\"tokens\":[0,4,9,9,2],\"mask\":[0,0,1,1,1],\"reward\":0}" |
-	ca-logprob -m crit | jq -c ".values = [0] + .values[:-1]" | ca-gae >batch'
+	ca-logprob -m crit | ca-gae >batch'
 
 expect_success 'the first loss is 0.5 * token-mean((V - R)^2) of the old values' '
 	'"$make_batch"' &&

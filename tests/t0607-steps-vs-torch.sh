@@ -19,8 +19,7 @@ export REF TRANSFORMERS_VERBOSITY=error HF_HUB_DISABLE_PROGRESS_BARS=1
 make_batch='
 	ca-toy init --layers 2 --seed 3 pol && ca-toy init --critic --layers 2 --seed 4 crit &&
 	ca-toy prompts -n 12 --seed 1 | ca-sample -m pol --max-tokens 6 --token-record --seed 2 |
-	ca-toy score | ca-logprob -m pol | ca-logprob -m crit |
-	jq -c ".values = [0] + .values[:-1]" | ca-gae |
+	ca-toy score | ca-logprob -m pol | ca-logprob -m crit | ca-gae |
 	jq -c ".logprobs |= [to_entries[] | if .value == null then null else .value + 0.4 * (.key % 3 - 1) end] |
 		.advantages |= [to_entries[] | .value * (if .key % 2 == 0 then 1 else -1 end) + 0.1] |
 		.values |= map(. + 0.05) |
