@@ -278,15 +278,25 @@ int main(int argc, char **argv)
 	ca_synth_rng_seed(&rng, (uint64_t)seed);
 	struct seen seen = {0};
 	long long made = 0, attempts = 0, limit = 200 * count + 1000, llm_failures = 0;
+	/* A class is drawn once and kept until a task of it is made (or 100
+	 * draws fail): redrawing the class after every duplicate or task under
+	 * the workload bound would starve the classes where those are common
+	 * (single cheap operators), and the mix would drift from the distribution. */
+	int cls = -1, cls_tries = 0;
 	while (made < count && attempts++ < limit) {
-		double u = ca_synth_rng_unit(&rng) * total;
-		int cls = 0;
-		while (cls < 5 && u >= dist[cls]) {
-			u -= dist[cls];
-			cls++;
+		if (cls < 0 || ++cls_tries > 100) {
+			double u = ca_synth_rng_unit(&rng) * total;
+			cls = 0;
+			cls_tries = 0;
+			while (cls < 5 && u >= dist[cls]) {
+				u -= dist[cls];
+				cls++;
+			}
 		}
-		if (dist[cls] == 0)
+		if (dist[cls] == 0) {
+			cls = -1;
 			continue;
+		}
 		jv task;
 		char source[32];
 		if (cls == 5) {
@@ -335,8 +345,20 @@ int main(int argc, char **argv)
 		}
 		char *text = ca_json_strdup(task, "code");
 		const char *why;
-		char *key = ca_pylex_fingerprint(text, strlen(text), CA_PYLEX_KEEP_LITERALS, &why);
+		char *fp = ca_pylex_fingerprint(text, strlen(text), CA_PYLEX_KEEP_LITERALS, &why);
 		free(text);
+		/* The fingerprint abstracts bare names, so two transformers blocks
+		 * built the same way (LlamaRMSNorm(config), Qwen2RMSNorm(config))
+		 * would look alike: the operators are part of the key. */
+		jv ops_text = jv_dump_string(ca_json_get(task, "ops"), 0);
+		char *key = NULL;
+		if (fp) {
+			size_t kn = strlen(fp) + (size_t)jv_string_length_bytes(jv_copy(ops_text)) + 2;
+			key = ca_xmalloc(kn);
+			snprintf(key, kn, "%s\n%s", jv_string_value(ops_text), fp);
+		}
+		jv_free(ops_text);
+		free(fp);
 		if (!key || !remember(&seen, key)) {
 			free(key);
 			jv_free(task);
@@ -359,6 +381,7 @@ int main(int argc, char **argv)
 		if (ca_ndjson_write(out) < 0)
 			break;
 		made++;
+		cls = -1;
 	}
 	if (made < count) {
 		ca_err_warn("made %lld of %lld tasks: the enabled operators give no more distinct tasks", made, count);

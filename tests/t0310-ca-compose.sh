@@ -24,6 +24,18 @@ expect_success 'only operators that the seeds name are stacked' '
 		"{\"seed\":{\"name\":\"torch.nn.Linear\",\"library\":\"torch\"}}" >seeds &&
 	ca-compose -n 20 --distribution 0,1 <seeds >t &&
 	[ "$(jq -r ".ops[]" t | sort -u | tr "\n" " ")" = "nn.Linear torch.relu " ]'
+expect_success 'single-operator tasks keep their share though cheap ones are drawn again (3.4%)' '
+	ca-compose --no-seeds -n 2000 --seed 2 >t &&
+	one=$(jq -r .source t | grep -c "^torch#1$") && [ "$one" -gt 40 ] && [ "$one" -lt 100 ]'
+expect_success 'standalone transformers blocks built alike are still distinct tasks' '
+	for b in LlamaRMSNorm Qwen2RMSNorm; do
+		jq -nc --arg b $b "{seed: {name: (\"transformers.models.x.modeling_x.\" + \$b), library: \"transformers\"},
+			code: (\"import torch\\nfrom transformers.models.x.modeling_x import \" + \$b +
+				\"\\n\\nclass Model(torch.nn.Module):\\n    def __init__(self):\\n        super().__init__()\\n        self.op = \" + \$b + \"(64)\\n\\n    def forward(self, x):\\n        return self.op(x)\\n\\n\\nbatch_size = 8\\n\")}"
+	done >seeds &&
+	jq -c "{seed: {name: \"torch.relu\", library: \"torch\"}}" -n >>seeds &&
+	ca-compose -n 2 --distribution 0,0,0,0,0,1 <seeds >t &&
+	[ "$(jq -r ".ops[]" t | sort | tr "\n" " ")" = "LlamaRMSNorm Qwen2RMSNorm " ]'
 expect_success '--llm sends the documented prompt and takes the module from the reply' '
 	cat >llm.sh <<-\EOS
 	cat >>prompts
