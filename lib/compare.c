@@ -1,7 +1,9 @@
 /* compare: see compare.h. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "compare.h"
 
@@ -37,7 +39,168 @@ static const char *label(const char *name)
 	return *name ? name : "output";
 }
 
+/*
+ * float32 tensors of millions of elements (full-size tasks reach billions)
+ * are compared by several threads, each over a slice, in one pass that
+ * gathers what the two passes of the general loop below gather; the
+ * verdict and the numbers are the same.
+ */
+struct f32_part {
+	const float *r, *c;
+	uint64_t lo, hi;
+	double atol, rtol;
+	float cfirst;
+	int stats;                   /* 1: gather the reference's range and the candidate's constancy */
+	double absmax, rmin, rmax, max_abs, max_rel;
+	int cand_zero, cand_const;
+	uint64_t bad_c, bad_r, first_bad;  /* first non-finite candidate / reference element, first mismatch */
+};
+
+static void *f32_part_run(void *arg)
+{
+	struct f32_part *p = arg;
+	double absmax = 0, rmin = INFINITY, rmax = -INFINITY, max_abs = 0, max_rel = 0;
+	int cand_zero = 1, cand_const = 1;
+	uint64_t first_bad = UINT64_MAX;
+	p->bad_c = p->bad_r = UINT64_MAX;
+	for (uint64_t i = p->lo; i < p->hi; i++) {
+		double rv = p->r[i], cv = p->c[i];
+		if (!isfinite(cv) || !isfinite(rv)) {
+			if (!isfinite(cv) && p->bad_c == UINT64_MAX)
+				p->bad_c = i;
+			if (!isfinite(rv) && p->bad_r == UINT64_MAX)
+				p->bad_r = i;
+			continue;
+		}
+		if (p->stats) {
+			double a = fabs(rv);
+			if (a > absmax)
+				absmax = a;
+			if (rv < rmin)
+				rmin = rv;
+			if (rv > rmax)
+				rmax = rv;
+			if (cv != 0)
+				cand_zero = 0;
+			if (p->c[i] != p->cfirst)
+				cand_const = 0;
+		}
+		double d = fabs(cv - rv);
+		if (d > max_abs)
+			max_abs = d;
+		if (rv != 0 && d / fabs(rv) > max_rel)
+			max_rel = d / fabs(rv);
+		if (!(d <= p->atol + p->rtol * fabs(rv)) && first_bad == UINT64_MAX)
+			first_bad = i;
+	}
+	p->absmax = absmax;
+	p->rmin = rmin;
+	p->rmax = rmax;
+	p->max_abs = max_abs;
+	p->max_rel = max_rel;
+	p->cand_zero = cand_zero;
+	p->cand_const = cand_const;
+	p->first_bad = first_bad;
+	return NULL;
+}
+
+enum { F32_PARALLEL = 1 << 22, F32_THREADS = 16 };
+
+/* Run the parts over threads; returns how many parts there are. */
+static int f32_run(struct f32_part *parts, const struct f32_part *proto, uint64_t n)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	int nt = cpus > F32_THREADS ? F32_THREADS : cpus < 1 ? 1 : (int)cpus;
+	pthread_t th[F32_THREADS];
+	int started[F32_THREADS];
+	uint64_t chunk = (n + (uint64_t)nt - 1) / (uint64_t)nt;
+	for (int i = 0; i < nt; i++) {
+		parts[i] = *proto;
+		parts[i].lo = (uint64_t)i * chunk < n ? (uint64_t)i * chunk : n;
+		parts[i].hi = parts[i].lo + chunk < n ? parts[i].lo + chunk : n;
+		started[i] = nt > 1 && pthread_create(&th[i], NULL, f32_part_run, &parts[i]) == 0;
+		if (!started[i])
+			f32_part_run(&parts[i]);
+	}
+	for (int i = 0; i < nt; i++)
+		if (started[i])
+			pthread_join(th[i], NULL);
+	return nt;
+}
+
 #define FAIL(...) do { snprintf(r->message, sizeof r->message, __VA_ARGS__); r->ok = 0; return 0; } while (0)
+
+static int compare_f32_parallel(const struct ca_tensor *rt, const struct ca_tensor *ct,
+		const struct ca_compare_options *o, struct ca_compare_result *r)
+{
+	const char *name = label(rt->name);
+	uint64_t n = rt->numel;
+	struct f32_part parts[F32_THREADS], proto;
+	memset(&proto, 0, sizeof proto);
+	proto.r = rt->data;
+	proto.c = ct->data;
+	proto.atol = o->atol;
+	proto.rtol = o->rtol;
+	proto.cfirst = proto.c[0];
+	proto.stats = 1;
+	int np = f32_run(parts, &proto, n);
+	uint64_t bad_c = UINT64_MAX, bad_r = UINT64_MAX, first_bad = UINT64_MAX;
+	double absmax = 0, rmin = INFINITY, rmax = -INFINITY, max_abs = 0, max_rel = 0;
+	int cand_zero = 1, cand_const = 1;
+	for (int i = 0; i < np; i++) {
+		struct f32_part *p = &parts[i];
+		if (p->bad_c < bad_c)
+			bad_c = p->bad_c;
+		if (p->bad_r < bad_r)
+			bad_r = p->bad_r;
+		if (p->first_bad < first_bad)
+			first_bad = p->first_bad;
+		absmax = p->absmax > absmax ? p->absmax : absmax;
+		rmin = p->rmin < rmin ? p->rmin : rmin;
+		rmax = p->rmax > rmax ? p->rmax : rmax;
+		max_abs = p->max_abs > max_abs ? p->max_abs : max_abs;
+		max_rel = p->max_rel > max_rel ? p->max_rel : max_rel;
+		cand_zero &= p->cand_zero;
+		cand_const &= p->cand_const;
+	}
+	/* As the general loop: the first non-finite element decides, the candidate's first at a tie. */
+	if (bad_c != UINT64_MAX && bad_c <= bad_r) {
+		double cv = proto.c[bad_c];
+		FAIL("%s: %s at element %llu", name, isnan(cv) ? "NaN" : "Inf", (unsigned long long)bad_c);
+	}
+	if (bad_r != UINT64_MAX) {
+		snprintf(r->message, sizeof r->message,
+			"%s: the reference's output has NaN/Inf at element %llu; the task cannot be checked",
+			name, (unsigned long long)bad_r);
+		r->ok = 0;
+		return 0;
+	}
+	double atol = o->atol;
+	if (absmax < o->atol) {
+		/* A tensor entirely below atol: atol scaled to it, the mismatch search again. */
+		atol = o->atol * absmax;
+		proto.atol = atol;
+		proto.stats = 0;
+		np = f32_run(parts, &proto, n);
+		first_bad = UINT64_MAX;
+		for (int i = 0; i < np; i++)
+			if (parts[i].first_bad < first_bad)
+				first_bad = parts[i].first_bad;
+	}
+	if (max_abs > r->max_abs_err)
+		r->max_abs_err = max_abs;
+	if (max_rel > r->max_rel_err)
+		r->max_rel_err = max_rel;
+	r->elements += n;
+	if (n >= 2 && cand_zero && absmax > 0)
+		FAIL("%s: all zeros where the reference's output is not", name);
+	if (n >= 2 && cand_const && rmax - rmin > 1e-6 * absmax)
+		FAIL("%s: every element is %g where the reference's output varies", name, (double)proto.cfirst);
+	if (first_bad != UINT64_MAX)
+		FAIL("%s: element %llu is %g, expected %g (atol %g, rtol %g)", name,
+			(unsigned long long)first_bad, (double)proto.c[first_bad], (double)proto.r[first_bad], atol, o->rtol);
+	return 1;
+}
 
 static int compare_one(const struct ca_tensor *rt, const struct ca_tensor *ct,
 		const struct ca_compare_options *o, struct ca_compare_result *r)
@@ -63,6 +226,8 @@ static int compare_one(const struct ca_tensor *rt, const struct ca_tensor *ct,
 		FAIL("%s: shape %s, expected %s", name, cs, rs);
 
 	uint64_t n = rt->numel;
+	if (n >= F32_PARALLEL && rt->dtype == CA_DT_F32 && ct->dtype == CA_DT_F32 && !scalars)
+		return compare_f32_parallel(rt, ct, o, r);
 	double ref_absmax = 0, ref_min = INFINITY, ref_max = -INFINITY;
 	int cand_zero = 1, cand_const = 1;
 	double cand_first = n ? value_at(ct, 0) : 0;
