@@ -39,7 +39,7 @@ void ca_eval_defaults(struct ca_eval_config *cfg, enum ca_eval_mode mode)
 	cfg->timeout_s = 60;
 	cfg->load_timeout_s = 300;
 	cfg->build_timeout_s = 300;
-	cfg->fsize_mb = 4096;
+	cfg->fsize_mb = 32768;  /* full-size KernelBench outputs reach 7 GB; lib/compare caps what it reads */
 	cfg->warmup = 5;
 	cfg->iters = 30;
 	cfg->sets = 3;
@@ -271,6 +271,7 @@ struct worker {
 	jv hello;                /* the ready line */
 	char **argv;
 	char **env;
+	double limit_s;          /* of the request in flight, for messages */
 };
 
 struct slot {
@@ -326,10 +327,18 @@ static char **make_env(const struct slot *s)
 	return env;
 }
 
+/*
+ * Stop a worker: asked to exit, given grace seconds, then killed; with
+ * grace 0 killed at once (nothing of a worker's is kept but its replies,
+ * and a Python process tearing down CUDA takes tenths of a second).
+ */
 static void worker_stop(struct worker *w, double grace)
 {
 	if (w->running) {
-		ca_coproc_write(&w->co, "{\"op\":\"exit\"}", 13);
+		if (grace > 0)
+			ca_coproc_write(&w->co, "{\"op\":\"exit\"}", 13);
+		else
+			ca_proc_kill(&w->co.proc, SIGKILL);
 		ca_coproc_close(&w->co, grace);
 		w->running = 0;
 	}
@@ -365,17 +374,22 @@ static char *describe_exit(struct worker *w, int status, const char **stage)
 	return msg;
 }
 
-/*
- * Send req (consumed) and wait for the reply object. On a fault the worker
- * is stopped and *fault gets {"stage","error"}; returns -1. Lines
- * {"timing":"start"} and {"timing":"end"} are noted in marks[0] and
- * marks[1] (marks may be NULL): our own clock around a timed loop.
- */
-static int worker_call(struct worker *w, jv req, double timeout_s, jv *reply, jv *fault, double *marks)
+/* The worker is gone (EPIPE on write or read): *fault says how it ended. */
+static int worker_gone(struct worker *w, jv *fault)
 {
 	const char *stage = "crash";
-	char *msg = NULL;
-	*reply = jv_invalid();
+	int status = ca_coproc_close(&w->co, 2);
+	w->running = 0;
+	char *msg = describe_exit(w, status, &stage);
+	*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string(stage)),
+		jv_string("error"), jv_string(msg));
+	free(msg);
+	return -1;
+}
+
+/* Send req (consumed) to a worker; -1 with *fault when it is gone. */
+static int worker_send(struct worker *w, jv req, jv *fault)
+{
 	if (!w->running) {
 		jv_free(req);
 		*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("crash")),
@@ -385,8 +399,25 @@ static int worker_call(struct worker *w, jv req, double timeout_s, jv *reply, jv
 	jv dumped = jv_dump_string(req, 0);
 	int rc = ca_coproc_write(&w->co, jv_string_value(dumped), (size_t)jv_string_length_bytes(jv_copy(dumped)));
 	jv_free(dumped);
-	double deadline = ca_proc_now() + timeout_s;
-	while (rc == 0) {
+	return rc == 0 ? 0 : worker_gone(w, fault);
+}
+
+/*
+ * Wait for the reply object to a request sent, until the absolute time
+ * deadline. On a fault the worker is stopped and *fault gets
+ * {"stage","error"}; returns -1. Lines {"timing":"start"} and
+ * {"timing":"end"} are noted in marks[0] and marks[1] (marks may be
+ * NULL): our own clock around a timed loop.
+ */
+static int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, double *marks)
+{
+	*reply = jv_invalid();
+	if (!w->running) {
+		*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("crash")),
+			jv_string("error"), jv_string("worker is not running"));
+		return -1;
+	}
+	for (;;) {
 		double left = deadline - ca_proc_now();
 		char *line = ca_coproc_read_line(&w->co, left > 0 ? left : 0, NULL);
 		if (!line) {
@@ -395,7 +426,7 @@ static int worker_call(struct worker *w, jv req, double timeout_s, jv *reply, jv
 				ca_coproc_close(&w->co, 0);
 				w->running = 0;
 				char buf[128];
-				snprintf(buf, sizeof buf, "no answer within %g s", timeout_s);
+				snprintf(buf, sizeof buf, "no answer within %g s", w->limit_s);
 				*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("timeout")),
 					jv_string("error"), jv_string(buf));
 				return -1;
@@ -433,14 +464,17 @@ static int worker_call(struct worker *w, jv req, double timeout_s, jv *reply, jv
 			jv_string("error"), jv_string("malformed reply from the worker"));
 		return -1;
 	}
-	/* The worker is gone (EPIPE on write or read). */
-	int status = ca_coproc_close(&w->co, 2);
-	w->running = 0;
-	msg = describe_exit(w, status, &stage);
-	*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string(stage)),
-		jv_string("error"), jv_string(msg));
-	free(msg);
-	return -1;
+	return worker_gone(w, fault);
+}
+
+/* Send req (consumed) and wait for the reply, at most timeout_s. */
+static int worker_call(struct worker *w, jv req, double timeout_s, jv *reply, jv *fault, double *marks)
+{
+	*reply = jv_invalid();
+	w->limit_s = timeout_s;
+	if (worker_send(w, req, fault) != 0)
+		return -1;
+	return worker_recv(w, ca_proc_now() + timeout_s, reply, fault, marks);
 }
 
 /* Start a worker; the ready line goes to w->hello. -1 with *fault on failure. */
@@ -609,8 +643,8 @@ static int slot_open(struct slot *s, const struct ca_eval_config *cfg, int index
 
 static void slot_close(struct slot *s)
 {
-	worker_stop(&s->spare, 0.5);
-	worker_stop(&s->reference, 2);
+	worker_stop(&s->spare, 0);
+	worker_stop(&s->reference, 0);
 	if (s->root[0])
 		rm_rf(s->root);
 }
@@ -636,22 +670,30 @@ static int candidate_take(struct slot *s, struct worker *out, jv *fault)
 	return worker_start(s, out, 1, fault);
 }
 
+/* Start a spare candidate worker, so the next record finds one up. */
+static void spare_start(struct slot *s)
+{
+	jv fault = jv_invalid();
+	if (s->spare.running)
+		return;
+	worker_stop(&s->spare, 0);
+	memset(&s->spare, 0, sizeof s->spare);
+	s->spare.hello = jv_invalid();
+	snprintf(s->spare.dir, sizeof s->spare.dir, "%s/ws-%ld", s->root, ++s->serial);
+	if (mkdir_mode(s->spare.dir, 0777) != 0 || worker_start(s, &s->spare, 1, &fault) != 0) {
+		rm_rf(s->spare.dir);
+		s->spare.running = 0;
+	}
+	jv_free(fault);
+}
+
 static void candidate_release(struct slot *s, struct worker *w)
 {
-	worker_stop(w, 0.5);
+	worker_stop(w, 0);
 	if (w->dir[0])
 		rm_rf(w->dir);
-	if (!s->cfg->adhoc && !s->spare.running) {
-		jv fault;
-		memset(&s->spare, 0, sizeof s->spare);
-		s->spare.hello = jv_invalid();
-		snprintf(s->spare.dir, sizeof s->spare.dir, "%s/ws-%ld", s->root, ++s->serial);
-		if (mkdir_mode(s->spare.dir, 0777) != 0 || worker_start(s, &s->spare, 1, &fault) != 0) {
-			if (s->spare.dir[0])
-				rm_rf(s->spare.dir);
-			s->spare.running = 0;
-		}
-	}
+	if (!s->cfg->adhoc)
+		spare_start(s);
 }
 
 static int reference_ready(struct slot *s, jv *fault)
@@ -675,13 +717,29 @@ struct job {
 	char task_sha[65];
 	char io[PATHLEN];        /* candidate dir/.ca-io: inputs and outputs */
 	char kernels_lib[PATHLEN];
+	char task_path[PATHLEN];  /* the task's code where the candidate can read it */
 	unsigned long long seed;
+	int ship;                /* inputs go as files: the candidate's own draws differed */
 	jv weights_req;
 	double started;
+	jv phases;               /* seconds by phase */
+	double mark;             /* when the last phase ended */
 };
 
 static jv set_str(jv o, const char *k, const char *v) { return jv_object_set(o, jv_string(k), jv_string(v)); }
 static jv set_num(jv o, const char *k, double v) { return jv_object_set(o, jv_string(k), ca_json_num_or_null(v)); }
+
+/* Charge the time since the last mark to phase name. */
+static void phase(struct job *j, const char *name)
+{
+	double now = ca_proc_now(), prev = 0;
+	jv v = jv_object_get(jv_copy(j->phases), jv_string(name));
+	if (jv_get_kind(v) == JV_KIND_NUMBER)
+		prev = jv_number_value(v);
+	jv_free(v);
+	j->phases = jv_object_set(j->phases, jv_string(name), jv_number(round((prev + now - j->mark) * 1e4) / 1e4));
+	j->mark = now;
+}
 
 static void job_fail(struct job *j, const char *stage, const char *error)
 {
@@ -925,6 +983,7 @@ static int job_prepare(struct job *j, jv record)
 	}
 	mkdir_mode(j->io, 0777);
 	nftw(j->cand.dir, chmod_entry, 16, FTW_PHYS);
+	phase(j, "workspace");
 
 	double t0 = ca_proc_now();
 	if (job_build(j) != 0) {
@@ -932,14 +991,23 @@ static int job_prepare(struct job *j, jv record)
 		return -1;
 	}
 	double build_s = ca_proc_now() - t0;
+	phase(j, "build");
 
-	/* The reference: load the task, write its weights and init inputs. */
+	/*
+	 * The reference: load the task, write its weights and init inputs. The
+	 * candidate gets the task's code too (for its get_inputs: it draws the
+	 * inputs itself, under the same seeds), never the reference's outputs.
+	 */
 	snprintf(path, sizeof path, "%s/model.py", s->trusted);
-	if (write_file(path, jv_string_value(code), (size_t)jv_string_length_bytes(jv_copy(code))) != 0) {
+	snprintf(j->task_path, sizeof j->task_path, "%s/task.py", j->io);
+	size_t code_len = (size_t)jv_string_length_bytes(jv_copy(code));
+	if (write_file(path, jv_string_value(code), code_len) != 0 ||
+			write_file(j->task_path, jv_string_value(code), code_len) != 0) {
 		jv_free(code);
 		job_fail(j, "system", "cannot write the task file");
 		return -1;
 	}
+	chmod(j->task_path, 0644);
 	jv_free(code);
 	if (reference_ready(s, &fault) != 0) {
 		job_fault(j, fault, "reference worker: ");
@@ -956,9 +1024,11 @@ static int job_prepare(struct job *j, jv record)
 	req = set_str(req, "weights_out", weights);
 	req = set_str(req, "init_out", init);
 	jv reply;
+	phase(j, "reference_start");
 	if (reference_call(j, req, cfg->load_timeout_s, &reply) != 0)
 		return -1;
 	jv_free(reply);
+	phase(j, "task");
 	chmod(weights, 0644);
 	chmod(init, 0644);
 	jv gpu = ca_json_get(s->reference.hello, "gpu");
@@ -973,6 +1043,7 @@ static int job_prepare(struct job *j, jv record)
 		job_fault(j, fault, "candidate worker: ");
 		return -1;
 	}
+	phase(j, "candidate_start");
 	snprintf(path, sizeof path, "%s/model_new.py", j->cand.dir);
 	req = jv_object();
 	req = set_str(req, "op", "candidate");
@@ -982,12 +1053,14 @@ static int job_prepare(struct job *j, jv record)
 	req = set_num(req, "seed", (double)j->seed);
 	req = jv_object_set(req, jv_string("allow_torch"), jv_bool(cfg->allow_torch));
 	req = jv_object_set(req, jv_string("kernels_lib"), j->kernels_lib[0] ? jv_string(j->kernels_lib) : jv_null());
+	req = set_str(req, "task", j->task_path);
 	if (candidate_call(j, req, cfg->load_timeout_s, &reply, NULL) != 0) {
 		if (jv_get_kind(reply) == JV_KIND_OBJECT)
 			jv_free(reply);
 		return -1;
 	}
 	jv_free(reply);
+	phase(j, "load");
 	j->result = set_num(j->result, "build_s", build_s);
 	j->result = set_num(j->result, "load_s", ca_proc_now() - t1);
 	return 0;
@@ -1029,6 +1102,143 @@ static jv top_kernels(jv kernels, int top, int *nbad, jv *bad_names)
 
 /* ------------------------------------------------------------------ verify */
 
+/* The reference's failure (reply or fault, consumed) merged into the result. */
+static void reference_failed(struct job *j, jv why)
+{
+	job_fault(j, why, "reference: ");
+	j->result = set_str(j->result, "stage", "reference");
+}
+
+/* Receive the reference's reply to a request sent; -1 after recording the failure. */
+static int reference_recv(struct job *j, double timeout, jv *reply)
+{
+	jv fault;
+	if (worker_recv(&j->slot->reference, ca_proc_now() + timeout, reply, &fault, NULL) != 0) {
+		reference_failed(j, fault);
+		return -1;
+	}
+	if (ca_json_bool(*reply, "ok") != 1) {
+		reference_failed(j, *reply);
+		*reply = jv_invalid();
+		return -1;
+	}
+	return 0;
+}
+
+/* The reference's request for check or set inputs: drawn under seed, outputs to ref_out. */
+static jv inputs_request(struct job *j, unsigned long long seed, const char *in, const char *ref_out)
+{
+	jv req = set_num(set_str(jv_object(), "op", "inputs"), "seed", (double)seed);
+	if (j->ship)
+		req = set_str(req, "out", in);
+	return set_str(req, "ref_out", ref_out);
+}
+
+/* Whether a reply's digest (or a digests array's element i) equals want. */
+static int digest_matches(jv reply, const char *key, int i, jv want)
+{
+	jv got = ca_json_get(reply, key);
+	if (i >= 0) {
+		jv e = jv_get_kind(got) == JV_KIND_ARRAY && i < jv_array_length(jv_copy(got)) ? jv_array_get(jv_copy(got), i) : jv_invalid();
+		jv_free(got);
+		got = e;
+	}
+	int same = jv_get_kind(got) == JV_KIND_STRING && jv_get_kind(want) == JV_KIND_STRING &&
+		!strcmp(jv_string_value(got), jv_string_value(want));
+	jv_free(got);
+	return same;
+}
+
+/*
+ * One check of verify: the reference draws the inputs under seed and runs
+ * on them while the candidate, at the same time, draws the same inputs in
+ * its own process and runs on them. When the candidate's digest of its
+ * inputs differs from the reference's (a get_inputs() that does not
+ * repeat under its seed), the check is done again with the inputs shipped
+ * as a file, and so are the checks after it. 0 with the candidate's reply
+ * in *reply and *ref_mutated set; -1 when the result already says why not.
+ */
+static int verify_check(struct job *j, int k, int trace, jv *reply, int *ref_mutated)
+{
+	struct slot *s = j->slot;
+	const struct ca_eval_config *cfg = s->cfg;
+	char in[PATHLEN], ref[PATHLEN], out[PATHLEN];
+	unsigned long long seed = j->seed + 1 + (unsigned)k;
+	snprintf(in, sizeof in, "%s/in-%d.ten", j->io, k);
+	snprintf(ref, sizeof ref, "%s/ref-%d.ten", s->trusted, k);
+	snprintf(out, sizeof out, "%s/out-%d.ten", j->io, k);
+	jv fault, rreply, cfault = jv_invalid();
+	*reply = jv_invalid();
+	for (;;) {
+		jv req = inputs_request(j, seed, in, ref);
+		if (worker_send(&s->reference, req, &fault) != 0) {
+			reference_failed(j, fault);
+			return -1;
+		}
+		double sent = ca_proc_now();
+		int cand_sent = 0;
+		if (!j->ship) {
+			jv creq = set_str(set_num(set_str(jv_object(), "op", "run"), "seed", (double)seed), "out", out);
+			creq = jv_object_set(creq, jv_string("trace"), jv_bool(trace));
+			j->cand.limit_s = cfg->timeout_s;
+			/* A candidate already gone is reported after the reference's reply is in. */
+			if (worker_send(&j->cand, creq, &cfault) != 0)
+				cand_sent = -1;
+			else
+				cand_sent = 1;
+		}
+		if (reference_recv(j, cfg->timeout_s * 4, &rreply) != 0) {
+			jv_free(cfault);
+			return -1;
+		}
+		*ref_mutated = ca_json_bool(rreply, "inputs_mutated") == 1;
+		jv want = ca_json_get(rreply, "digest");
+		jv gen = ca_json_get(rreply, "gen");
+		if (jv_get_kind(gen) == JV_KIND_STRING)
+			j->result = jv_object_set(j->result, jv_string("inputs_drawn_on"), gen);
+		else
+			jv_free(gen);
+		jv_free(rreply);
+		if (cand_sent < 0) {
+			jv_free(want);
+			job_fault(j, cfault, NULL);
+			return -1;
+		}
+		if (!cand_sent) {
+			chmod(in, 0644);
+			jv creq = set_str(set_str(set_str(jv_object(), "op", "run"), "inputs", in), "out", out);
+			creq = jv_object_set(creq, jv_string("trace"), jv_bool(trace));
+			j->cand.limit_s = cfg->timeout_s;
+			if (worker_send(&j->cand, creq, &fault) != 0) {
+				jv_free(want);
+				job_fault(j, fault, NULL);
+				return -1;
+			}
+			sent = ca_proc_now();
+		}
+		if (worker_recv(&j->cand, sent + cfg->timeout_s, reply, &fault, NULL) != 0) {
+			jv_free(want);
+			job_fault(j, fault, NULL);
+			return -1;
+		}
+		if (ca_json_bool(*reply, "ok") != 1) {
+			jv_free(want);
+			job_fault(j, *reply, NULL);
+			*reply = jv_invalid();
+			return -1;
+		}
+		int same = j->ship || digest_matches(*reply, "digest", -1, want);
+		jv_free(want);
+		if (same)
+			return 0;
+		/* The candidate drew other inputs: ship them from now on. */
+		jv_free(*reply);
+		*reply = jv_invalid();
+		j->ship = 1;
+		j->result = jv_object_set(j->result, jv_string("inputs_shipped"), jv_true());
+	}
+}
+
 static void do_verify(struct job *j)
 {
 	struct slot *s = j->slot;
@@ -1041,26 +1251,14 @@ static void do_verify(struct job *j)
 	int nbad = 0;
 	jv bad_names = jv_array();
 	for (int k = 0; k < cfg->checks; k++) {
-		char in[PATHLEN], ref[PATHLEN], out[PATHLEN];
-		snprintf(in, sizeof in, "%s/in-%d.ten", j->io, k);
+		char ref[PATHLEN], out[PATHLEN];
 		snprintf(ref, sizeof ref, "%s/ref-%d.ten", s->trusted, k);
 		snprintf(out, sizeof out, "%s/out-%d.ten", j->io, k);
-		/* The reference draws the inputs, runs on them and writes both in one request. */
-		jv req = set_num(set_str(set_str(jv_object(), "op", "inputs"), "out", in), "seed", (double)(j->seed + 1 + (unsigned)k));
-		req = set_str(req, "ref_out", ref);
 		jv reply;
-		if (reference_call(j, req, cfg->timeout_s * 4, &reply) != 0)
+		int ref_mutated = 0;
+		if (verify_check(j, k, k == 0 && strcmp(cfg->device, "cpu"), &reply, &ref_mutated) != 0)
 			goto done;
-		int ref_mutated = ca_json_bool(reply, "inputs_mutated") == 1;
-		jv_free(reply);
-		chmod(in, 0644);
-		req = set_str(set_str(set_str(jv_object(), "op", "run"), "inputs", in), "out", out);
-		req = jv_object_set(req, jv_string("trace"), jv_bool(k == 0 && strcmp(cfg->device, "cpu")));
-		if (candidate_call(j, req, cfg->timeout_s, &reply, NULL) != 0) {
-			if (jv_get_kind(reply) == JV_KIND_OBJECT)
-				jv_free(reply);
-			goto done;
-		}
+		phase(j, "checks");
 		if (k == 0) {
 			jv kl = ca_json_get(reply, "kernels");
 			jv_free(kernels);
@@ -1085,6 +1283,11 @@ static void do_verify(struct job *j)
 		}
 		struct ca_compare_result cr;
 		int c = ca_compare_files(ref, out, &cfg->tol, &cr);
+		phase(j, "compare");
+		unlink(ref);
+		unlink(out);
+		snprintf(out, sizeof out, "%s/in-%d.ten", j->io, k);
+		unlink(out);
 		if (cr.max_abs_err > max_abs)
 			max_abs = cr.max_abs_err;
 		if (cr.max_rel_err > max_rel)
@@ -1100,7 +1303,6 @@ static void do_verify(struct job *j)
 			goto done;
 		}
 		passed++;
-		unlink(out);
 	}
 	j->result = jv_object_set(j->result, jv_string("ok"), jv_true());
 done:
@@ -1154,10 +1356,11 @@ static jv time_request(struct job *j, const char *mode, const char *keep_prefix,
 	for (int k = 0; k < cfg->sets; k++) {
 		char in[PATHLEN];
 		snprintf(in, sizeof in, "%s/tin-%d.ten", j->io, k);
-		inputs = jv_array_append(inputs, jv_string(in));
+		/* Shipped as files, or drawn by the worker under the sets' seeds. */
+		inputs = jv_array_append(inputs, j->ship ? jv_string(in) : jv_number((double)(j->seed + 1000 + (unsigned)k)));
 	}
 	jv req = set_str(jv_object(), "op", "time");
-	req = jv_object_set(req, jv_string("inputs"), inputs);
+	req = jv_object_set(req, jv_string(j->ship ? "inputs" : "seeds"), inputs);
 	req = set_num(req, "warmup", cfg->warmup);
 	req = set_num(req, "iters", cfg->iters);
 	req = set_str(req, "mode", mode);
@@ -1258,31 +1461,61 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached)
 	return 0;
 }
 
+/*
+ * The timing input sets, drawn by the reference under their seeds (and
+ * written as files when shipped), and its outputs on them for the spot
+ * checks. Their digests go to *digests (replaced).
+ */
+static int profile_sets(struct job *j, jv *digests)
+{
+	struct slot *s = j->slot;
+	const struct ca_eval_config *cfg = s->cfg;
+	jv_free(*digests);
+	*digests = jv_array();
+	for (int k = 0; k < cfg->sets; k++) {
+		char in[PATHLEN], ref[PATHLEN];
+		snprintf(in, sizeof in, "%s/tin-%d.ten", j->io, k);
+		snprintf(ref, sizeof ref, "%s/tref-%d.ten", s->trusted, k);
+		jv reply;
+		if (reference_call(j, inputs_request(j, j->seed + 1000 + (unsigned)k, in, ref), cfg->timeout_s * 4, &reply) != 0)
+			return -1;
+		jv d = ca_json_get(reply, "digest");
+		*digests = jv_array_append(*digests, jv_get_kind(d) == JV_KIND_STRING ? d : (jv_free(d), jv_null()));
+		jv gen = ca_json_get(reply, "gen");
+		if (jv_get_kind(gen) == JV_KIND_STRING)
+			j->result = jv_object_set(j->result, jv_string("inputs_drawn_on"), gen);
+		else
+			jv_free(gen);
+		jv_free(reply);
+		if (j->ship)
+			chmod(in, 0644);
+	}
+	return 0;
+}
+
 static void do_profile(struct job *j)
 {
 	struct slot *s = j->slot;
 	const struct ca_eval_config *cfg = s->cfg;
 	jv reply;
-	/* Timing input sets and the reference's outputs on them (for the spot checks). */
-	for (int k = 0; k < cfg->sets; k++) {
-		char in[PATHLEN], ref[PATHLEN];
-		snprintf(in, sizeof in, "%s/tin-%d.ten", j->io, k);
-		snprintf(ref, sizeof ref, "%s/tref-%d.ten", s->trusted, k);
-		jv req = set_num(set_str(set_str(jv_object(), "op", "inputs"), "out", in), "seed", (double)(j->seed + 1000 + (unsigned)k));
-		req = set_str(req, "ref_out", ref);
-		if (reference_call(j, req, cfg->timeout_s * 4, &reply) != 0)
-			return;
-		jv_free(reply);
-		chmod(in, 0644);
+	jv digests = jv_array();
+	if (profile_sets(j, &digests) != 0) {
+		jv_free(digests);
+		return;
 	}
+	phase(j, "inputs");
 	jv eager, compiled = jv_null();
 	int eager_cached = 0, compile_cached = 0;
-	if (baseline(j, "eager", &eager, &eager_cached) != 0)
-		return;
-	if (!cfg->no_compile && baseline(j, "compile", &compiled, &compile_cached) != 0) {
-		jv_free(eager);
+	if (baseline(j, "eager", &eager, &eager_cached) != 0) {
+		jv_free(digests);
 		return;
 	}
+	if (!cfg->no_compile && baseline(j, "compile", &compiled, &compile_cached) != 0) {
+		jv_free(eager);
+		jv_free(digests);
+		return;
+	}
+	phase(j, "baselines");
 	double eager_us = 0, eager_cv = 0, overhead = 0, compile_us = NAN, compile_cv = NAN;
 	ca_json_number(eager, "median_us", &eager_us);
 	ca_json_number(eager, "cv", &eager_cv);
@@ -1305,13 +1538,35 @@ static void do_profile(struct job *j)
 	/* The candidate, timed the same way. */
 	char prefix[PATHLEN];
 	snprintf(prefix, sizeof prefix, "%s/kept-", j->io);
-	jv req = time_request(j, "candidate", prefix, keep_indices(cfg, j->seed ^ 0x5eed));
 	double marks[2] = {0, 0};
-	if (candidate_call(j, req, cfg->timeout_s * 10, &reply, marks) != 0) {
-		if (jv_get_kind(reply) == JV_KIND_OBJECT)
-			jv_free(reply);
-		return;
+	for (;;) {
+		jv req = time_request(j, "candidate", prefix, keep_indices(cfg, j->seed ^ 0x5eed));
+		marks[0] = marks[1] = 0;
+		if (candidate_call(j, req, cfg->timeout_s * 10, &reply, marks) != 0) {
+			if (jv_get_kind(reply) == JV_KIND_OBJECT)
+				jv_free(reply);
+			jv_free(digests);
+			return;
+		}
+		int same = 1;
+		for (int k = 0; k < cfg->sets && !j->ship; k++) {
+			jv want = jv_array_get(jv_copy(digests), k);
+			same = same && digest_matches(reply, "digests", k, want);
+			jv_free(want);
+		}
+		if (same || j->ship)
+			break;
+		/* The candidate drew other inputs than the reference: ship them, time again. */
+		jv_free(reply);
+		j->ship = 1;
+		j->result = jv_object_set(j->result, jv_string("inputs_shipped"), jv_true());
+		if (profile_sets(j, &digests) != 0) {
+			jv_free(digests);
+			return;
+		}
 	}
+	jv_free(digests);
+	phase(j, "candidate");
 	double median = 0, cv = 0;
 	ca_json_number(reply, "median_us", &median);
 	ca_json_number(reply, "cv", &cv);
@@ -1388,11 +1643,64 @@ static void do_profile(struct job *j)
 	}
 	j->result = jv_object_set(j->result, jv_string("ok"), jv_true());
 out:
+	phase(j, "spot_checks");
 	jv_free(kept);
 	jv_free(bad_names);
 }
 
 /* ------------------------------------------------------------------ dispatch */
+
+/* A result (consumed) finished: "ok" first, the exit status worsened by a failure. */
+static jv finish_result(jv result, int *status)
+{
+	int ok = ca_json_bool(result, "ok");
+	if (ok != 1) {
+		char *stage = ca_json_strdup(result, "stage");
+		if (stage && !strcmp(stage, "input"))
+			*status = ca_err_worst(*status, CA_EXIT_DATA);
+		else if (stage && (!strcmp(stage, "system") || !strcmp(stage, "reference") || !strcmp(stage, "sandbox")))
+			*status = ca_err_worst(*status, CA_EXIT_SYSTEM);
+		else
+			*status = ca_err_worst(*status, CA_EXIT_NEGATIVE);
+		free(stage);
+	}
+	/* Put "ok" first for people reading the records. */
+	jv ordered = jv_object_set(jv_object(), jv_string("ok"), jv_bool(ok == 1));
+	jv_object_foreach(result, key, value) {
+		if (strcmp(jv_string_value(key), "ok"))
+			ordered = jv_object_set(ordered, key, value);
+		else {
+			jv_free(key);
+			jv_free(value);
+		}
+	}
+	jv_free(result);
+	return ordered;
+}
+
+static jv not_profiled(void)
+{
+	jv r = jv_object_set(jv_object(), jv_string("ok"), jv_false());
+	r = jv_object_set(r, jv_string("skipped"), jv_true());
+	return set_str(r, "error", "not profiled: verify.ok is not true");
+}
+
+/* -v: the record's phases on stderr, one line. */
+static void print_phases(jv record, jv phases, double seconds)
+{
+	char *id = ca_json_strdup(record, "id");
+	char line[1024];
+	size_t used = 0;
+	line[0] = '\0';
+	jv_object_foreach(phases, key, value) {
+		if (used < sizeof line)
+			used += (size_t)snprintf(line + used, sizeof line - used, " %s %.3f", jv_string_value(key), jv_number_value(value));
+		jv_free(key);
+		jv_free(value);
+	}
+	ca_err_warn("%s: %.3f s:%s", id ? id : "-", seconds, line);
+	free(id);
+}
 
 static jv evaluate_record(struct slot *s, jv record, int *status)
 {
@@ -1404,45 +1712,56 @@ static jv evaluate_record(struct slot *s, jv record, int *status)
 	j.result = jv_object();
 	j.cand.hello = jv_invalid();
 	j.started = ca_proc_now();
-	if (cfg->mode == CA_EVAL_PROFILE) {
+	j.mark = j.started;
+	j.phases = jv_object();
+	if (cfg->mode == CA_EVAL_PROFILE && !cfg->also_verify) {
 		jv verify = ca_json_get(record, "verify");
 		int vok = jv_get_kind(verify) == JV_KIND_OBJECT ? ca_json_bool(verify, "ok") : -2;
 		jv_free(verify);
 		if (vok == 0 || vok == -1) {
-			jv r = jv_object_set(jv_object(), jv_string("ok"), jv_false());
-			r = jv_object_set(r, jv_string("skipped"), jv_true());
-			r = set_str(r, "error", "not profiled: verify.ok is not true");
-			return jv_object_set(record, jv_string(field), r);
+			jv_free(j.result);
+			jv_free(j.phases);
+			return jv_object_set(record, jv_string(field), not_profiled());
 		}
 	}
+	jv verified = jv_invalid();  /* --verify: the verify object, made by this same run */
 	if (job_prepare(&j, record) == 0) {
-		if (cfg->mode == CA_EVAL_VERIFY)
+		if (cfg->mode == CA_EVAL_VERIFY) {
 			do_verify(&j);
-		else
+		} else if (cfg->also_verify) {
+			/* Verify, then profile with the same workers and the same loaded candidate. */
+			jv base = jv_copy(j.result);
+			do_verify(&j);
+			verified = j.result;
+			j.result = base;
+			if (ca_json_bool(verified, "ok") == 1)
+				do_profile(&j);
+		} else {
 			do_profile(&j);
+		}
+	} else if (cfg->also_verify) {
+		verified = j.result;
+		j.result = jv_object();
 	}
 	if (j.cand.dir[0] || j.cand.running)
 		candidate_release(s, &j.cand);
-	int ok = ca_json_bool(j.result, "ok");
-	if (ok != 1) {
-		j.result = jv_object_set(j.result, jv_string("ok"), jv_false());
-		char *stage = ca_json_strdup(j.result, "stage");
-		if (stage && !strcmp(stage, "input"))
-			*status = ca_err_worst(*status, CA_EXIT_DATA);
-		else if (stage && (!strcmp(stage, "system") || !strcmp(stage, "reference") || !strcmp(stage, "sandbox")))
-			*status = ca_err_worst(*status, CA_EXIT_SYSTEM);
-		else
-			*status = ca_err_worst(*status, CA_EXIT_NEGATIVE);
-		free(stage);
+	phase(&j, "release");
+	double seconds = ca_proc_now() - j.started;
+	if (cfg->verbose)
+		print_phases(record, j.phases, seconds);
+	if (jv_is_valid(verified)) {
+		int vok = ca_json_bool(verified, "ok") == 1;
+		verified = set_num(verified, "seconds", seconds);
+		record = jv_object_set(record, jv_string("verify"), finish_result(verified, status));
+		if (!vok) {
+			jv_free(j.result);
+			jv_free(j.phases);
+			return jv_object_set(record, jv_string(field), not_profiled());
+		}
 	}
-	j.result = set_num(j.result, "seconds", ca_proc_now() - j.started);
-	/* Put "ok" first for people reading the records. */
-	jv ordered = jv_object_set(jv_object(), jv_string("ok"), jv_bool(ok == 1));
-	jv_object_foreach(j.result, key, value) {
-		ordered = jv_object_set(ordered, key, value);
-	}
-	jv_free(j.result);
-	return jv_object_set(record, jv_string(field), ordered);
+	j.result = set_num(j.result, "seconds", seconds);
+	j.result = jv_object_set(j.result, jv_string("phases"), j.phases);
+	return jv_object_set(record, jv_string(field), finish_result(j.result, status));
 }
 
 /* A one-line summary for -H. */
@@ -1621,6 +1940,7 @@ int ca_eval_stream(const struct ca_eval_config *cfg, int nfiles, char **files)
 		jv fault;
 		if (worker_start(&slots[i], &slots[i].reference, 0, &fault) != 0)
 			jv_free(fault);
+		spare_start(&slots[i]);
 		if (pthread_create(&slots[i].thread, NULL, slot_thread, &args[i]) != 0)
 			ca_err_die_sys(CA_EXIT_SYSTEM, "cannot start a worker thread");
 	}

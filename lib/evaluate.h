@@ -51,9 +51,22 @@ struct ca_eval_config {
 	int no_cache;                /* do not read or write cached baselines */
 	int top;                     /* kernels listed per method */
 	int adhoc;                   /* a single ad-hoc record: no spare worker */
+	int verbose;                 /* -v: each record's phases on stderr */
+	int also_verify;             /* profile --verify: verify first, same workers, both fields */
 };
 
 void ca_eval_defaults(struct ca_eval_config *cfg, enum ca_eval_mode mode);
+
+/*
+ * The command line of ca-verify (mode CA_EVAL_VERIFY) or ca-profile, one
+ * table for both (evaluate_main.c): defaults, then the options, into cfg.
+ * Exits on a usage error and after --help. Returns the index of the
+ * first operand.
+ */
+int ca_eval_parse_args(struct ca_eval_config *cfg, enum ca_eval_mode mode, int argc, char **argv);
+
+/* All of main() for either command: parse, then a DIR ad hoc or the record stream. */
+int ca_eval_main(enum ca_eval_mode mode, int argc, char **argv);
 
 /*
  * Run the record loop over files (nfiles == 0: stdin), adding "verify" or

@@ -29,20 +29,27 @@ Requests (paths are files; tensor files are described in lib/tensor.h):
       seed the generators with S, build Model(*get_init_inputs()) on the
       device in eval mode; write its state_dict and the init inputs.
       Reply adds "parameters" (count) and "sha256" of the source.
-  {"op": "inputs", "seed": S, "out": P}
-      reference: seed with S, call get_inputs(), write the list to P.
+  {"op": "inputs", "seed": S, "out": P?, "ref_out": P?}
+      reference: draw the inputs under seed S (see Worker.make_inputs: on
+      the GPU with it as the default device, else on the host), write
+      them to out when given, run the reference on them and write its
+      outputs to ref_out when given. Reply adds "gen" ("device"|"host")
+      and "digest" (a fingerprint of the inputs; see digest()).
   {"op": "candidate", "path": P, "weights": P, "init": P, "seed": S,
-   "allow_torch": bool, "kernels_lib": P|null}
-      candidate: import ModelNew from P (its directory first on sys.path,
+   "allow_torch": bool, "kernels_lib": P|null, "task": P?}
+      candidate: import the task's module from task (for get_inputs
+      only), import ModelNew from P (its directory first on sys.path,
       $CA_KERNELS_LIB set to kernels_lib), build ModelNew(*init), load the
       reference's weights strictly; a mismatch lists the keys.
-  {"op": "run", "inputs": P, "out": P, "trace": bool}
-      run the current model once on the inputs (moved to the device) under
-      torch.no_grad(), synchronize, write the outputs to P. Reply adds
-      "inputs_mutated" (bool), "forbidden" (torch operations the fallback
-      policy refused, candidate role without allow_torch) and, with trace,
-      "kernels": [{"name", "calls", "total_us"}] of the GPU kernels run.
-  {"op": "time", "inputs": [P...], "warmup": W, "iters": N, "mode":
+  {"op": "run", "inputs": P | "seed": S, "out": P, "trace": bool}
+      run the current model once on the inputs (read from the file
+      inputs, or drawn here under seed S exactly as the reference draws
+      them) under torch.no_grad(), synchronize, write the outputs to P.
+      Reply adds "digest" of the inputs, "inputs_mutated" (bool),
+      "forbidden" (torch operations the fallback policy refused,
+      candidate role without allow_torch) and, with trace, "kernels":
+      [{"name", "calls", "total_us"}] of the GPU kernels run.
+  {"op": "time", "inputs": [P...] | "seeds": [S...], "warmup": W, "iters": N, "mode":
    "eager"|"compile"|"candidate", "compile_mode": M|null, "keep": [i...],
    "keep_prefix": P, "trace": bool}
       time the model (torch.compile'd for "compile") by one method for all
@@ -54,7 +61,8 @@ Requests (paths are files; tensor files are described in lib/tensor.h):
       counted). Outputs of timed calls listed in keep are written to
       keep_prefix + "<i>.ten". Reply adds "times_us" (timed calls),
       "median_us", "cv", "sets", "kept": [{"index", "set", "path"}],
-      "loop_s" and, with trace, "kernels" (over the timed calls only).
+      "loop_s", "digests" (one per input set) and, with trace, "kernels"
+      (over the timed calls only).
   {"op": "exit"}
       reply and exit 0.
 """
@@ -139,9 +147,29 @@ def _entry_bytes(name, value):
     return head, raw
 
 
+_STREAM_BYTES = 64 << 20
+_pinned = None
+
+
+def _write_streamed(f, t):
+    """Write a large device tensor's bytes through a pinned host buffer, a
+    chunk at a time: no host copy of the whole tensor (they reach gigabytes)."""
+    import torch
+    global _pinned
+    flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
+    if _pinned is None:
+        _pinned = torch.empty(_STREAM_BYTES, dtype=torch.uint8, pin_memory=True)
+    n = flat.numel()
+    for off in range(0, n, _STREAM_BYTES):
+        m = min(_STREAM_BYTES, n - off)
+        _pinned[:m].copy_(flat[off:off + m])
+        f.write(memoryview(_pinned[:m].numpy()))
+
+
 def write_tensors(path, value, flat=False):
     """Write value (nested tuples/lists/dicts of tensors and numbers) to path.
     With flat=True, value is a dict whose keys are stored as names as they are."""
+    import torch
     entries = list(value.items()) if flat else []
     if not flat:
         _flatten(value, "", entries)
@@ -149,10 +177,38 @@ def write_tensors(path, value, flat=False):
     with open(tmp, "wb") as f:
         f.write(MAGIC + struct.pack("<II", VERSION, len(entries)))
         for name, v in entries:
+            if (isinstance(v, torch.Tensor) and v.is_cuda and v.dtype in _dtypes()
+                    and v.numel() * v.element_size() > 2 * _STREAM_BYTES):
+                # Its header as _entry_bytes would write it, then the data streamed.
+                nb = name.encode("utf-8")
+                head = struct.pack("<I", len(nb)) + nb + struct.pack("<BBH", _dtypes()[v.dtype], 0, v.dim())
+                head += b"".join(struct.pack("<q", d) for d in v.shape)
+                head += struct.pack("<Q", v.numel() * v.element_size())
+                f.write(head)
+                _write_streamed(f, v)
+                continue
             head, raw = _entry_bytes(name, v)
             f.write(head)
             f.write(raw)
     os.replace(tmp, path)
+
+
+def digest(inputs):
+    """A short fingerprint of a list of inputs (dtypes, shapes, float64
+    sums), cheap on the device: two processes that drew the same inputs
+    give the same string."""
+    import torch
+    parts = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            try:
+                s = repr(float(x.detach().sum(dtype=torch.float64))) if x.numel() else "0"
+            except Exception:
+                s = "?"
+            parts.append("%s%s:%s" % (str(x.dtype).replace("torch.", ""), list(x.shape), s))
+        else:
+            parts.append(repr(x)[:100])
+    return ";".join(parts)
 
 
 def _read_entries(path):
@@ -399,6 +455,8 @@ class Worker:
             raise RuntimeError("no CUDA device is available to this process")
         self.dev = torch.device("cuda:0" if device == "cuda" else "cpu")
         self.module = None
+        self.task = None         # the module whose get_inputs() draws inputs
+        self.gen = None          # "device" or "host": where get_inputs() ran
         self.model = None
         self.compiled = None
         self.workspace = None
@@ -441,6 +499,44 @@ class Worker:
         spec.loader.exec_module(mod)
         return mod
 
+    def make_inputs(self, seed):
+        """Draw the task's inputs under seed. On a GPU, get_inputs() runs
+        with the device as the default device, so its tensors are made
+        there (gigabytes of input cost milliseconds, and every process that
+        asks with the same seed gets the same values); a get_inputs() that
+        cannot run that way runs on the host. Both roles follow the same
+        rule, so the reference and the candidate draw the same inputs each
+        in its own process; the parent compares their digests."""
+        t = self.torch
+        if self.task is None:
+            raise RuntimeError("no task loaded")
+        if self.device == "cuda" and self.gen != "host":
+            self.seed(seed)
+            try:
+                with t.device(self.dev):
+                    inputs = list(self.task.get_inputs())
+                self.gen = "device"
+                return self.to_device(inputs)
+            except Exception:
+                if self.gen == "device":
+                    raise
+                self.gen = "host"
+        self.seed(seed)
+        inputs = list(self.task.get_inputs())
+        self.gen = self.gen or "host"
+        return self.to_device(inputs)
+
+    def load_inputs(self, req, key, one):
+        """Inputs of a run or time request: from tensor files (key names
+        them) or drawn here from seeds."""
+        if req.get(key):
+            paths = [req[key]] if one else req[key]
+            sets = [self.to_device(read_tensors(p)) for p in paths]
+        else:
+            seeds = [req["seed"]] if one else req["seeds"]
+            sets = [self.make_inputs(int(s)) for s in seeds]
+        return sets
+
     def to_device(self, value):
         t = self.torch
         if isinstance(value, t.Tensor):
@@ -457,6 +553,8 @@ class Worker:
         with open(req["path"], "rb") as f:
             source = f.read()
         self.module = self._import(req["path"], "ca_task_%d" % (abs(hash(req["path"])) % 10 ** 8))
+        self.task = self.module
+        self.gen = None
         self.seed(int(req.get("seed", 0)))
         init = list(self.module.get_init_inputs())
         self.model = self.module.Model(*init).to(self.dev).eval()
@@ -467,13 +565,14 @@ class Worker:
                 "sha256": hashlib.sha256(source).hexdigest()}
 
     def op_inputs(self, req):
-        self.seed(int(req["seed"]))
-        inputs = list(self.module.get_inputs())
-        write_tensors(req["out"], inputs)
-        if not req.get("ref_out"):
-            return {}
-        # Run the reference on them at once: saves reading the file back.
-        return self._run(self.to_device(inputs), req["ref_out"], False)
+        inputs = self.make_inputs(int(req["seed"]))
+        reply = {"gen": self.gen, "digest": digest(inputs)}
+        if req.get("out"):
+            write_tensors(req["out"], inputs)
+        if req.get("ref_out"):
+            # Run the reference on them at once.
+            reply.update(self._run(inputs, req["ref_out"], False))
+        return reply
 
     def op_candidate(self, req):
         path = os.path.abspath(req["path"])
@@ -481,6 +580,10 @@ class Worker:
         self.allow_torch = bool(req.get("allow_torch"))
         if req.get("kernels_lib"):
             os.environ["CA_KERNELS_LIB"] = req["kernels_lib"]
+        if req.get("task"):
+            # The task's module, for its get_inputs() only: inputs are drawn here.
+            self.task = self._import(req["task"], "ca_task")
+            self.gen = None
         sys.path.insert(0, os.path.dirname(path))
         self.seed(int(req.get("seed", 0)))
         init = read_tensors(req["init"])
@@ -521,7 +624,11 @@ class Worker:
             return model(*inputs)
 
     def op_run(self, req):
-        return self._run(self.to_device(read_tensors(req["inputs"])), req["out"], req.get("trace"))
+        inputs = self.load_inputs(req, "inputs", True)[0]
+        d = digest(inputs)
+        reply = self._run(inputs, req["out"], req.get("trace"))
+        reply["digest"] = d
+        return reply
 
     def _run(self, inputs, out_path, trace):
         t = self.torch
@@ -566,7 +673,8 @@ class Worker:
                 cm = req.get("compile_mode")
                 self.compiled = t.compile(self.model, mode=None if cm in (None, "default") else cm)
             model = self.compiled
-        sets = [self.to_device(read_tensors(p)) for p in req["inputs"]]
+        sets = self.load_inputs(req, "inputs", False)
+        digests = [digest(x) for x in sets]
         work = [x.clone() if isinstance(x, t.Tensor) else x for x in sets[0]]
         warmup, iters = int(req.get("warmup", 3)), int(req.get("iters", 20))
         keep = set(int(i) for i in req.get("keep", []))
@@ -611,7 +719,7 @@ class Worker:
         mean = sum(times) / len(times)
         cv = (sum((x - mean) ** 2 for x in times) / len(times)) ** 0.5 / mean if mean > 0 else 0.0
         reply = {"times_us": [round(x, 3) for x in times], "median_us": median, "cv": cv,
-                 "sets": len(sets), "kept": kept, "loop_s": loop_s}
+                 "sets": len(sets), "kept": kept, "loop_s": loop_s, "digests": digests}
         if kernels is not None:
             reply["kernels"] = kernels[:50]
         return reply
