@@ -1,15 +1,24 @@
 #!/bin/sh
 # bench-eval: how fast ca evaluates candidates (run on a GPU machine;
-# `make bench-eval`). Each figure is measured in this one run:
-#   1. cold build of a one-kernel candidate (ca-build, empty cache), then a cache hit;
-#   2. verify + profile end to end, one candidate, task baselines already cached
-#      (KernelBench level 1 #1, 4096^2 fp32 matmul, a cuBLAS candidate), single-shot
-#      commands and a stream of 4 candidates (warm workers, spare candidate process);
-#   3. the same candidate through CUDA-Agent's path (torch.utils.cpp_extension.load,
-#      5 checks, 5 warm-up + 10 timed calls under torch.profiler), for the ratio;
-#   4. repeatability: three profiles of the same candidate, spread of the medians,
-#      and ca's candidate time beside the CUPTI sum of its kernels' durations.
+# `make bench-eval`). Every figure and every ratio is measured in this one run:
+#   1. builds: a one-kernel candidate (ca flavour) cold with ca-build, then a cache hit;
+#   2. verify + profile end to end of one candidate whose task baselines are
+#      cached, for a task of a few ms (4096^2 fp32 matmul through cuBLAS):
+#      `ca-profile --verify` (one run does both), `ca-verify | ca-profile`,
+#      and a stream of 4 candidates;
+#   3. CUDA-Agent's path beside ca's on the same ReLU kernel: CUDA-Agent's
+#      agent_workdir evaluated as its scripts do (torch.utils.cpp_extension.load
+#      of all kernels, 5 checks, 5 warm-up + 10 timed calls under torch.profiler
+#      for the candidate, eager and torch.compile; three processes, as
+#      compile.sh, verification and profiling are), against ca-profile --verify
+#      on the same kernel in ca's layout (cold build; cold and cached baselines)
+#      and in CUDA-Agent's layout (built by ca-build);
+#   4. repeatability: three profiles of the matmul candidate, the spread of
+#      their medians, and ca's candidate time beside the sum of the kernel
+#      durations CUPTI saw and, when ncu is there, Nsight Compute's.
 # Results: one JSON object per measurement on stdout and in $CA_BENCH_OUT/bench-eval.ndjson.
+# CA_BENCH_BUDGET (seconds, default 600) bounds the whole run: steps that
+# would not fit are skipped and say so.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 : "${CA_BIN:=$ROOT/bin}"
@@ -24,8 +33,18 @@ PY=${CA_PYTHON:-python3}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 export CA_CACHE=$WORK/cache
+BUDGET=${CA_BENCH_BUDGET:-600}
+START=$(date +%s)
 
 now() { date +%s.%N; }
+since() { awk "BEGIN{printf \"%.3f\", $(now) - $1}"; }
+left() { echo $((BUDGET - ($(date +%s) - START))); }
+# fits N: whether N more seconds fit in the budget (else a skip line).
+fits() {
+	[ "$(left)" -ge "$1" ] && return 0
+	emit "$(jq -nc --arg s "$2" '{bench: $s, skipped: "out of time (CA_BENCH_BUDGET)"}')"
+	return 1
+}
 emit() { echo "$1" | tee -a "$RESULTS"; }
 record() { # id task dir
 	jq -nc --arg id "$1" --rawfile code "$ADV/tasks/$2.py" --arg dir "$3" \
@@ -46,37 +65,91 @@ if [ -z "${CA_EVAL_OPTS+set}" ]; then
 		CA_EVAL_OPTS=--no-sandbox
 	fi
 fi
-emit "$(jq -nc --arg o "$CA_EVAL_OPTS" '{bench: "setup", sandboxed: ($o == "")}')"
+O=${CA_EVAL_OPTS:-}
+emit "$(jq -nc --arg o "$O" --arg g "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)" '{bench: "setup", gpu: $g, sandboxed: ($o == "")}')"
 
 # 1. Builds.
 cp -R "$ADV/honest/relu" "$WORK/relu"
-t0=$(now); ca-build --cache "$WORK/build-cold" "$WORK/relu" >"$WORK/b1.json"; t1=$(now)
-ca-build --cache "$WORK/build-cold" "$WORK/relu" >"$WORK/b2.json"; t2=$(now)
-emit "$(jq -c --arg w1 "$(awk "BEGIN{print $t1 - $t0}")" --arg w2 "$(awk "BEGIN{print $t2 - $t1}")" -s \
-	'{bench: "build", cold_s: .[0].seconds, cold_wall_s: ($w1 | tonumber), cached: .[1].cached, hit_s: .[1].seconds, hit_wall_s: ($w2 | tonumber)}' \
+t0=$(now); ca-build --cache "$WORK/build-cold" "$WORK/relu" >"$WORK/b1.json"; w1=$(since "$t0")
+t0=$(now); ca-build --cache "$WORK/build-cold" "$WORK/relu" >"$WORK/b2.json"; w2=$(since "$t0")
+emit "$(jq -c --arg w1 "$w1" --arg w2 "$w2" -s \
+	'{bench: "build, one-kernel candidate", cold_s: .[0].seconds, cold_wall_s: ($w1 | tonumber), cached: .[1].cached, hit_s: .[1].seconds, hit_wall_s: ($w2 | tonumber), target: "cold <= 2 s, hit <= 0.1 s"}' \
 	"$WORK/b1.json" "$WORK/b2.json")"
 
-# 2. Verify + profile of the matmul candidate; the first pass fills the baseline cache.
+# 2. Verify + profile of the matmul candidate; the first run fills the baseline cache.
 record matmul matmul "$ADV/honest/matmul" >"$WORK/mm.ndjson"
-t0=$(now); ca-verify ${CA_EVAL_OPTS:-} <"$WORK/mm.ndjson" | ca-profile ${CA_EVAL_OPTS:-} >"$WORK/first.ndjson"; t1=$(now)
-emit "$(jq -c --arg w "$(awk "BEGIN{print $t1 - $t0}")" '{bench: "verify+profile, baselines not cached", wall_s: ($w | tonumber), verify_ok: .verify.ok, profile_ok: .profile.ok, eager_us: .profile.eager_us, compile_us: .profile.compile_us, candidate_us: .profile.candidate_us}' "$WORK/first.ndjson")"
-t0=$(now); ca-verify ${CA_EVAL_OPTS:-} <"$WORK/mm.ndjson" | ca-profile ${CA_EVAL_OPTS:-} >"$WORK/second.ndjson"; t1=$(now)
-emit "$(jq -c --arg w "$(awk "BEGIN{print $t1 - $t0}")" '{bench: "verify+profile, baselines cached, single shot", wall_s: ($w | tonumber), baseline_cached: .profile.baseline_cached, verify_s: .verify.seconds, profile_s: .profile.seconds}' "$WORK/second.ndjson")"
-for i in 1 2 3 4; do cat "$WORK/mm.ndjson"; done >"$WORK/mm4.ndjson"
-t0=$(now); ca-verify ${CA_EVAL_OPTS:-} <"$WORK/mm4.ndjson" | ca-profile ${CA_EVAL_OPTS:-} >"$WORK/stream.ndjson"; t1=$(now)
-emit "$(jq -c -s --arg w "$(awk "BEGIN{print $t1 - $t0}")" '{bench: "verify+profile, stream of 4 candidates", wall_s: ($w | tonumber), per_candidate_s: (($w | tonumber) / 4), all_ok: (map(.verify.ok and .profile.ok) | all), verify_s: map(.verify.seconds), profile_s: map(.profile.seconds)}' "$WORK/stream.ndjson")"
+phases='(.profile.phases // {} | with_entries(.value |= (. * 100 | round / 100)))'
+if fits 60 "verify+profile, matmul"; then
+	t0=$(now); ca-profile --verify $O <"$WORK/mm.ndjson" >"$WORK/first.ndjson"; w=$(since "$t0")
+	emit "$(jq -c --arg w "$w" '{bench: "verify+profile, baselines not cached (ca-profile --verify)", wall_s: ($w | tonumber), verify_ok: .verify.ok, profile_ok: .profile.ok, eager_us: .profile.eager_us, compile_us: .profile.compile_us, candidate_us: .profile.candidate_us, error: (.profile.error // .verify.error)}' "$WORK/first.ndjson")"
+	for i in 1 2; do
+		t0=$(now); ca-profile --verify $O <"$WORK/mm.ndjson" >"$WORK/warm$i.ndjson"; w=$(since "$t0")
+		emit "$(jq -c --arg w "$w" "{bench: \"verify+profile, baselines cached, ca-profile --verify, single shot\", wall_s: (\$w | tonumber), ok: (.verify.ok and .profile.ok), baseline_cached: .profile.baseline_cached, phases_s: $phases, target: \"<= 5 s\"}" "$WORK/warm$i.ndjson")"
+	done
+	t0=$(now); ca-verify $O <"$WORK/mm.ndjson" | ca-profile $O >"$WORK/pipe.ndjson"; w=$(since "$t0")
+	emit "$(jq -c --arg w "$w" '{bench: "verify+profile, baselines cached, ca-verify | ca-profile, single shot", wall_s: ($w | tonumber), ok: (.verify.ok and .profile.ok), verify_s: .verify.seconds, profile_s: .profile.seconds}' "$WORK/pipe.ndjson")"
+fi
+if fits 40 "verify+profile, stream of 4"; then
+	for i in 1 2 3 4; do cat "$WORK/mm.ndjson"; done >"$WORK/mm4.ndjson"
+	t0=$(now); ca-profile --verify $O <"$WORK/mm4.ndjson" >"$WORK/stream.ndjson"; w=$(since "$t0")
+	emit "$(jq -c -s --arg w "$w" '{bench: "verify+profile, stream of 4 candidates (ca-profile --verify)", wall_s: ($w | tonumber), per_candidate_s: (($w | tonumber) / 4), all_ok: (map(.verify.ok and .profile.ok) | all), seconds: map(.profile.seconds)}' "$WORK/stream.ndjson")"
+fi
 
-# 4. Repeatability on the matmul candidate (baselines cached).
-for i in 1 2 3; do ca-profile ${CA_EVAL_OPTS:-} <"$WORK/mm.ndjson"; done >"$WORK/repeat.ndjson"
-emit "$(jq -c -s '{bench: "repeatability, 3 profiles", candidate_us: map(.profile.candidate_us), spread: ((map(.profile.candidate_us) | max) / (map(.profile.candidate_us) | min) - 1), cupti_kernel_us_per_call: map(((.profile.kernels // []) | map(.total_us) | add) / .profile.iterations), cv: map(.profile.cv)}' "$WORK/repeat.ndjson")"
-# 3. CUDA-Agent's path on the relu candidate (its binding wraps one x -> y launcher).
-t0=$(now)
-"$PY" "$ROOT/lib/py/ca_bench_cuda_agent.py" "$ADV/tasks/relu.py" "$ADV/honest/relu/kernels/relu.cu" relu_launch 3 "$WORK/ext" >"$WORK/cuda-agent.json" 2>"$OUTDIR/cuda-agent.err"
-t1=$(now)
-record relu relu "$ADV/honest/relu" >"$WORK/relu.ndjson"
-CA_CACHE=$WORK/cache-relu
-t2=$(now); CA_CACHE=$WORK/cache-relu ca-verify ${CA_EVAL_OPTS:-} <"$WORK/relu.ndjson" | CA_CACHE=$WORK/cache-relu ca-profile ${CA_EVAL_OPTS:-} >"$WORK/relu-ca.ndjson"; t3=$(now)
-emit "$(jq -c -s --arg wa "$(awk "BEGIN{print $t1 - $t0}")" --arg wc "$(awk "BEGIN{print $t3 - $t2}")" '{bench: "CUDA-Agent path vs ca, relu candidate, cold caches", cuda_agent: .[0], cuda_agent_wall_s: ($wa | tonumber), ca_wall_s: ($wc | tonumber), ratio: (($wa | tonumber) / ($wc | tonumber)), ca_verify_ok: .[1].verify.ok, ca_profile_ok: .[1].profile.ok}' "$WORK/cuda-agent.json" "$WORK/relu-ca.ndjson")"
+# 4. Repeatability on the matmul candidate (baselines cached): three profiles.
+if fits 30 "repeatability"; then
+	for i in 1 2 3; do ca-profile $O <"$WORK/warm1.ndjson"; done >"$WORK/repeat.ndjson"
+	emit "$(jq -c -s '{bench: "repeatability, 3 profiles of the matmul candidate", candidate_us: map(.profile.candidate_us), spread: ((map(.profile.candidate_us) | max) / (map(.profile.candidate_us) | min) - 1), cupti_kernel_us_per_call: map(((.profile.kernels // []) | map(.total_us) | add) / .profile.iterations), cv: map(.profile.cv), target: "spread <= 0.02"}' "$WORK/repeat.ndjson")"
+	NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
+	if [ -n "$NCU" ] && fits 40 "Nsight Compute"; then
+		cat >"$WORK/ncu.py" <<'EOS'
+import os, sys, torch
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+os.environ["CA_KERNELS_LIB"] = sys.argv[3]
+import importlib.util
+def imp(p, n):
+    s = importlib.util.spec_from_file_location(n, p); m = importlib.util.module_from_spec(s); s.loader.exec_module(m); return m
+task = imp(sys.argv[4], "task"); new = imp(os.path.join(sys.argv[2], "model_new.py"), "model_new")
+m = new.ModelNew(*task.get_init_inputs()).cuda()
+x = [t.cuda() for t in task.get_inputs()]  # drawn on the host: no kernels but the candidate's
+with torch.no_grad():
+    for _ in range(3):
+        m(*x)
+    torch.cuda.synchronize()
+EOS
+		lib=$(ca-build "$ADV/honest/matmul" | jq -r .library)
+		timeout 60 "$NCU" --csv --metrics gpu__time_duration.sum "$PY" "$WORK/ncu.py" "$ROOT/lib/py" "$ADV/honest/matmul" "$lib" "$ADV/tasks/matmul.py" >"$WORK/ncu.csv" 2>"$OUTDIR/ncu.err"
+		ncu_us=$(awk -F'","' '/gpu__time_duration.sum/ { v = $NF; gsub(/[",]/, "", v); unit = $(NF-1); t += (unit ~ /^ms/ ? v * 1000 : unit ~ /^ns/ ? v / 1000 : unit ~ /^s/ ? v * 1e6 : v); n++ } END { if (n) printf "%.3f", t / 3 }' "$WORK/ncu.csv")
+		emit "$(jq -nc --arg n "${ncu_us:-}" --slurpfile r "$WORK/repeat.ndjson" '{bench: "Nsight Compute vs ca, matmul candidate", ncu_kernel_us_per_call: (if $n == "" then null else ($n | tonumber) end), ca_candidate_us: ($r | map(.profile.candidate_us) | sort | .[1]), ratio: (if $n == "" then null else (($r | map(.profile.candidate_us) | sort | .[1]) / ($n | tonumber)) end)}')"
+	fi
+fi
 
-cp "$WORK"/*.ndjson "$OUTDIR"/ 2>/dev/null
+# 3. CUDA-Agent's path vs ca's on the same ReLU kernel (task relu_mid).
+if fits 120 "CUDA-Agent path vs ca"; then
+	CA_DIR=$ADV/flavours/cuda_agent
+	t0=$(now)
+	for phase in compile verify profile; do
+		"$PY" "$ROOT/lib/py/ca_bench_cuda_agent.py" $phase "$ADV/tasks/relu_mid.py" "$CA_DIR" "$WORK/ext" >>"$WORK/cuda-agent.json" 2>>"$OUTDIR/cuda-agent.err" || break
+	done
+	wa=$(since "$t0")
+	record relu relu_mid "$ADV/honest/relu" >"$WORK/relu.ndjson"
+	record relu-cuda-agent relu_mid "$CA_DIR" >"$WORK/relu-agent.ndjson"
+	# ca, everything cold: an empty build cache and no baselines.
+	t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify $O <"$WORK/relu.ndjson" >"$WORK/relu-cold.ndjson"; wc=$(since "$t0")
+	# ca, a new candidate of a task whose baselines are cached (the RL case): cold build.
+	rm -rf "$WORK/cache-relu/build"
+	t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify $O <"$WORK/relu.ndjson" >"$WORK/relu-warm.ndjson"; ww=$(since "$t0")
+	# ca on CUDA-Agent's own layout (a torch extension built by ca-build), baselines cached.
+	t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify $O <"$WORK/relu-agent.ndjson" >"$WORK/relu-agent-ca.ndjson"; wg=$(since "$t0")
+	emit "$(jq -nc --arg wa "$wa" --arg wc "$wc" --arg ww "$ww" --arg wg "$wg" --slurpfile a "$WORK/cuda-agent.json" \
+		--slurpfile c "$WORK/relu-cold.ndjson" --slurpfile w "$WORK/relu-warm.ndjson" --slurpfile g "$WORK/relu-agent-ca.ndjson" \
+		'def ok(r): r | map(.verify.ok and .profile.ok) | all;
+		{bench: "CUDA-Agent path vs ca, ReLU 2048x2048, one candidate end to end",
+		cuda_agent: $a, cuda_agent_ok: ($a | length == 3), cuda_agent_wall_s: ($wa | tonumber),
+		ca_all_cold_wall_s: ($wc | tonumber), ca_cached_baselines_wall_s: ($ww | tonumber), ca_cuda_agent_layout_wall_s: ($wg | tonumber),
+		ratio_all_cold: (($wa | tonumber) / ($wc | tonumber)), ratio_cached_baselines: (($wa | tonumber) / ($ww | tonumber)),
+		ratio_same_layout: (($wa | tonumber) / ($wg | tonumber)), target: "ratio >= 10",
+		ca_ok: [ok($c), ok($w), ok($g)]}')"
+fi
+
+cp "$WORK"/*.ndjson "$WORK"/*.json "$OUTDIR"/ 2>/dev/null
 exit 0

@@ -1,78 +1,119 @@
 """ca_bench_cuda_agent: the comparison path of bench/bench-eval.sh.
 
 Reimplements, from its published description, how CUDA-Agent's workspace
-scripts evaluate one candidate, so ca's figures can be put beside it:
-compile every kernel as a torch extension with torch.utils.cpp_extension.load,
-run 5 correctness checks against the reference in the same process, then 5
-warm-up and 10 timed calls under torch.profiler. Prints one JSON object
-with the seconds each phase took.
+scripts evaluate one candidate in its agent_workdir layout (binding.cpp,
+binding_registry.h, kernels/*.cu, kernels/*_binding.cpp, model.py,
+model_new.py), so ca's figures can be put beside it. Each phase is its own
+Python process, as compile.sh, the verification script and the profiling
+script are:
 
-    python3 ca_bench_cuda_agent.py TASK.py KERNEL.cu LAUNCHER NARGS BUILD_DIR
+    python3 ca_bench_cuda_agent.py compile TASK.py WORKDIR BUILD_DIR
+        torch.utils.cpp_extension.load of binding.cpp and every kernel
+        source as the extension cuda_extension (a fresh build directory
+        per candidate, as each agent workspace has its own).
+    python3 ca_bench_cuda_agent.py verify TASK.py WORKDIR BUILD_DIR
+        load the extension (up to date: no rebuild), import ModelNew, copy
+        the reference's weights, 5 checks with fresh inputs against Model
+        in the same process (torch.allclose, atol = rtol = 1e-2).
+    python3 ca_bench_cuda_agent.py profile TASK.py WORKDIR BUILD_DIR
+        5 warm-up and 10 timed calls under torch.profiler for ModelNew,
+        eager Model and torch.compile(Model); device time per call.
 
-The kernel file's extern "C" launcher (as in ca's own workspaces) is wrapped
-in a pybind11 binding that allocates the output like the first input.
+Each prints one JSON object: the phase, its seconds inside Python (start-up
+excluded) and what it measured.
 """
+import glob
 import importlib.util
 import json
 import os
 import sys
 import time
 
-import torch
-from torch.utils.cpp_extension import load
+T_START = time.time()
 
-BINDING = r"""
-#include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
-extern "C" int %(launcher)s(const float *x, float *y, long long n, cudaStream_t s);
-torch::Tensor forward(torch::Tensor x) {
-    auto y = torch::empty_like(x);
-    int rc = %(launcher)s(x.data_ptr<float>(), y.data_ptr<float>(), x.numel(), at::cuda::getCurrentCUDAStream());
-    TORCH_CHECK(rc == 0, "launcher failed");
-    return y;
-}
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("forward", &forward); }
-"""
+import torch  # noqa: E402
+from torch.utils.cpp_extension import load  # noqa: E402
 
 
-def main():
-    task, kernel, launcher, build = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[5]
-    os.makedirs(build, exist_ok=True)
-    binding = os.path.join(build, "binding.cpp")
-    with open(binding, "w") as f:
-        f.write(BINDING % {"launcher": launcher})
-    t0 = time.time()
-    ext = load(name="ca_bench_ext", sources=[binding, kernel], build_directory=build,
-               extra_cuda_cflags=["-O3"], verbose=False)
-    t1 = time.time()
-    spec = importlib.util.spec_from_file_location("task", task)
+def build(workdir, build_dir):
+    sources = [os.path.join(workdir, "binding.cpp")]
+    sources += sorted(glob.glob(os.path.join(workdir, "kernels", "*.cu")))
+    sources += sorted(glob.glob(os.path.join(workdir, "kernels", "*.cpp")))
+    os.makedirs(build_dir, exist_ok=True)
+    ext = load(name="cuda_extension", sources=sources, build_directory=build_dir,
+               extra_include_paths=[workdir], extra_cflags=["-O3"], extra_cuda_cflags=["-O3"],
+               verbose=False)
+    sys.modules["cuda_extension"] = ext
+    return ext
+
+
+def import_file(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
     spec.loader.exec_module(mod)
-    model = mod.Model(*mod.get_init_inputs()).cuda().eval()
+    return mod
+
+
+def models(task_path, workdir):
+    task = import_file(task_path, "model")
+    sys.path.insert(0, workdir)
+    new = import_file(os.path.join(workdir, "model_new.py"), "model_new")
+    init = task.get_init_inputs()
+    torch.manual_seed(0)
+    ref = task.Model(*init).cuda().eval()
+    cand = new.ModelNew(*init).cuda().eval()
+    cand.load_state_dict(ref.state_dict())
+    return task, ref, cand
+
+
+def device_us_per_call(fn, inputs, warmup=5, iters=10):
     with torch.no_grad():
-        for k in range(5):
-            torch.manual_seed(k)
-            inputs = [x.cuda() for x in mod.get_inputs()]
-            ref = model(*inputs)
-            out = ext.forward(*inputs)
-            torch.cuda.synchronize()
-            if not torch.allclose(ref, out, atol=1e-2, rtol=1e-2):
-                raise SystemExit("check %d failed" % k)
-    t2 = time.time()
-    with torch.no_grad():
-        for _ in range(5):
-            ext.forward(*inputs)
+        for _ in range(warmup):
+            fn(*inputs)
         torch.cuda.synchronize()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                                 torch.profiler.ProfilerActivity.CUDA]) as prof:
-            for _ in range(10):
-                ext.forward(*inputs)
+            for _ in range(iters):
+                fn(*inputs)
                 torch.cuda.synchronize()
-        kernel_us = sum(e.self_device_time_total for e in prof.key_averages()
-                        if getattr(e, "self_device_time_total", 0) > 0) / 10.0
-    t3 = time.time()
-    print(json.dumps({"build_s": t1 - t0, "verify_s": t2 - t1, "profile_s": t3 - t2,
-                      "total_s": t3 - t0, "kernel_us_per_call": kernel_us}))
+    total = 0.0
+    for e in prof.key_averages():
+        for attr in ("self_device_time_total", "self_cuda_time_total"):
+            v = getattr(e, attr, 0) or 0
+            if v > 0:
+                total += v
+                break
+    return total / iters
+
+
+def main():
+    phase, task_path, workdir, build_dir = sys.argv[1:5]
+    t0 = time.time()
+    out = {"phase": phase, "import_s": t0 - T_START}
+    build(workdir, build_dir)
+    out["load_s"] = time.time() - t0
+    if phase == "verify":
+        task, ref, cand = models(task_path, workdir)
+        with torch.no_grad():
+            for k in range(5):
+                torch.manual_seed(k)
+                inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in task.get_inputs()]
+                want = ref(*inputs)
+                got = cand(*inputs)
+                torch.cuda.synchronize()
+                if not torch.allclose(want, got, atol=1e-2, rtol=1e-2):
+                    raise SystemExit("check %d failed" % k)
+        out["checks"] = 5
+    elif phase == "profile":
+        task, ref, cand = models(task_path, workdir)
+        torch.manual_seed(0)
+        inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in task.get_inputs()]
+        out["candidate_us"] = device_us_per_call(cand, inputs)
+        out["eager_us"] = device_us_per_call(ref, inputs)
+        out["compile_us"] = device_us_per_call(torch.compile(ref), inputs)
+    out["seconds"] = time.time() - t0
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":
