@@ -792,19 +792,33 @@ def short(e):
     return (s[0] if s else "")[:300]
 
 
-def warm_up(torch):
-    """Pay torch.compile's first-use cost (inductor, triton, cuBLAS) before the hello."""
+def warm_up(torch, dev="cuda", limit_s=90):
+    """Pay torch.compile's first-use cost (inductor, triton, cuBLAS) before the hello.
+    Bounded: a warm-up that hangs is abandoned after limit_s seconds."""
+    import signal
+
+    class Late(Exception):
+        pass
+
+    def late(signum, frame):
+        raise Late()
     t0 = time.time()
+    old = signal.signal(signal.SIGALRM, late)
+    signal.alarm(limit_s)
     try:
         with torch.no_grad():
-            x = torch.randn(256, 256, device="cuda")
+            x = torch.randn(256, 256, device=dev)
             (x @ x).sum().item()
             f = torch.compile(lambda a: torch.relu(a) * 2 + 1)
             f(x)
-            torch.cuda.synchronize()
+            if dev == "cuda":
+                torch.cuda.synchronize()
         torch._dynamo.reset()
     except Exception:  # noqa: BLE001 - a failed warm-up only costs the first task the time
         pass
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
     return round(time.time() - t0, 3)
 
 
