@@ -12,12 +12,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
 #include "err.h"
-#include "json.h"
-#include "ndjson.h"
 #include "opt.h"
 #include "ppo.h"
 #include "rl.h"
@@ -25,32 +21,26 @@
 
 static const char usage_text[] =
 	"usage: ca-ppo-step [-h] [--advantages FIELD] [--agg MODE] [--beta1 X] [--beta2 X]\n"
-	"                   [--clip-high X] [--clip-low X] [--dual-clip C] [--entropy-coef X]\n"
-	"                   [--epochs N] [--eps X] [--kl-coef X] [--kl-type TYPE] [--lr X]\n"
+	"                   [--clip-high X] [--clip-low X] [--device cpu|cuda] [--dual-clip C]\n"
+	"                   [--entropy-coef X] [--epochs N] [--eps X] [--kl-coef X] [--kl-type TYPE] [--lr X]\n"
 	"                   [--max-grad-norm X] [--mini-batches N] [--weight-decay X] [--whiten]\n"
 	"                   -m DIR [-o DIR] [file ...]\n";
 
 struct config {
 	struct ca_train_opts train;
 	struct ca_ppo_clip clip;
-	int agg, kl_type, whiten;
+	int kl_type, whiten;
 	double entropy_coef, kl_coef;
 	const char *advantages;
 };
 
 /* Sums over the updates of one call, averaged into the stats record. */
 struct totals {
+	const struct config *cfg;
 	double loss, pg_loss, clipfrac, upper, lower, dualclip, approx_kl, entropy, kl, grad_norm;
 	double ratio_min, ratio_max;
 	int updates;
 };
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* verl's masked_whiten over every policy token of the batch. */
 static void whiten(struct ca_train_data *d)
@@ -68,19 +58,17 @@ static void whiten(struct ca_train_data *d)
 	}
 }
 
-static void update(struct ca_model *m, const struct config *cfg, struct ca_train_pack *p,
-	struct totals *t)
+static void update(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx)
 {
+	struct totals *t = ctx;
+	const struct config *cfg = t->cfg;
 	size_t T = (size_t)p->T;
-	char why[CA_MODEL_WHY];
 	float *logp_e = p->engine[0], *ent_e = p->engine[1], *grad_e = p->engine[2];
 	double *logp = p->record[0], *ent = p->record[1], *x = p->record[2];
-	ca_model_zero_grad(m);
-	if (ca_model_forward(m, &p->batch, p->targets, logp_e, ent_e, NULL, 1, why) < 0)
-		ca_err_die(CA_EXIT_DATA, "%s", why);
+	ca_train_engine_forward(e, p, logp_e, ent_e, NULL);
 	ca_train_to_record(p, logp_e, logp);
 	ca_train_to_record(p, ent_e, ent);
-	ca_ppo_agg_weights(cfg->agg, (size_t)p->nseq, p->start, p->mask, p->weights);
+	ca_ppo_agg_weights(cfg->train.agg, (size_t)p->nseq, p->start, p->mask, p->weights);
 	struct ca_ppo_policy_stats st;
 	double pg = ca_ppo_policy_loss(T, logp, p->field[CA_TRAIN_LOGPROBS], p->field[CA_TRAIN_ADVANTAGES],
 		p->mask, p->weights, &cfg->clip, p->grad, &st);
@@ -103,8 +91,8 @@ static void update(struct ca_model *m, const struct config *cfg, struct ca_train
 		dent = ent_e;  /* the entropies are no longer needed */
 		ca_train_to_engine(p, x, dent);
 	}
-	ca_model_backward(m, grad_e, dent, NULL);
-	double norm = ca_model_adamw_step(m, &cfg->train.adamw);
+	ca_train_engine_backward(e, grad_e, dent, NULL);
+	double norm = ca_train_engine_adamw(e, &cfg->train.adamw);
 	t->loss += loss;
 	t->pg_loss += pg;
 	t->clipfrac += st.clipfrac;
@@ -124,18 +112,12 @@ static void update(struct ca_model *m, const struct config *cfg, struct ca_train
 	t->updates++;
 }
 
-static jv mean_or_null(double sum, int n)
-{
-	return n ? ca_json_num_or_null(sum / n) : jv_null();
-}
-
 int main(int argc, char **argv)
 {
-	enum { OPT_ADV = 1, OPT_AGG, OPT_CLIP_HIGH, OPT_CLIP_LOW, OPT_DUAL, OPT_ENT, OPT_KL, OPT_KL_TYPE,
+	enum { OPT_ADV = 1, OPT_CLIP_HIGH, OPT_CLIP_LOW, OPT_DUAL, OPT_ENT, OPT_KL, OPT_KL_TYPE,
 		OPT_WHITEN };
 	static const struct option longopts[] = {
 		{"advantages", required_argument, NULL, OPT_ADV},
-		{"agg", required_argument, NULL, OPT_AGG},
 		{"clip-high", required_argument, NULL, OPT_CLIP_HIGH},
 		{"clip-low", required_argument, NULL, OPT_CLIP_LOW},
 		{"dual-clip", required_argument, NULL, OPT_DUAL},
@@ -143,18 +125,15 @@ int main(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{"kl-coef", required_argument, NULL, OPT_KL},
 		{"kl-type", required_argument, NULL, OPT_KL_TYPE},
-		{"model", required_argument, NULL, 'm'},
-		{"output", required_argument, NULL, 'o'},
 		{"whiten", no_argument, NULL, OPT_WHITEN},
 		CA_TRAIN_LONGOPTS,
 		{NULL, 0, NULL, 0},
 	};
 	struct config cfg = {
 		.clip = {.low = 0.2, .high = 0.28, .dual = INFINITY},
-		.agg = CA_PPO_TOKEN_MEAN, .kl_type = CA_PPO_KL_LOW_VAR, .advantages = "advantages",
+		.kl_type = CA_PPO_KL_LOW_VAR, .advantages = "advantages",
 	};
 	ca_train_opts_default(&cfg.train, 3e-6);
-	const char *in = NULL, *out = NULL;
 	int c;
 	ca_err_init(argv[0]);
 	while ((c = getopt_long(argc, argv, "hm:o:", longopts, NULL)) != -1) {
@@ -162,12 +141,6 @@ int main(int argc, char **argv)
 			continue;
 		switch (c) {
 		case OPT_ADV: cfg.advantages = optarg; break;
-		case OPT_AGG:
-			if ((cfg.agg = ca_ppo_agg_parse(optarg)) < 0) {
-				ca_err_warn("--agg: unknown mode '%s' (token-mean, seq-mean-token-mean, seq-mean-token-sum)", optarg);
-				ca_opt_bad_usage();
-			}
-			break;
 		case OPT_CLIP_HIGH: cfg.clip.high = ca_opt_double("--clip-high", optarg, 0, 1e9); break;
 		case OPT_CLIP_LOW: cfg.clip.low = ca_opt_double("--clip-low", optarg, 0, 1); break;
 		case OPT_DUAL: cfg.clip.dual = ca_opt_double("--dual-clip", optarg, 1.000001, 1e9); break;
@@ -181,20 +154,12 @@ int main(int argc, char **argv)
 			break;
 		case OPT_WHITEN: cfg.whiten = 1; break;
 		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
-		case 'm': in = optarg; break;
-		case 'o': out = optarg; break;
 		default: fputs(usage_text, stderr); ca_opt_bad_usage();
 		}
 	}
-	if (!in) {
-		ca_err_warn("-m DIR is required");
-		fputs(usage_text, stderr);
-		ca_opt_bad_usage();
-	}
-	if (!out)
-		out = in;
-	double t0 = now();
-	struct ca_model *m = ca_train_load(in, 0);
+	ca_train_opts_check(&cfg.train, usage_text);
+	double t0 = ca_train_now();
+	struct ca_model *m = ca_train_load(cfg.train.model, 0);
 	const char *names[CA_TRAIN_NFIELDS] = {
 		[CA_TRAIN_LOGPROBS] = "logprobs",
 		[CA_TRAIN_ADVANTAGES] = cfg.advantages,
@@ -204,44 +169,25 @@ int main(int argc, char **argv)
 	ca_train_read(argc - optind, argv + optind, names, &m->cfg, &d);
 	if (cfg.whiten)
 		whiten(&d);
-	struct totals t = {.ratio_min = INFINITY, .ratio_max = -INFINITY};
-	int nmb = cfg.train.mini_batches < d.nseq ? cfg.train.mini_batches : d.nseq;
-	double update_seconds = 0;
-	for (int e = 0; e < cfg.train.epochs; e++) {
-		for (int k = 0; k < nmb; k++) {
-			int first, count;
-			ca_train_split(d.nseq, nmb, k, &first, &count);
-			struct ca_train_pack p;
-			ca_train_pack(&p, &d, first, count);
-			double u0 = now();
-			update(m, &cfg, &p, &t);
-			update_seconds += now() - u0;
-			ca_train_pack_free(&p);
-		}
-	}
-	ca_train_save(m, out);
+	struct ca_train_engine e;
+	ca_train_engine_open(&e, m, cfg.train.device);
+	struct totals t = {.cfg = &cfg, .ratio_min = INFINITY, .ratio_max = -INFINITY};
+	double update_seconds = ca_train_epochs(&e, &d, &cfg.train, update, &t);
+	ca_train_engine_close(&e);
 	jv r = ca_train_stats_begin("ca-ppo-step", m, &d, &cfg.train);
 	r = jv_object_set(r, jv_string("updates"), jv_number(t.updates));
-	r = jv_object_set(r, jv_string("loss"), mean_or_null(t.loss, t.updates));
-	r = jv_object_set(r, jv_string("pg_loss"), mean_or_null(t.pg_loss, t.updates));
-	r = jv_object_set(r, jv_string("clipfrac"), mean_or_null(t.clipfrac, t.updates));
-	r = jv_object_set(r, jv_string("clipfrac_upper"), mean_or_null(t.upper, t.updates));
-	r = jv_object_set(r, jv_string("clipfrac_lower"), mean_or_null(t.lower, t.updates));
-	r = jv_object_set(r, jv_string("dualclip_frac"), mean_or_null(t.dualclip, t.updates));
-	r = jv_object_set(r, jv_string("approx_kl"), mean_or_null(t.approx_kl, t.updates));
-	r = jv_object_set(r, jv_string("entropy"), mean_or_null(t.entropy, t.updates));
+	r = jv_object_set(r, jv_string("loss"), ca_train_mean(t.loss, t.updates));
+	r = jv_object_set(r, jv_string("pg_loss"), ca_train_mean(t.pg_loss, t.updates));
+	r = jv_object_set(r, jv_string("clipfrac"), ca_train_mean(t.clipfrac, t.updates));
+	r = jv_object_set(r, jv_string("clipfrac_upper"), ca_train_mean(t.upper, t.updates));
+	r = jv_object_set(r, jv_string("clipfrac_lower"), ca_train_mean(t.lower, t.updates));
+	r = jv_object_set(r, jv_string("dualclip_frac"), ca_train_mean(t.dualclip, t.updates));
+	r = jv_object_set(r, jv_string("approx_kl"), ca_train_mean(t.approx_kl, t.updates));
+	r = jv_object_set(r, jv_string("entropy"), ca_train_mean(t.entropy, t.updates));
 	if (cfg.kl_coef != 0)
-		r = jv_object_set(r, jv_string("kl"), mean_or_null(t.kl, t.updates));
-	r = jv_object_set(r, jv_string("grad_norm"), mean_or_null(t.grad_norm, t.updates));
+		r = jv_object_set(r, jv_string("kl"), ca_train_mean(t.kl, t.updates));
+	r = jv_object_set(r, jv_string("grad_norm"), ca_train_mean(t.grad_norm, t.updates));
 	r = jv_object_set(r, jv_string("ratio_min"), isfinite(t.ratio_min) ? jv_number(t.ratio_min) : jv_null());
 	r = jv_object_set(r, jv_string("ratio_max"), isfinite(t.ratio_max) ? jv_number(t.ratio_max) : jv_null());
-	r = jv_object_set(r, jv_string("agg"), jv_string(ca_ppo_agg_name(cfg.agg)));
-	r = jv_object_set(r, jv_string("update_seconds"), jv_number(update_seconds));
-	r = jv_object_set(r, jv_string("seconds"), jv_number(now() - t0));
-	int status = d.status;
-	if (ca_ndjson_write(r) != 0)
-		status = CA_EXIT_SYSTEM;
-	ca_train_data_free(&d);
-	ca_model_free(m);
-	return ca_err_finish(status);
+	return ca_train_finish(&e, &cfg.train, &d, r, update_seconds, t0);
 }

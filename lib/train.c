@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "err.h"
@@ -15,6 +16,7 @@
 #include "ndjson.h"
 #include "opt.h"
 #include "paths.h"
+#include "ppo.h"
 #include "train.h"
 
 /*
@@ -484,19 +486,25 @@ void ca_train_save(struct ca_model *m, const char *dir)
 void ca_train_opts_default(struct ca_train_opts *o, double lr)
 {
 	/* verl's actor and critic optimizer defaults; lr is the paper's per stage. */
-	o->adamw = (struct ca_adamw){
-		.lr = lr, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01,
-		.max_grad_norm = 1.0,
+	*o = (struct ca_train_opts){
+		.adamw = {.lr = lr, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01,
+			.max_grad_norm = 1.0},
+		.mini_batches = 1, .epochs = 1, .agg = CA_PPO_TOKEN_MEAN, .device = CA_DEVICE_CPU,
 	};
-	o->mini_batches = 1;
-	o->epochs = 1;
 }
 
 int ca_train_opt(struct ca_train_opts *o, int id, const char *arg)
 {
 	switch (id) {
+	case CA_TRAIN_OPT_AGG:
+		if ((o->agg = ca_ppo_agg_parse(arg)) < 0) {
+			ca_err_warn("--agg: unknown mode '%s' (token-mean, seq-mean-token-mean, seq-mean-token-sum)", arg);
+			ca_opt_bad_usage();
+		}
+		return 1;
 	case CA_TRAIN_OPT_BETA1: o->adamw.beta1 = ca_opt_double("--beta1", arg, 0, 0.999999); return 1;
 	case CA_TRAIN_OPT_BETA2: o->adamw.beta2 = ca_opt_double("--beta2", arg, 0, 0.999999999); return 1;
+	case CA_TRAIN_OPT_DEVICE: o->device = (int)ca_device_parse("--device", arg); return 1;
 	case CA_TRAIN_OPT_EPOCHS: o->epochs = (int)ca_opt_long("--epochs", arg, 1, 1000); return 1;
 	case CA_TRAIN_OPT_EPS: o->adamw.eps = ca_opt_double("--eps", arg, 1e-30, 1); return 1;
 	case CA_TRAIN_OPT_LR: o->adamw.lr = ca_opt_double("--lr", arg, 0, 10); return 1;
@@ -509,8 +517,139 @@ int ca_train_opt(struct ca_train_opts *o, int id, const char *arg)
 	case CA_TRAIN_OPT_WEIGHT_DECAY:
 		o->adamw.weight_decay = ca_opt_double("--weight-decay", arg, 0, 1);
 		return 1;
+	case 'm': o->model = arg; return 1;
+	case 'o': o->output = arg; return 1;
 	}
 	return 0;
+}
+
+void ca_train_opts_check(struct ca_train_opts *o, const char *usage)
+{
+	if (!o->model) {
+		ca_err_warn("-m DIR is required");
+		fputs(usage, stderr);
+		ca_opt_bad_usage();
+	}
+	if (!o->output)
+		o->output = o->model;
+}
+
+double ca_train_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+jv ca_train_mean(double sum, double n)
+{
+	return n > 0 ? ca_json_num_or_null(sum / n) : jv_null();
+}
+
+/*
+ * The engine. The CUDA backend is a shared object opened at run time
+ * (lib/device), so this file and the commands build without CUDA.
+ */
+void ca_train_engine_open(struct ca_train_engine *e, struct ca_model *m, int device)
+{
+	char why[CA_MODEL_WHY];
+	*e = (struct ca_train_engine){.m = m, .device = device};
+	if (device != CA_DEVICE_CUDA)
+		return;
+	const struct ca_cuda_api *api = ca_device_cuda(why);
+	if (!api)
+		ca_err_die(CA_EXIT_SYSTEM, "--device cuda: %s", why);
+	if (!api->model_upload || !api->model_free || !api->model_forward_train || !api->model_backward ||
+	    !api->model_zero_grad || !api->model_adamw_step || !api->model_download)
+		ca_err_die(CA_EXIT_SYSTEM, "--device cuda: %s lacks the training entry points (rebuild: make model-cuda)",
+			api->path);
+	e->api = api;
+	if (!(e->gpu = api->model_upload(m, why)))
+		ca_err_die(CA_EXIT_SYSTEM, "--device cuda: %s", why);
+}
+
+void ca_train_engine_forward(struct ca_train_engine *e, const struct ca_train_pack *p, float *logprobs,
+	float *entropy, float *values)
+{
+	char why[CA_MODEL_WHY];
+	if (e->gpu) {
+		if (e->api->model_zero_grad(e->gpu, why) < 0 ||
+		    e->api->model_forward_train(e->gpu, &p->batch, p->targets, logprobs, entropy, values, why) < 0)
+			ca_err_die(CA_EXIT_SYSTEM, "--device cuda: %s", why);
+		return;
+	}
+	ca_model_zero_grad(e->m);
+	if (ca_model_forward(e->m, &p->batch, p->targets, logprobs, entropy, values, 1, why) < 0)
+		ca_err_die(CA_EXIT_DATA, "%s", why);
+}
+
+void ca_train_engine_backward(struct ca_train_engine *e, const float *dlogp, const float *dentropy,
+	const float *dvalue)
+{
+	char why[CA_MODEL_WHY];
+	if (!e->gpu) {
+		ca_model_backward(e->m, dlogp, dentropy, dvalue);
+		return;
+	}
+	if (e->api->model_backward(e->gpu, dlogp, dentropy, dvalue, why) < 0)
+		ca_err_die(CA_EXIT_SYSTEM, "--device cuda: %s", why);
+}
+
+double ca_train_engine_adamw(struct ca_train_engine *e, const struct ca_adamw *opt)
+{
+	char why[CA_MODEL_WHY];
+	if (!e->gpu)
+		return ca_model_adamw_step(e->m, opt);
+	double norm = 0;
+	if (e->api->model_adamw_step(e->gpu, opt, &norm, why) < 0)
+		ca_err_die(CA_EXIT_SYSTEM, "--device cuda: %s", why);
+	return norm;
+}
+
+void ca_train_engine_close(struct ca_train_engine *e)
+{
+	char why[CA_MODEL_WHY];
+	if (!e->gpu)
+		return;
+	if (e->api->model_download(e->gpu, e->m, 0, why) < 0)
+		ca_err_die(CA_EXIT_SYSTEM, "--device cuda: %s", why);
+	e->api->model_free(e->gpu);
+	e->gpu = NULL;
+}
+
+double ca_train_epochs(struct ca_train_engine *e, const struct ca_train_data *d, const struct ca_train_opts *o,
+	ca_train_update_fn update, void *ctx)
+{
+	int nmb = o->mini_batches < d->nseq ? o->mini_batches : d->nseq;
+	double seconds = 0;
+	for (int epoch = 0; epoch < o->epochs; epoch++)
+		for (int k = 0; k < nmb; k++) {
+			int first, count;
+			ca_train_split(d->nseq, nmb, k, &first, &count);
+			struct ca_train_pack p;
+			ca_train_pack(&p, d, first, count);
+			double u0 = ca_train_now();
+			update(e, &p, ctx);
+			seconds += ca_train_now() - u0;
+			ca_train_pack_free(&p);
+		}
+	return seconds;
+}
+
+int ca_train_finish(struct ca_train_engine *e, const struct ca_train_opts *o, struct ca_train_data *d, jv r,
+	double update_seconds, double t0)
+{
+	ca_train_engine_close(e);
+	ca_train_save(e->m, o->output);
+	r = jv_object_set(r, jv_string("agg"), jv_string(ca_ppo_agg_name(o->agg)));
+	r = jv_object_set(r, jv_string("update_seconds"), jv_number(update_seconds));
+	r = jv_object_set(r, jv_string("seconds"), jv_number(ca_train_now() - t0));
+	int status = d->status;
+	if (ca_ndjson_write(r) != 0)
+		status = CA_EXIT_SYSTEM;
+	ca_train_data_free(d);
+	ca_model_free(e->m);
+	return ca_err_finish(status);
 }
 
 jv ca_train_stats_begin(const char *command, const struct ca_model *m, const struct ca_train_data *d,

@@ -21,6 +21,7 @@
 
 #include <jv.h>
 
+#include "device.h"
 #include "model.h"
 
 /* The per-token number fields a command may need. */
@@ -102,31 +103,83 @@ struct ca_model *ca_train_load(const char *dir, int critic);
  */
 void ca_train_save(struct ca_model *m, const char *dir);
 
-/* The AdamW options every step command takes, with verl's defaults. */
+/*
+ * The options every step command takes, with verl's defaults: AdamW,
+ * mini-batches and epochs, --agg (a CA_PPO_* aggregation), --device
+ * (cpu, or cuda through lib/device), -m DIR and -o DIR.
+ */
 struct ca_train_opts {
 	struct ca_adamw adamw;
 	int mini_batches, epochs;
+	int agg;
+	int device;               /* enum ca_device */
+	const char *model, *output;
 };
 void ca_train_opts_default(struct ca_train_opts *o, double lr);
-/* Handle one of the shared long options (ids from CA_TRAIN_OPT_*); 1 if it was one. */
+/* Handle one of the shared options (ids from CA_TRAIN_OPT_*, 'm', 'o'); 1 if it was one. */
 int ca_train_opt(struct ca_train_opts *o, int id, const char *arg);
+/* After getopt: -m is required (else usage to stderr and exit 2); -o defaults to -m. */
+void ca_train_opts_check(struct ca_train_opts *o, const char *usage);
 enum {
-	CA_TRAIN_OPT_BETA1 = 1000, CA_TRAIN_OPT_BETA2, CA_TRAIN_OPT_EPOCHS, CA_TRAIN_OPT_EPS,
-	CA_TRAIN_OPT_LR, CA_TRAIN_OPT_MAX_GRAD_NORM, CA_TRAIN_OPT_MINI_BATCHES,
+	CA_TRAIN_OPT_AGG = 1000, CA_TRAIN_OPT_BETA1, CA_TRAIN_OPT_BETA2, CA_TRAIN_OPT_DEVICE, CA_TRAIN_OPT_EPOCHS,
+	CA_TRAIN_OPT_EPS, CA_TRAIN_OPT_LR, CA_TRAIN_OPT_MAX_GRAD_NORM, CA_TRAIN_OPT_MINI_BATCHES,
 	CA_TRAIN_OPT_WEIGHT_DECAY,
 };
 #define CA_TRAIN_LONGOPTS \
+	{"agg", required_argument, NULL, CA_TRAIN_OPT_AGG}, \
 	{"beta1", required_argument, NULL, CA_TRAIN_OPT_BETA1}, \
 	{"beta2", required_argument, NULL, CA_TRAIN_OPT_BETA2}, \
+	{"device", required_argument, NULL, CA_TRAIN_OPT_DEVICE}, \
 	{"epochs", required_argument, NULL, CA_TRAIN_OPT_EPOCHS}, \
 	{"eps", required_argument, NULL, CA_TRAIN_OPT_EPS}, \
 	{"lr", required_argument, NULL, CA_TRAIN_OPT_LR}, \
 	{"max-grad-norm", required_argument, NULL, CA_TRAIN_OPT_MAX_GRAD_NORM}, \
 	{"mini-batches", required_argument, NULL, CA_TRAIN_OPT_MINI_BATCHES}, \
+	{"model", required_argument, NULL, 'm'}, \
+	{"output", required_argument, NULL, 'o'}, \
 	{"weight-decay", required_argument, NULL, CA_TRAIN_OPT_WEIGHT_DECAY}
+
+/*
+ * The engine a step runs on: the CPU model itself, or (--device cuda) its
+ * copy on the GPU, with fp32 master weights and AdamW state there; the
+ * CPU model gets the trained weights back at ca_train_engine_close.
+ * Failures die: exit 3 for data the model refuses, 4 for CUDA.
+ */
+struct ca_train_engine {
+	struct ca_model *m;
+	int device;
+	struct ca_cuda_model *gpu;
+	const struct ca_cuda_api *api;
+};
+void ca_train_engine_open(struct ca_train_engine *e, struct ca_model *m, int device);
+/* Zero the gradient, then a training forward over p (outputs of T entries, each may be NULL). */
+void ca_train_engine_forward(struct ca_train_engine *e, const struct ca_train_pack *p, float *logprobs,
+	float *entropy, float *values);
+void ca_train_engine_backward(struct ca_train_engine *e, const float *dlogp, const float *dentropy,
+	const float *dvalue);
+/* One AdamW step; returns the gradient norm before clipping. */
+double ca_train_engine_adamw(struct ca_train_engine *e, const struct ca_adamw *opt);
+void ca_train_engine_close(struct ca_train_engine *e);
+
+/* A command's update of one packed mini-batch. */
+typedef void (*ca_train_update_fn)(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx);
+/* Every epoch over every mini-batch: pack it and update; returns the seconds spent updating. */
+double ca_train_epochs(struct ca_train_engine *e, const struct ca_train_data *d, const struct ca_train_opts *o,
+	ca_train_update_fn update, void *ctx);
+
+double ca_train_now(void);
+/* sum / n as a number, null when n is 0 or the mean is not finite. */
+jv ca_train_mean(double sum, double n);
 
 /* The fields every stats record starts with. */
 jv ca_train_stats_begin(const char *command, const struct ca_model *m, const struct ca_train_data *d,
 	const struct ca_train_opts *o);
+/*
+ * Close the engine, save the model to o->output, add "agg",
+ * "update_seconds" and "seconds" (since t0) to the stats record r, write
+ * it, free d and the model; returns the exit status.
+ */
+int ca_train_finish(struct ca_train_engine *e, const struct ca_train_opts *o, struct ca_train_data *d, jv r,
+	double update_seconds, double t0);
 
 #endif
