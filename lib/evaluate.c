@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -284,7 +285,22 @@ struct slot {
 	struct worker spare;     /* a candidate worker started ahead */
 	long serial;
 	pthread_t thread;
+	int lock_fd;             /* the GPU's lock file (see gpu_lock), -1 on the CPU */
 };
+
+/*
+ * Timed calls must have the GPU to themselves: ca-profile holds the GPU's
+ * lock file exclusively around each timed loop, and the checks of
+ * ca-verify (and the input draws of ca-profile) hold it shared, so in
+ * `ca-verify | ca-profile`, or with several slots on one GPU, checks wait
+ * while a loop is timed. op: LOCK_SH, LOCK_EX or LOCK_UN.
+ */
+static void gpu_lock(struct slot *s, int op)
+{
+	if (s->lock_fd >= 0)
+		while (flock(s->lock_fd, op) != 0 && errno == EINTR)
+			;
+}
 
 static void free_strv(char **v)
 {
@@ -638,6 +654,19 @@ static int slot_open(struct slot *s, const struct ca_eval_config *cfg, int index
 		return -1;
 	chmod(s->root, 0711);
 	snprintf(s->trusted, sizeof s->trusted, "%s/trusted", s->root);
+	s->lock_fd = -1;
+	if (gpu >= 0) {
+		/* In a directory of our own (0700): a candidate must not be able to take the lock. */
+		char lock[PATHLEN];
+		snprintf(lock, sizeof lock, "%s/ca-locks-%ld", temp_base(), (long)geteuid());
+		struct stat st;
+		if ((mkdir(lock, 0700) == 0 || errno == EEXIST) && lstat(lock, &st) == 0 && S_ISDIR(st.st_mode) &&
+				st.st_uid == geteuid() && (st.st_mode & 077) == 0) {
+			size_t n = strlen(lock);
+			snprintf(lock + n, sizeof lock - n, "/gpu-%d", gpu);
+			s->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+		}
+	}
 	return mkdir_mode(s->trusted, 0700);
 }
 
@@ -645,6 +674,8 @@ static void slot_close(struct slot *s)
 {
 	worker_stop(&s->spare, 0);
 	worker_stop(&s->reference, 0);
+	if (s->lock_fd >= 0)
+		close(s->lock_fd);
 	if (s->root[0])
 		rm_rf(s->root);
 }
@@ -1256,7 +1287,10 @@ static void do_verify(struct job *j)
 		snprintf(out, sizeof out, "%s/out-%d.ten", j->io, k);
 		jv reply;
 		int ref_mutated = 0;
-		if (verify_check(j, k, k == 0 && strcmp(cfg->device, "cpu"), &reply, &ref_mutated) != 0)
+		gpu_lock(s, LOCK_SH);
+		int vc = verify_check(j, k, k == 0 && strcmp(cfg->device, "cpu"), &reply, &ref_mutated);
+		gpu_lock(s, LOCK_UN);
+		if (vc != 0)
 			goto done;
 		phase(j, "checks");
 		if (k == 0) {
@@ -1423,7 +1457,10 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached)
 	jv reply;
 	double marks[2] = {0, 0};
 	jv fault;
-	if (worker_call(&s->reference, req, cfg->timeout_s * 10 + (strcmp(mode, "compile") ? 0 : 600), &reply, &fault, marks) != 0) {
+	gpu_lock(s, LOCK_EX);
+	int rc = worker_call(&s->reference, req, cfg->timeout_s * 10 + (strcmp(mode, "compile") ? 0 : 600), &reply, &fault, marks);
+	gpu_lock(s, LOCK_UN);
+	if (rc != 0) {
 		job_fault(j, fault, "reference: ");
 		j->result = set_str(j->result, "stage", "reference");
 		return -1;
@@ -1472,13 +1509,17 @@ static int profile_sets(struct job *j, jv *digests)
 	const struct ca_eval_config *cfg = s->cfg;
 	jv_free(*digests);
 	*digests = jv_array();
-	for (int k = 0; k < cfg->sets; k++) {
+	gpu_lock(s, LOCK_SH);
+	int rc = 0;
+	for (int k = 0; k < cfg->sets && rc == 0; k++) {
 		char in[PATHLEN], ref[PATHLEN];
 		snprintf(in, sizeof in, "%s/tin-%d.ten", j->io, k);
 		snprintf(ref, sizeof ref, "%s/tref-%d.ten", s->trusted, k);
 		jv reply;
-		if (reference_call(j, inputs_request(j, j->seed + 1000 + (unsigned)k, in, ref), cfg->timeout_s * 4, &reply) != 0)
-			return -1;
+		if (reference_call(j, inputs_request(j, j->seed + 1000 + (unsigned)k, in, ref), cfg->timeout_s * 4, &reply) != 0) {
+			rc = -1;
+			break;
+		}
 		jv d = ca_json_get(reply, "digest");
 		*digests = jv_array_append(*digests, jv_get_kind(d) == JV_KIND_STRING ? d : (jv_free(d), jv_null()));
 		jv gen = ca_json_get(reply, "gen");
@@ -1490,7 +1531,8 @@ static int profile_sets(struct job *j, jv *digests)
 		if (j->ship)
 			chmod(in, 0644);
 	}
-	return 0;
+	gpu_lock(s, LOCK_UN);
+	return rc;
 }
 
 static void do_profile(struct job *j)
@@ -1542,7 +1584,10 @@ static void do_profile(struct job *j)
 	for (;;) {
 		jv req = time_request(j, "candidate", prefix, keep_indices(cfg, j->seed ^ 0x5eed));
 		marks[0] = marks[1] = 0;
-		if (candidate_call(j, req, cfg->timeout_s * 10, &reply, marks) != 0) {
+		gpu_lock(s, LOCK_EX);
+		int rc = candidate_call(j, req, cfg->timeout_s * 10, &reply, marks);
+		gpu_lock(s, LOCK_UN);
+		if (rc != 0) {
 			if (jv_get_kind(reply) == JV_KIND_OBJECT)
 				jv_free(reply);
 			jv_free(digests);
