@@ -24,6 +24,8 @@ if ! has_torch || ! "$(ca_python)" -c 'import transformers, tokenizers' >/dev/nu
 	test_done
 	exit 0
 fi
+# note: measurements for the device logs (CA_TEST_NOTES names a file to append to).
+note() { if [ -n "$CA_TEST_NOTES" ]; then echo "$TEST_NAME: $*" >>"$CA_TEST_NOTES"; fi; }
 HF="$(ca_python) $ROOT/lib/py/ca_hf.py"
 REF="$(ca_python) $ROOT/lib/py/ca_sample_ref.py"
 export HF REF TRANSFORMERS_VERBOSITY=error HF_HUB_DISABLE_PROGRESS_BARS=1
@@ -70,9 +72,9 @@ expect_success 'bf16 greedy: every token within 0.25 of the fp32 argmax, log-pro
 	ca-sample --temperature 0 --max-tokens 40 -m "$B" "$TRASH_BASE/prompts.ndjson" >cpu &&
 	same=$(jq -n --slurpfile a gpu --slurpfile b cpu "[range(0; 24) as \$i
 		| select(\$a[\$i].completion.tokens == \$b[\$i].completion.tokens)] | length") &&
-	$REF margins "$B" <gpu >margins && echo "identical to the CPU: $same of 24 records; $(cat margins)" &&
+	$REF margins "$B" <gpu >margins && note "bf16 greedy: identical to the CPU in $same of 24 records; $(cat margins)" &&
 	below "$(jq .max_margin margins)" 0.25 &&
-	ca-logprob -m "$B" gpu >scored && e=$(max_err gpu scored logprobs) && echo "log-prob max abs err $e" &&
+	ca-logprob -m "$B" gpu >scored && e=$(max_err gpu scored logprobs) && note "bf16 greedy log-prob max abs err $e" &&
 	below "$e" 0.1
 '
 expect_success 'sampling: reproducible, log-probs at temperature 1 within 0.1 of ca-logprob on the CPU' '
@@ -80,7 +82,7 @@ expect_success 'sampling: reproducible, log-probs at temperature 1 within 0.1 of
 	ca-sample --device cuda --seed 3 --max-tokens 30 --token-record -m "$B" "$TRASH_BASE/prompts.ndjson" >s1 &&
 	ca-sample --device cuda --seed 3 --max-tokens 30 --token-record -m "$B" "$TRASH_BASE/prompts.ndjson" >s2 &&
 	cmp_output s1 s2 &&
-	ca-logprob -m "$B" s1 >scored && e=$(max_err s1 scored logprobs) && echo "log-prob max abs err $e" &&
+	ca-logprob -m "$B" s1 >scored && e=$(max_err s1 scored logprobs) && note "sampled log-prob max abs err $e" &&
 	below "$e" 0.1 &&
 	test "$(jq -s "[.[].completion.tokens | length] | add" s1)" -gt 300
 '
@@ -114,11 +116,11 @@ expect_success 'ca-logprob --device cuda: log-probs, entropies and values within
 	jq -c "{id, tokens: .prompt_tokens}" "$TRASH_BASE/prompts.ndjson" >tokens &&
 	ca-logprob --entropy -m "$B" tokens >cpu &&
 	ca-logprob --device cuda --entropy -m "$B" tokens >gpu &&
-	e=$(max_err cpu gpu logprobs) && h=$(max_err cpu gpu entropy) && echo "log-prob $e, entropy $h" &&
+	e=$(max_err cpu gpu logprobs) && h=$(max_err cpu gpu entropy) && note "ca-logprob cuda: log-prob $e, entropy $h" &&
 	below "$e" 0.15 && below "$h" 0.15 &&
 	ca-logprob -m "$C" tokens >cpu &&
 	ca-logprob --device cuda -m "$C" tokens >gpu &&
-	v=$(max_err cpu gpu values) && echo "values $v" && below "$v" 0.15 &&
+	v=$(max_err cpu gpu values) && note "ca-logprob cuda: values $v" && below "$v" 0.15 &&
 	test "$(jq -c ".values[0]" gpu | sort -u)" = 0
 '
 test_done
