@@ -27,7 +27,7 @@
 
 extern char **environ;
 
-enum { PATHLEN = PATH_MAX + 64 };
+enum { PATHLEN = PATH_MAX + 64, MAX_SPARES = 8 };
 
 void ca_eval_defaults(struct ca_eval_config *cfg, enum ca_eval_mode mode)
 {
@@ -282,7 +282,8 @@ struct slot {
 	char root[PATHLEN];      /* private temp root (0711) */
 	char trusted[PATHLEN];   /* reference files, hidden from candidates (0700) */
 	struct worker reference;
-	struct worker spare;     /* a candidate worker started ahead */
+	struct worker spare[MAX_SPARES];  /* candidate workers started ahead, oldest first */
+	int nspares;             /* how many to keep started */
 	long serial;
 	pthread_t thread;
 	int lock_fd;             /* the GPU's lock file (see gpu_lock), -1 on the CPU */
@@ -648,7 +649,19 @@ static int slot_open(struct slot *s, const struct ca_eval_config *cfg, int index
 	s->index = index;
 	s->gpu = gpu;
 	s->reference.hello = jv_invalid();
-	s->spare.hello = jv_invalid();
+	for (int i = 0; i < MAX_SPARES; i++)
+		s->spare[i].hello = jv_invalid();
+	/*
+	 * Spare candidates: one start-up (Python, torch, CUDA: seconds) per
+	 * candidate is the floor of a record's time, so on a GPU two are kept
+	 * starting while records are scored ($CA_EVAL_SPARES to change).
+	 */
+	const char *env = getenv("CA_EVAL_SPARES");
+	s->nspares = env && *env ? atoi(env) : gpu >= 0 ? 2 : 1;
+	if (cfg->adhoc || s->nspares < 1)
+		s->nspares = 1;
+	if (s->nspares > MAX_SPARES)
+		s->nspares = MAX_SPARES;
 	snprintf(s->root, sizeof s->root, "%s/ca-eval.XXXXXX", temp_base());
 	if (!mkdtemp(s->root))
 		return -1;
@@ -672,7 +685,8 @@ static int slot_open(struct slot *s, const struct ca_eval_config *cfg, int index
 
 static void slot_close(struct slot *s)
 {
-	worker_stop(&s->spare, 0);
+	for (int i = 0; i < MAX_SPARES; i++)
+		worker_stop(&s->spare[i], 0);
 	worker_stop(&s->reference, 0);
 	if (s->lock_fd >= 0)
 		close(s->lock_fd);
@@ -683,13 +697,15 @@ static void slot_close(struct slot *s)
 /* A fresh candidate worker on an empty private directory (the spare if one is ready). */
 static int candidate_take(struct slot *s, struct worker *out, jv *fault)
 {
-	if (s->spare.running) {
-		*out = s->spare;
-		memset(&s->spare, 0, sizeof s->spare);
-		s->spare.hello = jv_invalid();
+	for (int i = 0; i < s->nspares; i++) {
+		if (!s->spare[i].running)
+			continue;
+		*out = s->spare[i];
+		memmove(&s->spare[i], &s->spare[i + 1], (size_t)(MAX_SPARES - 1 - i) * sizeof s->spare[0]);
+		memset(&s->spare[MAX_SPARES - 1], 0, sizeof s->spare[0]);
+		s->spare[MAX_SPARES - 1].hello = jv_invalid();
 		return 0;
 	}
-	worker_stop(&s->spare, 0);
 	memset(out, 0, sizeof *out);
 	out->hello = jv_invalid();
 	snprintf(out->dir, sizeof out->dir, "%s/ws-%ld", s->root, ++s->serial);
@@ -701,21 +717,24 @@ static int candidate_take(struct slot *s, struct worker *out, jv *fault)
 	return worker_start(s, out, 1, fault);
 }
 
-/* Start a spare candidate worker, so the next record finds one up. */
+/* Start spare candidate workers, so the next records find them up. */
 static void spare_start(struct slot *s)
 {
-	jv fault = jv_invalid();
-	if (s->spare.running)
-		return;
-	worker_stop(&s->spare, 0);
-	memset(&s->spare, 0, sizeof s->spare);
-	s->spare.hello = jv_invalid();
-	snprintf(s->spare.dir, sizeof s->spare.dir, "%s/ws-%ld", s->root, ++s->serial);
-	if (mkdir_mode(s->spare.dir, 0777) != 0 || worker_start(s, &s->spare, 1, &fault) != 0) {
-		rm_rf(s->spare.dir);
-		s->spare.running = 0;
+	for (int i = 0; i < s->nspares; i++) {
+		struct worker *w = &s->spare[i];
+		jv fault = jv_invalid();
+		if (w->running)
+			continue;
+		worker_stop(w, 0);
+		memset(w, 0, sizeof *w);
+		w->hello = jv_invalid();
+		snprintf(w->dir, sizeof w->dir, "%s/ws-%ld", s->root, ++s->serial);
+		if (mkdir_mode(w->dir, 0777) != 0 || worker_start(s, w, 1, &fault) != 0) {
+			rm_rf(w->dir);
+			w->running = 0;
+		}
+		jv_free(fault);
 	}
-	jv_free(fault);
 }
 
 static void candidate_release(struct slot *s, struct worker *w)
