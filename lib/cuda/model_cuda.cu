@@ -86,8 +86,9 @@ struct layer_acts {
 };
 
 struct cuda_acts {
-	int cap_T, T, train, nkept, chunk;
+	int cap_T, T, train, nkept, chunk, recompute;
 	struct layer_acts *layer;
+	float **xin;   // recompute: each layer's input [T, C]; the rest is rebuilt in the backward
 	float *xfinal, *rstdf, *y, *logits;
 	bf16 *lnf, *h, *dlogits;
 	int *tokens, *targets, *seq_start, *seq_end, *pos;
@@ -107,6 +108,7 @@ static void acts_free(struct cuda_acts *a)
 		ca_cuda_release(a->owned[i]);
 	free(a->owned);
 	free(a->layer);
+	free(a->xin);
 	free(a);
 }
 
@@ -130,7 +132,33 @@ static int head_chunk(int T, int V)
 	return (int)(n < T ? n : T);
 }
 
-static struct cuda_acts *acts_new(const struct ca_model_config *c, int T, int train)
+// Bytes of the activations one layer keeps for the backward.
+static size_t layer_bytes(const struct ca_model_config *c, int T)
+{
+	size_t C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size, NH = (size_t)c->num_heads;
+	size_t QD = NH * c->head_dim, KD = (size_t)c->num_kv_heads * c->head_dim;
+	return (size_t)T * (4 * (2 * C + QD + 2 * KD + NH + 2) + 2 * (2 * C + QD + 2 * F));
+}
+
+/*
+ * Activation recomputation: CA_CUDA_RECOMPUTE=1 always, 0 never; unset,
+ * when the model asks for it (m->recompute) or when keeping every layer
+ * would take more than 70% of the free device memory.
+ */
+static int want_recompute(const struct ca_model_config *c, int T, int model_asks)
+{
+	const char *e = getenv("CA_CUDA_RECOMPUTE");
+	if (e && *e)
+		return strcmp(e, "0") != 0;
+	if (model_asks)
+		return 1;
+	size_t free_bytes = 0, total = 0;
+	if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess)
+		return 0;
+	return (double)layer_bytes(c, T) * c->num_layers > 0.7 * (double)free_bytes;
+}
+
+static struct cuda_acts *acts_new(const struct ca_model_config *c, int T, int train, int recompute)
 {
 	struct cuda_acts *a = (struct cuda_acts *)calloc(1, sizeof *a);
 	if (!a)
@@ -139,11 +167,13 @@ static struct cuda_acts *acts_new(const struct ca_model_config *c, int T, int tr
 	size_t NH = (size_t)c->num_heads, QD = NH * c->head_dim, KD = (size_t)c->num_kv_heads * c->head_dim;
 	a->cap_T = T;
 	a->train = train;
-	a->nkept = train ? c->num_layers : 1;
+	a->recompute = train && recompute;
+	a->nkept = train && !a->recompute ? c->num_layers : 1;
 	a->chunk = head_chunk(T, c->vocab_size);
 	a->layer = (struct layer_acts *)calloc((size_t)a->nkept, sizeof *a->layer);
-	a->owned = (void **)calloc((size_t)(16 * a->nkept + 64), sizeof(void *));
-	if (!a->layer || !a->owned) {
+	a->owned = (void **)calloc((size_t)(16 * a->nkept + 64 + c->num_layers), sizeof(void *));
+	a->xin = (float **)calloc((size_t)c->num_layers, sizeof(float *));
+	if (!a->layer || !a->owned || !a->xin) {
 		acts_free(a);
 		return NULL;
 	}
@@ -157,6 +187,8 @@ static struct cuda_acts *acts_new(const struct ca_model_config *c, int T, int tr
 		L->lse = F32(t * NH); L->xmid = F32(t * C); L->rstd2 = F32(t);
 		L->ln1 = B16(t * C); L->att = B16(t * QD); L->ln2 = B16(t * C); L->gate = B16(t * F); L->up = B16(t * F);
 	}
+	for (int l = 0; a->recompute && l < c->num_layers && ok; l++)
+		a->xin[l] = F32(t * C);
 	a->xfinal = F32(t * C); a->rstdf = F32(t); a->y = F32(t * C); a->lnf = B16(t * C); a->h = B16(t * F);
 	a->logits = F32((size_t)a->chunk * V);
 	a->tokens = I32(t); a->targets = I32(t); a->seq_start = I32(t); a->seq_end = I32(t); a->pos = I32(t);
@@ -252,6 +284,7 @@ extern "C" struct ca_cuda_model *ca_cuda_model_upload(const struct ca_model *m, 
 		return NULL;
 	}
 	g->nparams = m->nparams;
+	g->recompute = m->recompute;
 	size_t rope = (size_t)c->max_positions * (size_t)(c->head_dim / 2);
 	g->params = (float *)ca_cuda_alloc(sizeof(float) * g->nparams);
 	g->params16 = (bf16 *)ca_cuda_alloc(sizeof(bf16) * g->nparams);
@@ -431,9 +464,11 @@ static int forward(struct ca_cuda_model *g, const struct ca_batch *b, const int 
 		return set_why(why, "a policy checkpoint has no value head"), -1;
 
 	struct cuda_acts *a = g->acts;
-	if (!a || a->cap_T < T || (train && !a->train)) {
+	int recompute = train && want_recompute(c, T, g->recompute);
+	if (!a || a->cap_T < T || (train && (!a->train || a->recompute != recompute))) {
 		acts_free(a);
-		a = g->acts = acts_new(c, T, train);
+		g->acts = NULL;
+		a = g->acts = acts_new(c, T, train, recompute);
 		if (!a)
 			return set_why(why, "no GPU memory for the activations of %d tokens", T), -1;
 	}
@@ -464,13 +499,19 @@ static int forward(struct ca_cuda_model *g, const struct ca_batch *b, const int 
 	CUDA_TRY(e);
 
 	int keep = a->nkept > 1;
+	if (a->recompute)
+		a->layer[0].x = a->xin[0];
 	nn_cuda_embed_forward(a->layer[0].x, g->embed, a->tokens, T, C);
 	for (int l = 0; l < c->num_layers; l++) {
 		struct layer_acts *L = &a->layer[keep ? l : 0];
 		float *next = keep && l + 1 < c->num_layers ? a->layer[l + 1].x : a->xfinal;
+		if (a->recompute) {
+			L->x = a->xin[l];
+			next = l + 1 < c->num_layers ? a->xin[l + 1] : a->xfinal;
+		}
 		if (layer_forward(g, a, L, &g->layers[l], next, why) < 0)
 			return -1;
-		if (!keep && l + 1 < c->num_layers)
+		if (!keep && !a->recompute && l + 1 < c->num_layers)
 			CUDA_TRY(cudaMemcpyAsync(L->x, a->xfinal, sizeof(float) * (size_t)T * C, cudaMemcpyDeviceToDevice));
 	}
 	nn_cuda_rmsnorm_forward(a->lnf, a->rstdf, a->xfinal, g->norm, c->rms_norm_eps, T, C);
@@ -648,9 +689,17 @@ extern "C" int ca_cuda_model_backward(struct ca_cuda_model *g, const float *dlog
 	}
 	CUDA_TRY(cudaMemset(a->dx, 0, sizeof(float) * TC));
 	nn_cuda_rmsnorm_backward(a->dx, G(g, g->off_norm), a->dln, a->xfinal, g->norm, a->rstdf, T, C);
-	for (int l = c->num_layers - 1; l >= 0; l--)
-		if (layer_backward(g, a, &a->layer[l], &g->layers[l], why) < 0)
+	for (int l = c->num_layers - 1; l >= 0; l--) {
+		struct layer_acts *L = &a->layer[a->recompute ? 0 : l];
+		if (a->recompute) {
+			// Rebuild the layer's activations from its input; its output goes to scratch.
+			L->x = a->xin[l];
+			if (layer_forward(g, a, L, &g->layers[l], a->y, why) < 0)
+				return -1;
+		}
+		if (layer_backward(g, a, L, &g->layers[l], why) < 0)
 			return -1;
+	}
 	nn_cuda_embed_backward(G(g, g->off_embed), a->dx, a->tokens, T, C);
 	CUDA_TRY(cudaGetLastError());
 	CUDA_TRY(cudaDeviceSynchronize());

@@ -12,6 +12,13 @@
  * gradients of everything but matmul inputs are fp32. Attention is
  * flash-style (lib/cuda/attention_cuda.cu): no [T, T] matrix exists.
  *
+ * A training forward keeps every layer's activations for the backward,
+ * or only each layer's input when recomputing (CA_CUDA_RECOMPUTE=1; by
+ * default when the model asks for it or the activations would not fit):
+ * a third more work, a fraction of the memory, the same numbers.
+ * CA_CUDA_ATTENTION=wmma runs attention on tensor cores
+ * (lib/cuda/attention_wmma.cu) instead of the fp32 kernels.
+ *
  * Every kernel has its CPU reference in lib/nn.c or lib/model.c;
  * test-model-cuda compares the forward, test-train-cuda the gradients per
  * tensor and one AdamW step (tests/gpu/t0500, t0510).

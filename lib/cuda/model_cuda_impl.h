@@ -38,6 +38,7 @@ struct ca_cuda_model {
 	float *rope_cos, *rope_sin;
 	struct cuda_acts *acts;
 	double *partial;                 /* grad-norm partial sums */
+	int recompute;                   /* the CPU model's m->recompute at upload */
 };
 
 /* cudaMalloc and cudaFree with the byte count kept for ca_cuda_model_peak_bytes. */

@@ -41,6 +41,10 @@ for head in policy critic; do
 		CA_CUDA_ATTENTION=wmma test-train-cuda model 0.15 0.05 '"$head"' <"$TRASH_BASE/long.ndjson" | tee -a result.json
 	'
 done
+expect_success 'activation recomputation (CA_CUDA_RECOMPUTE=1) gives the same gradients' '
+	test-model_bench model 256 2 4096 1200 >bench.json &&
+	CA_CUDA_RECOMPUTE=1 test-train-cuda model 0.15 0.05 <"$TRASH_BASE/long.ndjson" | tee result.json
+'
 # Untied head and head_dim 128 (2 heads, 1 key/value head): a checkpoint written by transformers.
 PY=$(ca_python)
 if "$PY" -c 'import torch, transformers' 2>/dev/null; then
