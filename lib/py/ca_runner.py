@@ -15,7 +15,7 @@ the file descriptor that was stdout at start (stdout itself is then pointed
 at stderr, so a print() in task or candidate code cannot corrupt the
 stream). The first line written is
     {"ready": true, "pid": N, "torch": "2.x", "device": "cuda:0"|"cpu",
-     "gpu": "NVIDIA H200"|null, "tracer": "cupti"|"profiler"|null}
+     "gpu": "NVIDIA H200"|null, "tracer": "cupti"|"profiler"|"lazy"|null}
 and every request gets exactly one reply, {"ok": true, ...} or
     {"ok": false, "stage": "load"|"weights"|"run"|"policy"|"time"|"protocol",
      "error": "one line", "detail": "traceback tail"}
@@ -158,7 +158,10 @@ def _write_streamed(f, t):
     global _pinned
     flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
     if _pinned is None:
-        _pinned = torch.empty(_STREAM_BYTES, dtype=torch.uint8, pin_memory=True)
+        try:
+            _pinned = torch.empty(_STREAM_BYTES, dtype=torch.uint8, pin_memory=True)
+        except Exception:
+            _pinned = torch.empty(_STREAM_BYTES, dtype=torch.uint8)
     n = flat.numel()
     for off in range(0, n, _STREAM_BYTES):
         m = min(_STREAM_BYTES, n - off)
@@ -461,7 +464,9 @@ class Worker:
         self.compiled = None
         self.workspace = None
         self.allow_torch = True
-        self.tracer = Tracer(device)
+        # The candidate's tracer is set up before its code is imported; the
+        # reference's when it first times (cached baselines never do).
+        self._tracer = Tracer(device) if role == "candidate" else None
         self.flush_buffer = None
         if device == "cuda":
             props = torch.cuda.get_device_properties(0)
@@ -474,7 +479,13 @@ class Worker:
         t = self.torch
         return {"ready": True, "pid": os.getpid(), "torch": t.__version__, "device": str(self.dev),
                 "gpu": t.cuda.get_device_name(0) if self.device == "cuda" else None,
-                "tracer": self.tracer.kind}
+                "tracer": self._tracer.kind if self._tracer else "lazy"}
+
+    @property
+    def tracer(self):
+        if self._tracer is None:
+            self._tracer = Tracer(self.device)
+        return self._tracer
 
     def sync(self):
         if self.device == "cuda":
