@@ -10,6 +10,7 @@
 
 #include "err.h"
 #include "tokenizer.h"
+#include "tokenizer_nfc.h"
 #include "tokenizer_unicode.h"
 
 /* The pre-tokenizer patterns we implement by hand (see split_piece). */
@@ -47,6 +48,7 @@ struct ca_tokenizer {
 	struct pair_map merges;
 	int max_digits;        /* 1 (Qwen2) or 3 (Llama 3) */
 	int ignore_merges;
+	int nfc;               /* the normalizer is NFC */
 	int nadded;
 	struct added *added;
 };
@@ -363,12 +365,184 @@ static void bpe_piece(const struct ca_tokenizer *t, const char *s, size_t len, i
 		free(sym);
 }
 
-/* Pre-tokenize and encode one stretch of text without added tokens. */
+
+/* ---- NFC (Unicode canonical composition), for an "NFC" normalizer ---- */
+
+/* A byte that is not UTF-8, kept as it is (above every code point, so it composes with nothing). */
+#define NFC_RAW_BYTE 0x80000000u
+
+enum { HANGUL_S = 0xac00, HANGUL_L = 0x1100, HANGUL_V = 0x1161, HANGUL_T = 0x11a7,
+       HANGUL_LCOUNT = 19, HANGUL_VCOUNT = 21, HANGUL_TCOUNT = 28, HANGUL_NCOUNT = 588, HANGUL_SCOUNT = 11172 };
+
+static int nfc_class(uint32_t c)
+{
+	size_t lo = 0, hi = sizeof nfc_ccc / sizeof nfc_ccc[0];
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (c < nfc_ccc[mid].first)
+			hi = mid;
+		else if (c > nfc_ccc[mid].last)
+			lo = mid + 1;
+		else
+			return nfc_ccc[mid].ccc;
+	}
+	return 0;
+}
+
+static void push_cp(uint32_t **out, size_t *n, size_t *cap, uint32_t c)
+{
+	if (*n == *cap)
+		*out = ca_xrealloc(*out, sizeof **out * (*cap = *cap ? 2 * *cap : 64));
+	(*out)[(*n)++] = c;
+}
+
+/* Append the full canonical decomposition of c. */
+static void nfc_decompose(uint32_t c, uint32_t **out, size_t *n, size_t *cap)
+{
+	if (c >= HANGUL_S && c < HANGUL_S + HANGUL_SCOUNT) {
+		uint32_t s = c - HANGUL_S;
+		push_cp(out, n, cap, HANGUL_L + s / HANGUL_NCOUNT);
+		push_cp(out, n, cap, HANGUL_V + s % HANGUL_NCOUNT / HANGUL_TCOUNT);
+		if (s % HANGUL_TCOUNT)
+			push_cp(out, n, cap, HANGUL_T + s % HANGUL_TCOUNT);
+		return;
+	}
+	size_t lo = 0, hi = sizeof nfc_decomp / sizeof nfc_decomp[0];
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (c < nfc_decomp[mid].cp) {
+			hi = mid;
+		} else if (c > nfc_decomp[mid].cp) {
+			lo = mid + 1;
+		} else {
+			nfc_decompose(nfc_decomp[mid].first, out, n, cap);
+			if (nfc_decomp[mid].second)
+				nfc_decompose(nfc_decomp[mid].second, out, n, cap);
+			return;
+		}
+	}
+	push_cp(out, n, cap, c);
+}
+
+/* The primary composite of a and b, or 0. */
+static uint32_t nfc_compose(uint32_t a, uint32_t b)
+{
+	if (a >= HANGUL_L && a < HANGUL_L + HANGUL_LCOUNT && b >= HANGUL_V && b < HANGUL_V + HANGUL_VCOUNT)
+		return HANGUL_S + ((a - HANGUL_L) * HANGUL_VCOUNT + (b - HANGUL_V)) * HANGUL_TCOUNT;
+	if (a >= HANGUL_S && a < HANGUL_S + HANGUL_SCOUNT && (a - HANGUL_S) % HANGUL_TCOUNT == 0 && b > HANGUL_T &&
+	    b < HANGUL_T + HANGUL_TCOUNT)
+		return a + (b - HANGUL_T);
+	size_t lo = 0, hi = sizeof nfc_comp / sizeof nfc_comp[0];
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (a < nfc_comp[mid].first || (a == nfc_comp[mid].first && b < nfc_comp[mid].second))
+			hi = mid;
+		else if (a > nfc_comp[mid].first || b > nfc_comp[mid].second)
+			lo = mid + 1;
+		else
+			return nfc_comp[mid].cp;
+	}
+	return 0;
+}
+
+static size_t utf8_encode(uint32_t c, char *out)
+{
+	if (c < 0x80) {
+		out[0] = (char)c;
+		return 1;
+	} else if (c < 0x800) {
+		out[0] = (char)(0xc0 | c >> 6);
+		out[1] = (char)(0x80 | (c & 0x3f));
+		return 2;
+	} else if (c < 0x10000) {
+		out[0] = (char)(0xe0 | c >> 12);
+		out[1] = (char)(0x80 | (c >> 6 & 0x3f));
+		out[2] = (char)(0x80 | (c & 0x3f));
+		return 3;
+	}
+	out[0] = (char)(0xf0 | c >> 18);
+	out[1] = (char)(0x80 | (c >> 12 & 0x3f));
+	out[2] = (char)(0x80 | (c >> 6 & 0x3f));
+	out[3] = (char)(0x80 | (c & 0x3f));
+	return 4;
+}
+
+/*
+ * text[0..len) in NFC: decompose, order the combining marks by class,
+ * recompose (UAX #15). Returns malloc'd bytes and *outlen, or NULL when
+ * the text is NFC already because every code point is below U+0300 (no
+ * combining mark, composition exclusion or composable pair lives there).
+ * Bytes that are not UTF-8 pass through unchanged, as starters.
+ */
+static char *nfc_normalize(const char *text, size_t len, size_t *outlen)
+{
+	size_t i = 0;
+	while (i < len && (unsigned char)text[i] < 0xcc)   /* 0xcc leads U+0300..U+033F */
+		i++;
+	if (i == len)
+		return NULL;
+	uint32_t *d = NULL;
+	size_t n = 0, cap = 0;
+	for (i = 0; i < len;) {
+		uint32_t c;
+		size_t step = utf8_decode((const unsigned char *)text + i, len - i, &c);
+		if (step == 1 && (unsigned char)text[i] >= 0x80)
+			push_cp(&d, &n, &cap, NFC_RAW_BYTE | (unsigned char)text[i]);
+		else
+			nfc_decompose(c, &d, &n, &cap);
+		i += step;
+	}
+	/* Canonical order: a stable insertion sort of each run of non-starters by class. */
+	for (size_t k = 1; k < n; k++) {
+		int cls = nfc_class(d[k]);
+		if (cls == 0)
+			continue;
+		uint32_t c = d[k];
+		size_t j = k;
+		while (j > 0 && nfc_class(d[j - 1]) > cls) {
+			d[j] = d[j - 1];
+			j--;
+		}
+		d[j] = c;
+	}
+	size_t m = n ? 1 : 0, starter = 0;
+	int last = n && nfc_class(d[0]) ? 256 : 0;
+	for (size_t k = 1; k < n; k++) {
+		uint32_t c = d[k], composite;
+		int cls = nfc_class(c);
+		if ((last < cls || last == 0) && (composite = nfc_compose(d[starter], c)) != 0) {
+			d[starter] = composite;
+			continue;
+		}
+		if (cls == 0)
+			starter = m;
+		last = cls;
+		d[m++] = c;
+	}
+	char *out = ca_xmalloc(4 * m + 1);
+	size_t o = 0;
+	for (size_t k = 0; k < m; k++)
+		if (d[k] & NFC_RAW_BYTE)
+			out[o++] = (char)(d[k] & 0xff);
+		else
+			o += utf8_encode(d[k], out + o);
+	free(d);
+	*outlen = o;
+	return out;
+}
+
+/* Normalise, pre-tokenize and encode one stretch of text without added tokens. */
 static void encode_plain(const struct ca_tokenizer *t, const char *text, size_t len, int **ids, size_t *n,
 			 size_t *cap)
 {
 	if (len == 0)
 		return;
+	size_t nlen;
+	char *normal = t->nfc ? nfc_normalize(text, len, &nlen) : NULL;
+	if (normal) {
+		text = normal;
+		len = nlen;
+	}
 	uint32_t *cp = ca_xmalloc(sizeof *cp * len);
 	size_t *off = ca_xmalloc(sizeof *off * (len + 1));
 	size_t ncp = 0;
@@ -385,6 +559,7 @@ static void encode_plain(const struct ca_tokenizer *t, const char *text, size_t 
 	}
 	free(cp);
 	free(off);
+	free(normal);
 }
 
 size_t ca_tokenizer_encode(const struct ca_tokenizer *t, const char *text, size_t len, int **ids)
@@ -480,6 +655,37 @@ static char *read_file(const char *path, size_t *len)
 	}
 	*len = n;
 	return buf;
+}
+
+/* The normalizer: none, or NFC (alone or in a Sequence); anything else is refused. Consumes norm. */
+static int check_normalizer(struct ca_tokenizer *t, jv norm, char why[CA_TOKENIZER_WHY])
+{
+	if (jv_get_kind(norm) == JV_KIND_NULL || !jv_is_valid(norm)) {
+		jv_free(norm);
+		return 0;
+	}
+	jv list = jv_get_kind(norm) == JV_KIND_OBJECT ? jv_object_get(jv_copy(norm), jv_string("normalizers"))
+						       : jv_invalid();
+	if (jv_get_kind(list) != JV_KIND_ARRAY) {
+		jv_free(list);
+		list = JV_ARRAY(jv_copy(norm));
+	}
+	int rc = 0;
+	for (int i = 0; i < jv_array_length(jv_copy(list)) && rc == 0; i++) {
+		jv item = jv_array_get(jv_copy(list), i);
+		jv type = jv_get_kind(item) == JV_KIND_OBJECT ? jv_object_get(item, jv_string("type")) : (jv_free(item), jv_invalid());
+		const char *ty = jv_get_kind(type) == JV_KIND_STRING ? jv_string_value(type) : "(none)";
+		if (strcmp(ty, "NFC") == 0) {
+			t->nfc = 1;
+		} else {
+			set_why(why, "tokenizer.json: normalizer %s is not supported (NFC only)", ty);
+			rc = -1;
+		}
+		jv_free(type);
+	}
+	jv_free(list);
+	jv_free(norm);
+	return rc;
 }
 
 /* Find the Split regex in the pre-tokenizer and decide which pattern it is. Consumes pre. */
@@ -594,7 +800,8 @@ struct ca_tokenizer *ca_tokenizer_load(const char *path, char why[CA_TOKENIZER_W
 		goto out;
 	}
 	jv_free(type);
-	if (check_pre_tokenizer(t, jv_object_get(jv_copy(root), jv_string("pre_tokenizer")), why) < 0)
+	if (check_pre_tokenizer(t, jv_object_get(jv_copy(root), jv_string("pre_tokenizer")), why) < 0 ||
+	    check_normalizer(t, jv_object_get(jv_copy(root), jv_string("normalizer")), why) < 0)
 		goto out;
 	t->ignore_merges = jv_get_kind(jv_object_get(jv_copy(model), jv_string("ignore_merges"))) == JV_KIND_TRUE;
 	vocab = jv_object_get(jv_copy(model), jv_string("vocab"));

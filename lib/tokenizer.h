@@ -6,10 +6,11 @@
  * match); the rest is split by the pre-tokenizer regex (the Qwen2 pattern,
  * or the Llama 3 one which groups up to three digits), each piece's bytes
  * are mapped to the byte-level alphabet and merged by rank. The model's
- * ignore_merges flag (Llama 3) is honoured. Unicode normalisation (Qwen2
- * declares NFC) is not applied: text already in NFC, nearly all text, is
- * unaffected. Decoding concatenates the tokens' bytes; the result need not
- * be valid UTF-8 when a sequence stops inside a character.
+ * ignore_merges flag (Llama 3) is honoured. An NFC normalizer (Qwen2
+ * declares one) is applied to the text between added tokens, with the
+ * tables of tokenizer_nfc.h; other normalizers are refused at load.
+ * Decoding concatenates the tokens' bytes; the result need not be valid
+ * UTF-8 when a sequence stops inside a character.
  */
 #ifndef CA_TOKENIZER_H
 #define CA_TOKENIZER_H
