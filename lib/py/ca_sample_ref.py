@@ -76,15 +76,14 @@ def bench(args):
     V = model.config.vocab_size
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, V, (batch, prompt), generator=g).to(dev)
-    mask = torch.ones_like(ids)
-    kw = dict(attention_mask=mask, do_sample=False, eos_token_id=None, pad_token_id=0)
+    kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0)
     with torch.no_grad():
-        model.generate(ids[:2], max_new_tokens=4, min_new_tokens=4, **kw)
+        model.generate(ids[:2], attention_mask=torch.ones_like(ids[:2]), max_new_tokens=4, min_new_tokens=4, **kw)
         if dev == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
-        out = model.generate(ids, max_new_tokens=new, min_new_tokens=new, **kw)
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new, **kw)
         if dev == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
