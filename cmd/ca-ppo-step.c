@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "err.h"
 #include "opt.h"
@@ -68,7 +69,7 @@ static void update(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx
 	ca_train_engine_forward(e, p, logp_e, ent_e, NULL);
 	ca_train_to_record(p, logp_e, logp);
 	ca_train_to_record(p, ent_e, ent);
-	ca_ppo_agg_weights(cfg->train.agg, (size_t)p->nseq, p->start, p->mask, p->weights);
+	ca_train_weights(p, cfg->train.agg);
 	struct ca_ppo_policy_stats st;
 	double pg = ca_ppo_policy_loss(T, logp, p->field[CA_TRAIN_LOGPROBS], p->field[CA_TRAIN_ADVANTAGES],
 		p->mask, p->weights, &cfg->clip, p->grad, &st);
@@ -93,22 +94,47 @@ static void update(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx
 	}
 	ca_train_engine_backward(e, grad_e, dent, NULL);
 	double norm = ca_train_engine_adamw(e, &cfg->train.adamw);
-	t->loss += loss;
-	t->pg_loss += pg;
-	t->clipfrac += st.clipfrac;
-	t->upper += st.clipfrac_upper;
-	t->lower += st.clipfrac_lower;
-	t->dualclip += st.dualclip_frac;
-	t->approx_kl += st.approx_kl;
-	t->entropy += entropy;
-	t->kl += kl;
-	t->grad_norm += norm;
-	if (st.tokens) {
-		if (st.ratio_min < t->ratio_min)
-			t->ratio_min = st.ratio_min;
-		if (st.ratio_max > t->ratio_max)
-			t->ratio_max = st.ratio_max;
+	/*
+	 * Over the ranks: the aggregates are sums already (the weights are the
+	 * whole mini-batch's); the token shares are weighted by tokens; each
+	 * rank's ratio extremes travel in its own two slots.
+	 */
+	int world = e->dist.world, rank = e->dist.rank;
+	size_t n = 9 + 2 * (size_t)world;
+	double *y = ca_xcalloc(n, sizeof(double)), tok = (double)st.tokens;
+	double mine[9] = {loss, pg, entropy, kl, st.clipfrac * tok, st.clipfrac_upper * tok,
+		st.clipfrac_lower * tok, st.dualclip_frac * tok, st.approx_kl * tok};
+	memcpy(y, mine, sizeof mine);
+	y[9 + 2 * rank] = st.tokens ? st.ratio_min : INFINITY;
+	y[10 + 2 * rank] = st.tokens ? st.ratio_max : -INFINITY;
+	if (world > 1) {
+		double tokens = tok;
+		ca_train_sum(e, &tokens, 1);
+		ca_train_sum(e, y, n);
+		for (int k = 4; k < 9; k++)
+			y[k] = tokens > 0 ? y[k] / tokens : 0;
+	} else {
+		/* One rank: the shares as ca_ppo_policy_loss gave them, exactly. */
+		y[4] = st.clipfrac, y[5] = st.clipfrac_upper, y[6] = st.clipfrac_lower;
+		y[7] = st.dualclip_frac, y[8] = st.approx_kl;
 	}
+	t->loss += y[0];
+	t->pg_loss += y[1];
+	t->entropy += y[2];
+	t->kl += y[3];
+	t->clipfrac += y[4];
+	t->upper += y[5];
+	t->lower += y[6];
+	t->dualclip += y[7];
+	t->approx_kl += y[8];
+	t->grad_norm += norm;
+	for (int r = 0; r < world; r++) {
+		if (y[9 + 2 * r] < t->ratio_min)
+			t->ratio_min = y[9 + 2 * r];
+		if (y[10 + 2 * r] > t->ratio_max)
+			t->ratio_max = y[10 + 2 * r];
+	}
+	free(y);
 	t->updates++;
 }
 

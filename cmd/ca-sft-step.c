@@ -32,12 +32,15 @@ static void update(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx
 	ca_train_engine_forward(e, p, p->engine[0], p->engine[1], NULL);
 	ca_train_to_record(p, p->engine[0], logp);
 	ca_train_to_record(p, p->engine[1], ent);
-	ca_ppo_agg_weights(t->o->agg, (size_t)p->nseq, p->start, p->mask, p->weights);
-	t->loss += ca_ppo_nll_loss(T, logp, p->weights, p->grad);
-	t->entropy += ca_ppo_aggregate(T, p->weights, ent);
+	ca_train_weights(p, t->o->agg);
+	/* Aggregates with the whole mini-batch's weights: sums over the ranks. */
+	double x[2] = {ca_ppo_nll_loss(T, logp, p->weights, p->grad), ca_ppo_aggregate(T, p->weights, ent)};
 	ca_train_to_engine(p, p->grad, p->engine[2]);
 	ca_train_engine_backward(e, p->engine[2], NULL, NULL);
 	t->grad_norm += ca_train_engine_adamw(e, &t->o->adamw);
+	ca_train_sum(e, x, 2);
+	t->loss += x[0];
+	t->entropy += x[1];
 	t->updates++;
 }
 

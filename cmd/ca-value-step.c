@@ -36,7 +36,7 @@ static void update(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx
 	double *v = p->record[0];
 	ca_train_engine_forward(e, p, NULL, NULL, p->engine[0]);
 	ca_train_to_record(p, p->engine[0], v);
-	ca_ppo_agg_weights(t->o->agg, (size_t)p->nseq, p->start, p->mask, p->weights);
+	ca_train_weights(p, t->o->agg);
 	double clipfrac;
 	double loss = ca_ppo_value_loss(T, v, p->field[CA_TRAIN_RETURNS],
 		isfinite(t->clip) ? p->field[CA_TRAIN_VALUES] : NULL, p->mask, p->weights, t->clip, p->grad, &clipfrac);
@@ -54,6 +54,15 @@ static void update(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx
 	ca_train_to_engine(p, p->grad, p->engine[1]);
 	ca_train_engine_backward(e, NULL, NULL, p->engine[1]);
 	t->grad_norm += ca_train_engine_adamw(e, &t->o->adamw);
+	if (e->dist.world > 1) {
+		/* The loss is a sum over the ranks; the clipped share is weighted by tokens. */
+		size_t nonempty;
+		double tok = (double)ca_ppo_agg_counts((size_t)p->nseq, p->start, p->mask, &nonempty);
+		double x[3] = {loss, clipfrac * tok, tok};
+		ca_train_sum(e, x, 3);
+		loss = x[0];
+		clipfrac = x[2] > 0 ? x[1] / x[2] : 0;
+	}
 	t->loss += loss;
 	t->clipfrac += clipfrac;
 	t->updates++;
@@ -94,6 +103,11 @@ int main(int argc, char **argv)
 	struct ca_train_engine e;
 	ca_train_engine_open(&e, m, o.device);
 	double update_seconds = ca_train_epochs(&e, &d, &o, update, &t);
+	if (e.dist.world > 1) {
+		double x[5] = {t.vpred, t.resid_sq, t.ret_sum, t.ret_sq, (double)t.tokens};
+		ca_train_sum(&e, x, 5);
+		t.vpred = x[0], t.resid_sq = x[1], t.ret_sum = x[2], t.ret_sq = x[3], t.tokens = (long)x[4];
+	}
 	ca_train_engine_close(&e);
 	jv r = ca_train_stats_begin("ca-value-step", m, &d, &o);
 	r = jv_object_set(r, jv_string("updates"), jv_number(t.updates));

@@ -42,6 +42,8 @@ struct ca_cuda_api {
 	int (*model_adamw_step)(struct ca_cuda_model *g, const struct ca_adamw *opt, double *grad_norm,
 				char why[CA_MODEL_WHY]);
 	int (*model_download)(struct ca_cuda_model *g, struct ca_model *m, int grad, char why[CA_MODEL_WHY]);
+	/* Data-parallel training: the fp32 gradient on the device, n floats (backward finished). */
+	float *(*model_grad_buffer)(struct ca_cuda_model *g, size_t *n, char why[CA_MODEL_WHY]);
 };
 
 /* Open the CUDA backend (once; later calls return the same table), or NULL with why set. */

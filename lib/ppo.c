@@ -27,17 +27,32 @@ const char *ca_ppo_agg_name(int agg)
 	return agg_names[agg];
 }
 
-size_t ca_ppo_agg_weights(int agg, size_t nseq, const size_t *start, const unsigned char *mask,
-	double *weights)
+/* The denominators of each mode over sequences [0, nseq): mask-1 tokens and non-empty sequences. */
+static size_t agg_counts(size_t nseq, const size_t *start, const unsigned char *mask, size_t *nonempty)
 {
-	size_t tokens = 0, nonempty = 0;
+	size_t tokens = 0;
+	*nonempty = 0;
 	for (size_t s = 0; s < nseq; s++) {
 		size_t count = 0;
 		for (size_t i = start[s]; i < start[s + 1]; i++)
 			count += ACTIVE(mask, i) != 0;
 		tokens += count;
-		nonempty += count > 0;
+		*nonempty += count > 0;
 	}
+	return tokens;
+}
+
+size_t ca_ppo_agg_weights(int agg, size_t nseq, const size_t *start, const unsigned char *mask,
+	double *weights)
+{
+	size_t nonempty, tokens = agg_counts(nseq, start, mask, &nonempty);
+	ca_ppo_agg_weights_of(agg, nseq, start, mask, (double)tokens, (double)nonempty, (double)nseq, weights);
+	return tokens;
+}
+
+void ca_ppo_agg_weights_of(int agg, size_t nseq, const size_t *start, const unsigned char *mask, double tokens,
+	double nonempty, double all_seqs, double *weights)
+{
 	for (size_t s = 0; s < nseq; s++) {
 		size_t count = 0;
 		for (size_t i = start[s]; i < start[s + 1]; i++)
@@ -47,19 +62,23 @@ size_t ca_ppo_agg_weights(int agg, size_t nseq, const size_t *start, const unsig
 		case CA_PPO_SEQ_MEAN_TOKEN_MEAN:
 			/* Written as verl computes it: the sum over a row divided by
 			 * its token count, then the mean over rows. */
-			w = count ? 1.0 / (double)count / (double)nonempty : 0;
+			w = count ? 1.0 / (double)count / nonempty : 0;
 			break;
 		case CA_PPO_SEQ_MEAN_TOKEN_SUM:
-			w = 1.0 / (double)nseq;
+			w = 1.0 / all_seqs;
 			break;
 		default:
-			w = 1.0 / ((double)tokens + CA_PPO_MEAN_EPS);
+			w = 1.0 / (tokens + CA_PPO_MEAN_EPS);
 			break;
 		}
 		for (size_t i = start[s]; i < start[s + 1]; i++)
 			weights[i] = ACTIVE(mask, i) ? w : 0;
 	}
-	return tokens;
+}
+
+size_t ca_ppo_agg_counts(size_t nseq, const size_t *start, const unsigned char *mask, size_t *nonempty)
+{
+	return agg_counts(nseq, start, mask, nonempty);
 }
 
 double ca_ppo_aggregate(size_t n, const double *weights, const double *x)

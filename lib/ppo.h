@@ -53,6 +53,15 @@ const char *ca_ppo_agg_name(int agg);
  */
 size_t ca_ppo_agg_weights(int agg, size_t nseq, const size_t *start, const unsigned char *mask,
 	double *weights);
+/*
+ * The same with the denominators given: mask-1 tokens, non-empty sequences
+ * and sequences of the whole batch, of which [0, nseq) is one rank's share
+ * (data-parallel steps, lib/dist).
+ */
+void ca_ppo_agg_weights_of(int agg, size_t nseq, const size_t *start, const unsigned char *mask, double tokens,
+	double nonempty, double all_seqs, double *weights);
+/* Mask-1 tokens of sequences [0, nseq), and in *nonempty the sequences that have any. */
+size_t ca_ppo_agg_counts(size_t nseq, const size_t *start, const unsigned char *mask, size_t *nonempty);
 /* sum_i weights[i] * x[i]: the aggregate of any per-token quantity (entropy, KL). */
 double ca_ppo_aggregate(size_t n, const double *weights, const double *x);
 

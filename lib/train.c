@@ -351,6 +351,16 @@ void ca_train_pack(struct ca_train_pack *p, const struct ca_train_data *d, int f
 	}
 	p->start[nseq] = o;
 	p->batch = (struct ca_batch){.T = T, .tokens = p->tokens, .nseq = nseq, .seq_len = p->seq_len};
+	size_t nonempty;
+	p->all_tokens = (double)ca_ppo_agg_counts((size_t)nseq, p->start, p->mask, &nonempty);
+	p->all_nonempty = (double)nonempty;
+	p->all_seqs = nseq;
+}
+
+void ca_train_weights(struct ca_train_pack *p, int agg)
+{
+	ca_ppo_agg_weights_of(agg, (size_t)p->nseq, p->start, p->mask, p->all_tokens, p->all_nonempty, p->all_seqs,
+		p->weights);
 }
 
 void ca_train_pack_free(struct ca_train_pack *p)
@@ -534,6 +544,11 @@ void ca_train_opts_check(struct ca_train_opts *o, const char *usage)
 		o->output = o->model;
 }
 
+void ca_train_sum(struct ca_train_engine *e, double *x, size_t n)
+{
+	ca_dist_sum(&e->dist, x, n);
+}
+
 double ca_train_now(void)
 {
 	struct timespec ts;
@@ -554,13 +569,15 @@ void ca_train_engine_open(struct ca_train_engine *e, struct ca_model *m, int dev
 {
 	char why[CA_MODEL_WHY];
 	*e = (struct ca_train_engine){.m = m, .device = device};
+	ca_dist_init(&e->dist);
 	if (device != CA_DEVICE_CUDA)
 		return;
 	const struct ca_cuda_api *api = ca_device_cuda(why);
 	if (!api)
 		ca_err_die(CA_EXIT_SYSTEM, "--device cuda: %s", why);
 	if (!api->model_upload || !api->model_free || !api->model_forward_train || !api->model_backward ||
-	    !api->model_zero_grad || !api->model_adamw_step || !api->model_download)
+	    !api->model_zero_grad || !api->model_adamw_step || !api->model_download ||
+	    (e->dist.world > 1 && !api->model_grad_buffer))
 		ca_err_die(CA_EXIT_SYSTEM, "--device cuda: %s lacks the training entry points (rebuild: make model-cuda)",
 			api->path);
 	e->api = api;
@@ -572,13 +589,17 @@ void ca_train_engine_forward(struct ca_train_engine *e, const struct ca_train_pa
 	float *entropy, float *values)
 {
 	char why[CA_MODEL_WHY];
+	e->idle = p->T == 0;
 	if (e->gpu) {
 		if (e->api->model_zero_grad(e->gpu, why) < 0 ||
-		    e->api->model_forward_train(e->gpu, &p->batch, p->targets, logprobs, entropy, values, why) < 0)
+		    (p->T > 0 &&
+			e->api->model_forward_train(e->gpu, &p->batch, p->targets, logprobs, entropy, values, why) < 0))
 			ca_err_die(CA_EXIT_SYSTEM, "--device cuda: %s", why);
 		return;
 	}
 	ca_model_zero_grad(e->m);
+	if (p->T == 0)  /* a rank with no share of this mini-batch: a zero gradient */
+		return;
 	if (ca_model_forward(e->m, &p->batch, p->targets, logprobs, entropy, values, 1, why) < 0)
 		ca_err_die(CA_EXIT_DATA, "%s", why);
 }
@@ -587,6 +608,8 @@ void ca_train_engine_backward(struct ca_train_engine *e, const float *dlogp, con
 	const float *dvalue)
 {
 	char why[CA_MODEL_WHY];
+	if (e->idle)
+		return;
 	if (!e->gpu) {
 		ca_model_backward(e->m, dlogp, dentropy, dvalue);
 		return;
@@ -598,8 +621,19 @@ void ca_train_engine_backward(struct ca_train_engine *e, const float *dlogp, con
 double ca_train_engine_adamw(struct ca_train_engine *e, const struct ca_adamw *opt)
 {
 	char why[CA_MODEL_WHY];
-	if (!e->gpu)
+	if (!e->gpu) {
+		ca_dist_sum_float(&e->dist, e->m->grad, e->m->nparams);
 		return ca_model_adamw_step(e->m, opt);
+	}
+	if (e->dist.world > 1) {
+		size_t n = 0;
+		float *grad = e->api->model_grad_buffer(e->gpu, &n, why);
+		char dwhy[256];
+		if (!grad)
+			ca_err_die(CA_EXIT_SYSTEM, "--device cuda: %s", why);
+		if (ca_dist_sum_device(&e->dist, grad, n, NULL, dwhy) < 0)
+			ca_err_die(CA_EXIT_SYSTEM, "rank %d of %d: %s", e->dist.rank, e->dist.world, dwhy);
+	}
 	double norm = 0;
 	if (e->api->model_adamw_step(e->gpu, opt, &norm, why) < 0)
 		ca_err_die(CA_EXIT_SYSTEM, "--device cuda: %s", why);
@@ -624,10 +658,21 @@ double ca_train_epochs(struct ca_train_engine *e, const struct ca_train_data *d,
 	double seconds = 0;
 	for (int epoch = 0; epoch < o->epochs; epoch++)
 		for (int k = 0; k < nmb; k++) {
-			int first, count;
+			int first, count, mine, nmine;
 			ca_train_split(d->nseq, nmb, k, &first, &count);
-			struct ca_train_pack p;
-			ca_train_pack(&p, d, first, count);
+			ca_dist_share(&e->dist, count, &mine, &nmine);
+			struct ca_train_pack p, all;
+			if (e->dist.world > 1) {
+				/* The denominators are the whole mini-batch's; every rank has the data. */
+				ca_train_pack(&all, d, first, count);
+				ca_train_pack(&p, d, first + mine, nmine);
+				p.all_tokens = all.all_tokens;
+				p.all_nonempty = all.all_nonempty;
+				p.all_seqs = all.all_seqs;
+				ca_train_pack_free(&all);
+			} else {
+				ca_train_pack(&p, d, first, count);
+			}
 			double u0 = ca_train_now();
 			update(e, &p, ctx);
 			seconds += ca_train_now() - u0;
@@ -640,12 +685,18 @@ int ca_train_finish(struct ca_train_engine *e, const struct ca_train_opts *o, st
 	double update_seconds, double t0)
 {
 	ca_train_engine_close(e);
-	ca_train_save(e->m, o->output);
+	int status = d->status, rank = e->dist.rank;
+	/* Every rank holds the same weights: rank 0 alone writes them and the record. */
+	if (rank == 0)
+		ca_train_save(e->m, o->output);
 	r = jv_object_set(r, jv_string("agg"), jv_string(ca_ppo_agg_name(o->agg)));
+	r = jv_object_set(r, jv_string("ranks"), jv_number(e->dist.world));
 	r = jv_object_set(r, jv_string("update_seconds"), jv_number(update_seconds));
 	r = jv_object_set(r, jv_string("seconds"), jv_number(ca_train_now() - t0));
-	int status = d->status;
-	if (ca_ndjson_write(r) != 0)
+	ca_dist_close(&e->dist);
+	if (rank != 0)
+		jv_free(r);
+	else if (ca_ndjson_write(r) != 0)
 		status = CA_EXIT_SYSTEM;
 	ca_train_data_free(d);
 	ca_model_free(e->m);

@@ -22,6 +22,7 @@
 #include <jv.h>
 
 #include "device.h"
+#include "dist.h"
 #include "model.h"
 
 /* The per-token number fields a command may need. */
@@ -76,6 +77,12 @@ struct ca_train_pack {
 	/* Scratch, T entries each: engine-side (float) and record-aligned (double). */
 	float *engine[3];
 	double *record[3], *weights, *grad;
+	/*
+	 * The aggregation denominators of the whole mini-batch this pack is
+	 * one rank's share of (lib/dist): mask-1 tokens, sequences with any,
+	 * sequences. ca_train_pack sets them to the pack's own.
+	 */
+	double all_tokens, all_nonempty, all_seqs;
 };
 void ca_train_pack(struct ca_train_pack *p, const struct ca_train_data *d, int first, int nseq);
 void ca_train_pack_free(struct ca_train_pack *p);
@@ -83,6 +90,9 @@ void ca_train_pack_free(struct ca_train_pack *p);
 void ca_train_to_record(const struct ca_train_pack *p, const float *engine, double *record);
 /* engine[i - 1] = record[i] within each sequence, engine[last] = 0. */
 void ca_train_to_engine(const struct ca_train_pack *p, const double *record, float *engine);
+
+/* Fill p->weights for aggregation mode agg over the whole mini-batch (see all_tokens). */
+void ca_train_weights(struct ca_train_pack *p, int agg);
 
 /* The sequences of mini-batch k of n over nseq sequences: [*first, *first + *count). */
 void ca_train_split(int nseq, int n, int k, int *first, int *count);
@@ -150,6 +160,14 @@ struct ca_train_engine {
 	int device;
 	struct ca_cuda_model *gpu;
 	const struct ca_cuda_api *api;
+	/*
+	 * The data-parallel ranks (lib/dist, from the environment): each takes
+	 * its share of every mini-batch's sequences, the gradients are summed
+	 * over the ranks before AdamW, and rank 0 alone saves and writes the
+	 * stats record.
+	 */
+	struct ca_dist dist;
+	int idle;  /* the last forward had no tokens: backward adds nothing */
 };
 void ca_train_engine_open(struct ca_train_engine *e, struct ca_model *m, int device);
 /* Zero the gradient, then a training forward over p (outputs of T entries, each may be NULL). */
@@ -157,7 +175,10 @@ void ca_train_engine_forward(struct ca_train_engine *e, const struct ca_train_pa
 	float *entropy, float *values);
 void ca_train_engine_backward(struct ca_train_engine *e, const float *dlogp, const float *dentropy,
 	const float *dvalue);
-/* One AdamW step; returns the gradient norm before clipping. */
+/*
+ * One AdamW step; returns the gradient norm before clipping. With several
+ * ranks the gradients are summed over them first.
+ */
 double ca_train_engine_adamw(struct ca_train_engine *e, const struct ca_adamw *opt);
 void ca_train_engine_close(struct ca_train_engine *e);
 
@@ -166,6 +187,9 @@ typedef void (*ca_train_update_fn)(struct ca_train_engine *e, struct ca_train_pa
 /* Every epoch over every mini-batch: pack it and update; returns the seconds spent updating. */
 double ca_train_epochs(struct ca_train_engine *e, const struct ca_train_data *d, const struct ca_train_opts *o,
 	ca_train_update_fn update, void *ctx);
+
+/* Sum x[0..n) over the ranks (a no-op for one); every rank calls it alike. */
+void ca_train_sum(struct ca_train_engine *e, double *x, size_t n);
 
 double ca_train_now(void);
 /* sum / n as a number, null when n is 0 or the mean is not finite. */
