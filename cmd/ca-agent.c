@@ -390,7 +390,8 @@ static jv stamp(const struct session *s, jv msg)
 /*
  * The options an agent may give the trusted commands: only ones that
  * change what it is told, never how safely its code runs (no
- * --no-sandbox, --allow-torch, tolerances or caches).
+ * --no-sandbox, --allow-torch, tolerances or caches). ca-profile --verify
+ * checks more, not less: it verifies first, in the same start-up.
  */
 static const struct {
 	const char *command, *option;
@@ -401,7 +402,7 @@ static const struct {
 	{"ca-verify", "--seed", 1},
 	{"ca-profile", "-H", 0}, {"ca-profile", "--human", 0}, {"ca-profile", "--iters", 1},
 	{"ca-profile", "--seed", 1}, {"ca-profile", "--sets", 1}, {"ca-profile", "--top", 1},
-	{"ca-profile", "--warmup", 1},
+	{"ca-profile", "--verify", 0}, {"ca-profile", "--warmup", 1},
 };
 
 static int small_number(const char *s)

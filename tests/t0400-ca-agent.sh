@@ -261,10 +261,11 @@ expect_success 'only harmless options reach the trusted commands' '
 	  call bash "{\"command\": \"ca-verify --checks\"}"
 	  call bash "{\"command\": \"ca-build -H=1\"}"
 	  call bash "{\"command\": \"ca-verify --checks=3 --seed 7\"}"
-	  call bash "{\"command\": \"ca-profile --iters 5 -H\"}"; } >turns &&
+	  call bash "{\"command\": \"ca-profile --iters 5 -H\"}"
+	  call bash "{\"command\": \"ca-profile --verify\"}"; } >turns &&
 	agent && obs 0 | grep -q "not an option the agent may give" && obs 1 | grep -q "allow-torch" &&
 	obs 2 | grep -q "needs a number" && [ "$(err 3)" = true ] &&
-	jq -e "[.trajectory.snapshots[].args] == [[\"--checks\", \"3\", \"--seed\", \"7\"], [\"--iters\", \"5\", \"-H\"]]" out
+	jq -e "[.trajectory.snapshots[].args] == [[\"--checks\", \"3\", \"--seed\", \"7\"], [\"--iters\", \"5\", \"-H\"], [\"--verify\"]]" out
 '
 
 expect_success 'the snapshot gets the task code as model.py, whatever the workspace holds' '

@@ -52,6 +52,23 @@ expect_success 'policy-replay: picks the recording whose task id matches' '
 	jq -e ".trajectory.messages[2].content == \"right\"" out
 '
 
+expect_success 'policy-replay --record: the turns that write two versions of a workspace and check each' '
+	mkdir -p v1/kernels v2/kernels && echo a >v1/kernels/a.cu && echo m1 >v1/model_new.py &&
+	echo b >v2/kernels/b.cu && echo m2 >v2/model_new.py &&
+	policy-replay --record --id p1 v1 --run "ca-build,ca-profile --verify" v2 >rec &&
+	jq -r ".trajectory.messages[] | [.tool_calls[0].function.name // \"done\", (.tool_calls[0].function.arguments // \"{}\" | fromjson | .path // .command // \"\")] | join(\" \")" rec >got &&
+	printf "%s\n" "read model.py" "write kernels/a.cu" "write model_new.py" "bash ca-build" "bash ca-verify" "bash ca-profile" \
+		"write kernels/b.cu" "read model_new.py" "write model_new.py" "bash ca-build" "bash ca-profile --verify" "done " >want &&
+	cmp_output want got &&
+	printf "%s\n" "$TASK" | ca-agent --unconfined --build-cmd "echo {\\\"ok\\\":true}; :" --verify-cmd true --profile-cmd true \
+		--policy "policy-replay rec" >out &&
+	jq -e ".trajectory.stop == \"done\" and .trajectory.invalid_tool_calls == 0 and .trajectory.final.files == {\"kernels/a.cu\": \"a\n\", \"kernels/b.cu\": \"b\n\", \"model_new.py\": \"m2\n\"}" out
+'
+
+expect_status 2 'policy-replay --record: a directory without model_new.py is a usage error' '
+	mkdir d && policy-replay --record d
+'
+
 expect_success 'policy-ca-sample: renders tools and calls for ca-sample, parses <tool_call> blocks' '
 	mkdir fakebin && ln -s "$TESTS_DIR/data/agent/fake-ca-sample" fakebin/ca-sample &&
 	printf "%s\n" "$TASK" | PATH="$PWD/fakebin:$PATH" ca-agent --unconfined --policy "policy-ca-sample -t 0 ckpt" >out &&

@@ -1,7 +1,7 @@
 #!/bin/sh
 # The pipelines on a GPU: ca-eval runs two KernelBench problems (L1/14,
-# L2/18) through the agent loop with a replayed policy that writes a real
-# kernel, scores every snapshot with ca-verify | ca-profile | ca-reward and
+# L2/18) through the agent loop (-j 2) with a replayed policy that writes
+# real kernels, scores every snapshot with ca-verify | ca-profile | ca-reward and
 # prints Table 1; a rerun resumes with nothing to do; the same through the
 # Slurm scripts with the fake sbatch; ca-synth with the GPU workload check.
 . "$(dirname "$0")/../test-lib.sh"
@@ -22,30 +22,20 @@ if ! has_torch; then
 	exit 0
 fi
 
-# The recorded turns of tests/gpu/t0404: write the solution's files, build,
-# verify, profile, done; one trajectory record per task for policy-replay.
-turns() {
-	dir=$1
-	call() { jq -cn --arg n "$1" --arg a "$2" --arg c "$3" \
-		'{role: "assistant", content: $c, tool_calls: [{id: "call_\($n)", type: "function", function: {name: $n, arguments: $a}}]}'; }
-	call read '{"path": "model.py"}' "Reading the reference."
-	for f in $(cd "$dir" && find kernels -type f | sort) model_new.py; do
-		args=$(jq -cn --arg p "$f" --rawfile c "$dir/$f" '{path: $p, content: $c}')
-		call write "$args" "Writing $f."
-	done
-	call bash '{"command": "ca-build"}' "Building."
-	call bash '{"command": "ca-verify"}' "Checking correctness."
-	call bash '{"command": "ca-profile"}' "Timing against eager and torch.compile."
-	jq -cn '{role: "assistant", content: "Done."}'
-}
+# The recorded turns of an agent that writes the solution's files (for
+# L1/14 the second version with the first one's kernel beside it), builds
+# and says it is done: one candidate per task. tests/gpu/t0404 runs verify
+# and profile inside the loop; here the pipeline's scoring does them.
 REC=$TRASH_BASE/recording.ndjson
-for t in l1-14:kernelbench/L1/14 l2-18:kernelbench/L2/18; do
-	turns "$D/kb-${t%%:*}" | jq -cs --arg id "${t#*:}" '{id: $id, trajectory: {messages: .}}'
-done >"$REC"
+cp -R "$D/kb-l1-14" "$TRASH_BASE/kb-l1-14" && cp -R "$D/kb-l1-14-v2/." "$TRASH_BASE/kb-l1-14/"
+{
+	policy-replay --record --id kernelbench/L1/14 --run ca-build "$TRASH_BASE/kb-l1-14"
+	policy-replay --record --id kernelbench/L2/18 --run ca-build "$D/kb-l2-18"
+} >"$REC"
 export REC
 
 expect_success 'ca-eval: both problems solved through the loop, reward 3, Table 1 per level' '
-	ca-eval --tasks "$TASKS" --policy "policy-replay $REC" -o "$TRASH_BASE/eval" >table 2>err ||
+	ca-eval -j 2 --tasks "$TASKS" --policy "policy-replay $REC" -o "$TRASH_BASE/eval" >table 2>err ||
 		{ cat err; exit 1; }
 	cat table &&
 	jq -c "{id, reward, best}" "$TRASH_BASE/eval/results.ndjson" &&
@@ -54,7 +44,7 @@ expect_success 'ca-eval: both problems solved through the loop, reward 3, Table 
 
 expect_success 'ca-eval again: resumes with nothing to roll out or score, same table' '
 	cp "$TRASH_BASE/eval/table.txt" before &&
-	ca-eval --tasks "$TASKS" --policy "policy-replay $REC" -o "$TRASH_BASE/eval" >table 2>err &&
+	ca-eval -j 2 --tasks "$TASKS" --policy "policy-replay $REC" -o "$TRASH_BASE/eval" >table 2>err &&
 	grep -q "0 of 2 tasks to roll out" err && grep -q "0 of [0-9]* candidates to score" err &&
 	cmp table before'
 
