@@ -50,9 +50,9 @@ void ca_dist_init(struct ca_dist *d)
 		if (*end || !(d->timeout > 0))
 			ca_err_die(CA_EXIT_USAGE, "CA_DIST_TIMEOUT: not a number of seconds: '%s'", t);
 	}
-	if (d->world == 1)
-		return;
 	const char *dir = getenv("CA_DIST_DIR");
+	if (d->world == 1 && (!dir || !*dir))
+		return;
 	if (!dir || !*dir)
 		ca_err_die(CA_EXIT_USAGE,
 			"rank %d of %d: CA_DIST_DIR is not set (the ranks meet in that directory; "
@@ -194,6 +194,11 @@ void ca_dist_barrier(struct ca_dist *d)
 		ca_err_die(CA_EXIT_SYSTEM, "rank %d: barrier counted %g ranks, expected %d", d->rank, one, d->world);
 }
 
+int ca_dist_device_sums(const struct ca_dist *d)
+{
+	return d->world > 1 || d->dir;
+}
+
 void ca_dist_share(const struct ca_dist *d, int n, int *first, int *count)
 {
 	int base = n / d->world, extra = n % d->world;
@@ -263,7 +268,7 @@ static int nccl_open(struct ca_dist *d, char why[256])
 
 int ca_dist_sum_device(struct ca_dist *d, float *dev, size_t n, void *stream, char why[256])
 {
-	if (d->world == 1)
+	if (!ca_dist_device_sums(d))
 		return 0;
 	if (!d->nccl && nccl_open(d, why) < 0)
 		return -1;

@@ -47,6 +47,13 @@ void ca_dist_barrier(struct ca_dist *d);
  */
 int ca_dist_sum_device(struct ca_dist *d, float *dev, size_t n, void *stream, char why[256]);
 
+/*
+ * Whether device sums go through NCCL: with several ranks, and also for a
+ * lone rank given CA_DIST_DIR (ca-launch -n 1), which checks the NCCL
+ * set-up on one GPU.
+ */
+int ca_dist_device_sums(const struct ca_dist *d);
+
 /* The contiguous share of n items that this rank takes: [*first, *first + *count). */
 void ca_dist_share(const struct ca_dist *d, int n, int *first, int *count);
 

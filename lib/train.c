@@ -577,7 +577,7 @@ void ca_train_engine_open(struct ca_train_engine *e, struct ca_model *m, int dev
 		ca_err_die(CA_EXIT_SYSTEM, "--device cuda: %s", why);
 	if (!api->model_upload || !api->model_free || !api->model_forward_train || !api->model_backward ||
 	    !api->model_zero_grad || !api->model_adamw_step || !api->model_download ||
-	    (e->dist.world > 1 && !api->model_grad_buffer))
+	    (ca_dist_device_sums(&e->dist) && !api->model_grad_buffer))
 		ca_err_die(CA_EXIT_SYSTEM, "--device cuda: %s lacks the training entry points (rebuild: make model-cuda)",
 			api->path);
 	e->api = api;
@@ -625,7 +625,7 @@ double ca_train_engine_adamw(struct ca_train_engine *e, const struct ca_adamw *o
 		ca_dist_sum_float(&e->dist, e->m->grad, e->m->nparams);
 		return ca_model_adamw_step(e->m, opt);
 	}
-	if (e->dist.world > 1) {
+	if (ca_dist_device_sums(&e->dist)) {
 		size_t n = 0;
 		float *grad = e->api->model_grad_buffer(e->gpu, &n, why);
 		char dwhy[256];
