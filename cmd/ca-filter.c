@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -36,13 +37,14 @@ extern char **environ;
 static const char usage_text[] =
 	"usage: ca-filter [-hu] [--against FILE] [--atol X] [--device auto|cpu|cuda] [--drop] [--fingerprint]\n"
 	"                 [--gpus LIST] [-j N] [--max-ms X] [--max-sim X] [--min-ms X] [--no-compile]\n"
-	"                 [--progress] [--rtol X] [--seed N] [--timeout S] [file ...]\n";
+	"                 [--progress] [--rtol X] [--sandbox]\n"
+	"                 [--sandbox-user UID] [--seed N] [--timeout S] [file ...]\n";
 
 struct config {
-	const char *against, *device;
+	const char *against, *device, *sandbox_user;
 	double atol, rtol, min_ms, max_ms, max_sim, timeout_s;
 	long long seed, jobs;
-	int drop, compile;
+	int drop, compile, sandbox;
 	char **gpus;
 	size_t ngpus;
 };
@@ -55,6 +57,7 @@ struct worker {
 	char torch[64], gpu[128];
 	int cuda;
 	char **env;
+	char **argv;  /* with --sandbox: the ca-sandbox command line, built once */
 };
 
 struct slot {
@@ -80,6 +83,8 @@ static long long start_failures;
 /* Seconds a worker may take to say hello (import torch, start CUDA, warm up). */
 #define HELLO_TIMEOUT_S 600
 static char lock_path[PATH_MAX];
+/* --sandbox: the workers' directories, and the directory of the lock file they may only read. */
+static char sandbox_root[PATH_MAX], sandbox_bin[PATH_MAX];
 /* SIGTERM or SIGINT: stop reading, mark the tasks in flight, write what was read. */
 static volatile sig_atomic_t stop_signal;
 
@@ -256,6 +261,71 @@ static void tail_of_log(struct worker *w, char *out, size_t n)
 		memmove(out, nl + 1, strlen(nl + 1) + 1);
 }
 
+static void push(char ***v, size_t *n, const char *s)
+{
+	*v = ca_xrealloc(*v, (*n + 2) * sizeof **v);
+	(*v)[(*n)++] = ca_xstrdup(s);
+	(*v)[*n] = NULL;
+}
+
+/*
+ * --sandbox: the worker runs in ca-sandbox(1), as ca-verify runs candidates:
+ * its own directory (the only writable place besides a private /tmp), no
+ * network, the GPU only when the device may be one, the lock file for GPU
+ * timing readable (flock needs no more) and a clean environment with what
+ * torch needs passed through.
+ */
+static char **sandbox_argv(struct worker *w, const char *const *cmd)
+{
+	char dir[PATH_MAX + 32], buf[PATH_MAX + 64];
+	snprintf(dir, sizeof dir, "%s/w%d", sandbox_root, w->index);
+	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+		ca_err_warn_sys("%s", dir);
+		return NULL;
+	}
+	char **v = NULL;
+	size_t n = 0;
+	push(&v, &n, sandbox_bin);
+	if (strcmp(cfg.device, "cpu"))
+		push(&v, &n, "--gpu");
+	push(&v, &n, "--dir");
+	push(&v, &n, dir);
+	if (cfg.sandbox_user) {
+		push(&v, &n, "--user");
+		push(&v, &n, cfg.sandbox_user);
+	}
+	push(&v, &n, "--ro");
+	push(&v, &n, ca_paths_pydir());
+	if (lock_path[0]) {
+		snprintf(buf, sizeof buf, "%s", lock_path);
+		char *slash = strrchr(buf, '/');
+		if (slash && slash != buf)
+			*slash = '\0';
+		push(&v, &n, "--ro");
+		push(&v, &n, buf);
+	}
+	static const char *const pass[] = {"LD_LIBRARY_PATH=", "PYTHON", "CUDA_HOME=", "CUDA_VISIBLE_DEVICES=",
+	                                   "NVIDIA_", "CA_SYNTH_", "TORCH", "TRITON_", "OMP_NUM_THREADS=", NULL};
+	for (char **e = w->env; *e; e++)
+		for (int i = 0; pass[i]; i++)
+			if (!strncmp(*e, pass[i], strlen(pass[i]))) {
+				push(&v, &n, "--env");
+				push(&v, &n, *e);
+				break;
+			}
+	push(&v, &n, "--");
+	for (int i = 0; cmd[i]; i++)
+		push(&v, &n, cmd[i]);
+	return v;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st, (void)flag, (void)ftw;
+	remove(path);
+	return 0;
+}
+
 /*
  * Workers start in parallel and in the background: spawn_worker only
  * launches the interpreter; its hello (after importing torch, starting
@@ -270,9 +340,19 @@ static int spawn_worker(struct worker *w)
 	snprintf(script, sizeof script, "%s/ca_synth.py", ca_paths_pydir());
 	/* torch.compile's first use in a process is slow; on a GPU the worker
 	 * pays it before its hello, while the workers start together. */
-	const char *argv[] = {python, script, "worker", cfg.compile && strcmp(cfg.device, "cpu") ? "--warm" : NULL, NULL};
+	const char *plain[] = {python, script, "worker", cfg.compile && strcmp(cfg.device, "cpu") ? "--warm" : NULL, NULL};
+	const char *const *argv = plain;
 	if (!w->env)
 		w->env = worker_env(w->index);
+	if (cfg.sandbox) {
+		if (!w->argv)
+			w->argv = sandbox_argv(w, plain);
+		if (!w->argv) {
+			start_failures++;
+			return -1;
+		}
+		argv = (const char *const *)w->argv;
+	}
 	if (w->log_fd < 0) {
 		char tmpl[] = "/tmp/ca-filter-log.XXXXXX";
 		w->log_fd = mkstemp(tmpl);
@@ -291,7 +371,7 @@ static int spawn_worker(struct worker *w)
 		w->co.proc.err = w->log_fd;
 	}
 	if (ca_coproc_start_prepared(&w->co) < 0) {
-		ca_err_warn_sys("cannot start %s %s", python, script);
+		ca_err_warn_sys("cannot start %s", argv[0]);
 		start_failures++;
 		return -1;
 	}
@@ -830,6 +910,8 @@ int main(int argc, char **argv)
 		{"no-compile", no_argument, NULL, 'C'},
 		{"progress", no_argument, NULL, 'P'},
 		{"rtol", required_argument, NULL, 'R'},
+		{"sandbox", no_argument, NULL, 'B'},
+		{"sandbox-user", required_argument, NULL, 'U'},
 		{"seed", required_argument, NULL, 's'},
 		{"timeout", required_argument, NULL, 't'},
 		{"unbuffered", no_argument, NULL, 'u'},
@@ -841,6 +923,12 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'a': cfg.against = optarg; break;
 		case 'A': cfg.atol = ca_opt_double("--atol", optarg, 0, 1e9); break;
+		case 'B': cfg.sandbox = 1; break;
+		case 'U':
+			ca_opt_long("--sandbox-user", optarg, 0, 4294967294LL);
+			cfg.sandbox_user = optarg;
+			cfg.sandbox = 1;
+			break;
 		case 'C': cfg.compile = 0; break;
 		case 'd': cfg.drop = 1; break;
 		case 'f': fingerprint_only = 1; break;
@@ -880,12 +968,28 @@ int main(int argc, char **argv)
 	/* One lock file serialises GPU timing across workers (and across
 	 * ca-filter processes that share one GPU, given CA_FILTER_TIMING_LOCK). */
 	const char *shared_lock = getenv("CA_FILTER_TIMING_LOCK");
+	const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+	if (cfg.sandbox) {
+		snprintf(sandbox_bin, sizeof sandbox_bin, "%s/ca-sandbox", ca_paths_bindir());
+		if (access(sandbox_bin, X_OK) != 0)
+			ca_err_die(CA_EXIT_SYSTEM, "%s: not found (build it, or leave out --sandbox)", sandbox_bin);
+		snprintf(sandbox_root, sizeof sandbox_root, "%s/ca-filter.XXXXXX", tmp);
+		if (!mkdtemp(sandbox_root) || chmod(sandbox_root, 0755) != 0)
+			ca_err_die_sys(CA_EXIT_SYSTEM, "cannot make a directory in %s", tmp);
+	}
 	if (shared_lock && *shared_lock)
 		snprintf(lock_path, sizeof lock_path, "%s", shared_lock);
+	else if (cfg.sandbox)
+		snprintf(lock_path, sizeof lock_path, "%s/lock/timing", sandbox_root);
 	else
-		snprintf(lock_path, sizeof lock_path, "%s/ca-filter-timing.%ld.lock",
-		         getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (long)getpid());
-	int lock_fd = open(lock_path, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+		snprintf(lock_path, sizeof lock_path, "%s/ca-filter-timing.%ld.lock", tmp, (long)getpid());
+	if (cfg.sandbox && !(shared_lock && *shared_lock)) {
+		char dir[PATH_MAX + 8];
+		snprintf(dir, sizeof dir, "%s/lock", sandbox_root);
+		if (mkdir(dir, 0755) != 0)
+			ca_err_die_sys(CA_EXIT_SYSTEM, "%s", dir);
+	}
+	int lock_fd = open(lock_path, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
 	if (lock_fd < 0)
 		lock_path[0] = '\0';
 	workers = ca_xcalloc((size_t)cfg.jobs, sizeof *workers);
@@ -945,12 +1049,19 @@ int main(int argc, char **argv)
 				free(*e);
 			free(workers[i].env);
 		}
+		if (workers[i].argv) {
+			for (char **a = workers[i].argv; *a; a++)
+				free(*a);
+			free(workers[i].argv);
+		}
 	}
 	if (lock_fd >= 0) {
 		close(lock_fd);
 		if (!(shared_lock && *shared_lock))
 			unlink(lock_path);
 	}
+	if (sandbox_root[0])
+		nftw(sandbox_root, remove_entry, 32, FTW_DEPTH | FTW_PHYS);
 	ca_pylex_index_free(refs);
 	if (stop_signal) {
 		ca_err_warn("stopped by signal %d; every record read was written", (int)stop_signal);
