@@ -221,16 +221,21 @@ static const char *write_files(const char *dir, jv files, char *why, size_t why_
 	return failed;
 }
 
-static int copy_tree(const char *src, const char *dst)
+static int copy_tree_opt(const char *src, const char *dst, const char *opt)
 {
 	char from[PATHLEN];
 	snprintf(from, sizeof from, "%s/.", src);
-	const char *argv[] = {"cp", "-R", "-P", from, dst, NULL};
+	const char *argv[] = {"cp", "-R", "-P", opt, from, dst, NULL};
 	struct ca_proc p;
 	ca_proc_init(&p, argv);
 	p.in_mode = CA_PROC_NULL;
 	p.timeout_s = 120;
 	return ca_proc_run(&p) == 0 ? 0 : -1;
+}
+
+static int copy_tree(const char *src, const char *dst)
+{
+	return copy_tree_opt(src, dst, "-P");
 }
 
 static int chmod_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -767,6 +772,8 @@ struct job {
 	char task_sha[65];
 	char io[PATHLEN];        /* candidate dir/.ca-io: inputs and outputs */
 	char kernels_lib[PATHLEN];
+	char ext_key[65];        /* torch extensions cache key ("" when the candidate builds none) */
+	int loaded;              /* the candidate's ModelNew loaded */
 	char task_path[PATHLEN];  /* the task's code where the candidate can read it */
 	unsigned long long seed;
 	int ship;                /* inputs go as files: the candidate's own draws differed */
@@ -964,6 +971,103 @@ static int job_build(struct job *j)
 	return 0;
 }
 
+/* ------------------------------------------------------------------ torch extension builds */
+
+struct hash_walk {
+	struct ca_sha256 *h;
+	size_t root_len;
+	int n;
+};
+static struct hash_walk *g_hash_walk;  /* nftw has no user pointer; used by one thread at a time */
+static pthread_mutex_t hash_walk_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int hash_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)ftw;
+	struct hash_walk *w = g_hash_walk;
+	const char *rel = path + w->root_len;
+	if (!strncmp(rel, "/.ca-io", 7) || !strncmp(rel, "/.ca-ext", 8))
+		return 0;
+	if (flag != FTW_F || !S_ISREG(st->st_mode) || st->st_size > (16 << 20) || ++w->n > 2000)
+		return 0;
+	size_t len;
+	char *data = read_file(path, (size_t)st->st_size, &len);
+	if (!data)
+		return 0;
+	ca_sha256_string(w->h, rel);
+	ca_sha256_update(w->h, data, len);
+	free(data);
+	return 0;
+}
+
+/*
+ * A candidate that builds torch extensions when it is imported (KernelBench's
+ * load_inline, or cpp_extension.load) pays tens of seconds per process. The
+ * build directory is kept under $CA_CACHE/torch-ext/KEY, KEY the hash of
+ * every file of the workspace with the torch version and the GPU, and given
+ * to the next process of the same candidate (ca-profile after ca-verify, the
+ * same candidate proposed again): only identical workspaces share it.
+ */
+static void ext_prepare(struct job *j)
+{
+	struct slot *s = j->slot;
+	char path[PATHLEN];
+	j->ext_key[0] = '\0';
+	snprintf(path, sizeof path, "%s/model_new.py", j->cand.dir);
+	size_t len;
+	char *src = read_file(path, 16 << 20, &len);
+	int builds = src && (strstr(src, "load_inline") || strstr(src, "cpp_extension"));
+	free(src);
+	if (!builds)
+		return;
+	struct ca_sha256 h;
+	ca_sha256_init(&h);
+	ca_sha256_string(&h, "ca-torch-ext-1");
+	char *gpu = ca_json_strdup(s->reference.hello, "gpu");
+	char *torch = ca_json_strdup(s->reference.hello, "torch");
+	ca_sha256_string(&h, gpu ? gpu : "cpu");
+	ca_sha256_string(&h, torch ? torch : "");
+	free(gpu);
+	free(torch);
+	struct hash_walk w = {&h, strlen(j->cand.dir), 0};
+	pthread_mutex_lock(&hash_walk_lock);
+	g_hash_walk = &w;
+	nftw(j->cand.dir, hash_entry, 16, FTW_PHYS);
+	g_hash_walk = NULL;
+	pthread_mutex_unlock(&hash_walk_lock);
+	ca_sha256_final_hex(&h, j->ext_key);
+	char cached[PATHLEN], dst[PATHLEN];
+	snprintf(cached, sizeof cached, "%s/torch-ext/%s", ca_paths_cache(), j->ext_key);
+	snprintf(dst, sizeof dst, "%s/.ca-ext", j->cand.dir);
+	mkdir_mode(dst, 0777);
+	struct stat st;
+	if (stat(cached, &st) == 0 && S_ISDIR(st.st_mode)) {
+		/* Timestamps kept: ninja decides what to rebuild by them. */
+		copy_tree_opt(cached, dst, "--preserve=timestamps");
+		nftw(dst, chmod_entry, 16, FTW_PHYS);
+		j->result = jv_object_set(j->result, jv_string("extension_cached"), jv_true());
+	}
+}
+
+/* After a loaded candidate has stopped: keep its extension builds for the next process. */
+static void ext_save(struct job *j)
+{
+	if (!j->ext_key[0] || !j->loaded)
+		return;
+	char cached[PATHLEN], tmp[PATHLEN + 32], src[PATHLEN], dir[PATHLEN];
+	snprintf(dir, sizeof dir, "%s/torch-ext", ca_paths_cache());
+	snprintf(cached, sizeof cached, "%s/%s", dir, j->ext_key);
+	snprintf(src, sizeof src, "%s/.ca-ext", j->cand.dir);
+	struct stat st;
+	if (stat(cached, &st) == 0 || stat(src, &st) != 0)
+		return;
+	ca_paths_mkdirs(dir, 0755);
+	snprintf(tmp, sizeof tmp, "%s.tmp%ld.%d", cached, (long)getpid(), j->slot->index);
+	if (mkdir_mode(tmp, 0755) == 0 && copy_tree_opt(src, tmp, "--preserve=timestamps") == 0 && rename(tmp, cached) == 0)
+		return;
+	rm_rf(tmp);
+}
+
 /*
  * Everything before the first check: candidate worker, workspace, build,
  * reference task, candidate load. 0 when the candidate is loaded.
@@ -1094,6 +1198,7 @@ static int job_prepare(struct job *j, jv record)
 		return -1;
 	}
 	phase(j, "candidate_start");
+	ext_prepare(j);
 	snprintf(path, sizeof path, "%s/model_new.py", j->cand.dir);
 	req = jv_object();
 	req = set_str(req, "op", "candidate");
@@ -1104,12 +1209,18 @@ static int job_prepare(struct job *j, jv record)
 	req = jv_object_set(req, jv_string("allow_torch"), jv_bool(cfg->allow_torch));
 	req = jv_object_set(req, jv_string("kernels_lib"), j->kernels_lib[0] ? jv_string(j->kernels_lib) : jv_null());
 	req = set_str(req, "task", j->task_path);
+	if (j->ext_key[0]) {
+		snprintf(path, sizeof path, "%s/.ca-ext", j->cand.dir);
+		req = set_str(req, "ext_dir", path);
+		req = set_str(req, "ext_key", j->ext_key);
+	}
 	if (candidate_call(j, req, cfg->load_timeout_s, &reply, NULL) != 0) {
 		if (jv_get_kind(reply) == JV_KIND_OBJECT)
 			jv_free(reply);
 		return -1;
 	}
 	jv_free(reply);
+	j->loaded = 1;
 	phase(j, "load");
 	j->result = set_num(j->result, "build_s", build_s);
 	j->result = set_num(j->result, "load_s", ca_proc_now() - t1);
@@ -1806,6 +1917,10 @@ static jv evaluate_record(struct slot *s, jv record, int *status)
 	} else if (cfg->also_verify) {
 		verified = j.result;
 		j.result = jv_object();
+	}
+	if (j.ext_key[0]) {
+		worker_stop(&j.cand, 0);
+		ext_save(&j);
 	}
 	if (j.cand.dir[0] || j.cand.running)
 		candidate_release(s, &j.cand);

@@ -36,10 +36,13 @@ Requests (paths are files; tensor files are described in lib/tensor.h):
       outputs to ref_out when given. Reply adds "gen" ("device"|"host")
       and "digest" (a fingerprint of the inputs; see digest()).
   {"op": "candidate", "path": P, "weights": P, "init": P, "seed": S,
-   "allow_torch": bool, "kernels_lib": P|null, "task": P?}
+   "allow_torch": bool, "kernels_lib": P|null, "task": P?, "ext_dir": P?,
+   "ext_key": K?}
       candidate: import the task's module from task (for get_inputs
       only), import ModelNew from P (its directory first on sys.path,
-      $CA_KERNELS_LIB set to kernels_lib), build ModelNew(*init), load the
+      $CA_KERNELS_LIB set to kernels_lib, torch extensions built in
+      /tmp/ca-ext-K seeded from and copied back to ext_dir), build
+      ModelNew(*init), load the
       reference's weights strictly; a mismatch lists the keys.
   {"op": "run", "inputs": P | "seed": S, "out": P, "trace": bool}
       run the current model once on the inputs (read from the file
@@ -591,6 +594,18 @@ class Worker:
         self.allow_torch = bool(req.get("allow_torch"))
         if req.get("kernels_lib"):
             os.environ["CA_KERNELS_LIB"] = req["kernels_lib"]
+        ext = None
+        if req.get("ext_dir"):
+            # torch extensions built at import (load_inline) are built in a
+            # directory whose path is the same in every process of this
+            # candidate (ninja rebuilds what moved), seeded from ext_dir
+            # where the parent put an earlier build, and copied back there.
+            import shutil
+            ext = (req["ext_dir"], "/tmp/ca-ext-%s" % req.get("ext_key", "x"))
+            if os.listdir(ext[0]):
+                shutil.copytree(ext[0], ext[1], symlinks=True, dirs_exist_ok=True)
+            os.makedirs(ext[1], exist_ok=True)
+            os.environ["TORCH_EXTENSIONS_DIR"] = ext[1]
         if req.get("task"):
             # The task's module, for its get_inputs() only: inputs are drawn here.
             self.task = self._import(req["task"], "ca_task")
@@ -607,6 +622,9 @@ class Worker:
             if isinstance(e.__cause__, _Violation) or isinstance(e.__context__, _Violation):
                 raise _Violation(str(e.__cause__ or e.__context__))
             raise _Stage("load", e)
+        if ext is not None and not os.listdir(ext[0]):
+            import shutil
+            shutil.copytree(ext[1], ext[0], symlinks=True, dirs_exist_ok=True)
         weights = read_tensors(req["weights"], flat=True)
         own = self.model.state_dict()
         missing = [k for k in weights if k not in own]
