@@ -14,7 +14,7 @@ tasks() { i=1; while [ "$i" -le "$1" ]; do printf '{"id":"t%d","level":1,"code":
 ARGS="--agent-opts --unconfined --policy 'echo {\\\"content\\\":\\\"done\\\"}'"
 export ARGS
 
-for f in submit shard.sbatch merge.sbatch train.sbatch srun-rollout; do
+for f in submit shard.sbatch merge.sbatch train.sbatch srun-rollout srun-step; do
 	expect_success "$f is dash-clean" '$DASH -n "$S/'$f'"'
 done
 expect_status 2 'submit: an unknown pipeline is a usage error' '$S/submit -o out bake /dev/null'
@@ -59,4 +59,12 @@ expect_success 'train.sbatch: ca-train gets its rollout wrapped in srun-rollout,
 	SLURM_NTASKS=2 PATH=$PWD/fake:$PATH sbatch --output=train.out "$S/train.sbatch" -a A -c C -t T -o O \
 		--rollout "jq -c \". + {r: env.SLURM_PROCID}\"" >/dev/null &&
 	[ "$(grep "^{" train.out | jq -r .r | tr "\n" " ")" = "0 0 1 " ] && [ "$(cut -d" " -f3 env.txt)" = 2 ]'
+expect_success 'srun-step: a step over two tasks gives one process'"'"'s weights; its meeting directory is removed' '
+	ca-toy init --seed 7 pol &&
+	ca-toy prompts -n 12 --seed 1 | ca-sample -m pol --max-tokens 5 --token-record --seed 2 | ca-toy score |
+		ca-logprob -m pol | jq -c ".advantages = [.mask[] * (.reward - 0.5)]" >batch &&
+	ca-ppo-step -m pol -o one --mini-batches 2 --lr 1e-2 batch >s1 &&
+	SLURM_NTASKS=2 CA_DIST_ROOT=$PWD/dist "$S/srun-step" ca-ppo-step -m pol -o two --mini-batches 2 --lr 1e-2 batch >s2 &&
+	jq -e ".ranks == 2" s2 && test "$(wc -l <s2)" = 1 &&
+	test-st_compare two one 1e-4 && test -z "$(ls dist)"'
 test_done
