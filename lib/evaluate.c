@@ -1931,6 +1931,7 @@ static jv evaluate_record(struct slot *s, jv record, int *status)
 	if (jv_is_valid(verified)) {
 		int vok = ca_json_bool(verified, "ok") == 1;
 		verified = set_num(verified, "seconds", seconds);
+		verified = jv_object_set(verified, jv_string("phases"), jv_copy(j.phases));
 		record = jv_object_set(record, jv_string("verify"), finish_result(verified, status));
 		if (!vok) {
 			jv_free(j.result);
