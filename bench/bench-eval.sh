@@ -16,6 +16,7 @@
 #   4. repeatability: three profiles of the matmul candidate, the spread of
 #      their medians, and ca's candidate time beside the sum of the kernel
 #      durations CUPTI saw and, when ncu is there, Nsight Compute's.
+# The steps run in the order 1, 3, 2, 4 (the ratio first), the stream last.
 # Results: one JSON object per measurement on stdout and in $CA_BENCH_OUT/bench-eval.ndjson.
 # CA_BENCH_BUDGET (seconds, default 600) bounds the whole run: steps that
 # would not fit are skipped and say so.
@@ -76,10 +77,38 @@ emit "$(jq -c --arg w1 "$w1" --arg w2 "$w2" -s \
 	'{bench: "build, one-kernel candidate", cold_s: .[0].seconds, cold_wall_s: ($w1 | tonumber), cached: .[1].cached, hit_s: .[1].seconds, hit_wall_s: ($w2 | tonumber), target: "cold <= 2 s, hit <= 0.1 s"}' \
 	"$WORK/b1.json" "$WORK/b2.json")"
 
+# 3. CUDA-Agent's path vs ca's on the same ReLU kernel (task relu_mid).
+if fits 50 "CUDA-Agent path vs ca"; then
+	CA_DIR=$ADV/flavours/cuda_agent
+	t0=$(now)
+	for phase in compile verify profile; do
+		"$PY" "$ROOT/lib/py/ca_bench_cuda_agent.py" $phase "$ADV/tasks/relu_mid.py" "$CA_DIR" "$WORK/ext" >>"$WORK/cuda-agent.json" 2>>"$OUTDIR/cuda-agent.err" || break
+	done
+	wa=$(since "$t0")
+	record relu relu_mid "$ADV/honest/relu" >"$WORK/relu.ndjson"
+	record relu-cuda-agent relu_mid "$CA_DIR" >"$WORK/relu-agent.ndjson"
+	# ca, everything cold: an empty build cache and no baselines.
+	t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify $O <"$WORK/relu.ndjson" >"$WORK/relu-cold.ndjson"; wc=$(since "$t0")
+	# ca, a new candidate of a task whose baselines are cached (the RL case): cold build.
+	rm -rf "$WORK/cache-relu/build"
+	t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify $O <"$WORK/relu.ndjson" >"$WORK/relu-warm.ndjson"; ww=$(since "$t0")
+	# ca on CUDA-Agent's own layout (a torch extension built by ca-build), baselines cached.
+	t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify $O <"$WORK/relu-agent.ndjson" >"$WORK/relu-agent-ca.ndjson"; wg=$(since "$t0")
+	emit "$(jq -nc --arg wa "$wa" --arg wc "$wc" --arg ww "$ww" --arg wg "$wg" --slurpfile a "$WORK/cuda-agent.json" \
+		--slurpfile c "$WORK/relu-cold.ndjson" --slurpfile w "$WORK/relu-warm.ndjson" --slurpfile g "$WORK/relu-agent-ca.ndjson" \
+		'def ok(r): r | map(.verify.ok and .profile.ok) | all;
+		{bench: "CUDA-Agent path vs ca, ReLU 2048x2048, one candidate end to end",
+		cuda_agent: $a, cuda_agent_ok: ($a | length == 3), cuda_agent_wall_s: ($wa | tonumber),
+		ca_all_cold_wall_s: ($wc | tonumber), ca_cached_baselines_wall_s: ($ww | tonumber), ca_cuda_agent_layout_wall_s: ($wg | tonumber),
+		ratio_all_cold: (($wa | tonumber) / ($wc | tonumber)), ratio_cached_baselines: (($wa | tonumber) / ($ww | tonumber)),
+		ratio_same_layout: (($wa | tonumber) / ($wg | tonumber)), target: "ratio >= 10",
+		ca_ok: [ok($c), ok($w), ok($g)]}')"
+fi
+
 # 2. Verify + profile of the matmul candidate; the first run fills the baseline cache.
 record matmul matmul "$ADV/honest/matmul" >"$WORK/mm.ndjson"
 phases='(.profile.phases // {} | with_entries(.value |= (. * 100 | round / 100)))'
-if fits 60 "verify+profile, matmul"; then
+if fits 30 "verify+profile, matmul"; then
 	t0=$(now); ca-profile --verify $O <"$WORK/mm.ndjson" >"$WORK/first.ndjson"; w=$(since "$t0")
 	emit "$(jq -c --arg w "$w" '{bench: "verify+profile, baselines not cached (ca-profile --verify)", wall_s: ($w | tonumber), verify_ok: .verify.ok, profile_ok: .profile.ok, eager_us: .profile.eager_us, compile_us: .profile.compile_us, candidate_us: .profile.candidate_us, error: (.profile.error // .verify.error)}' "$WORK/first.ndjson")"
 	for i in 1 2; do
@@ -89,14 +118,8 @@ if fits 60 "verify+profile, matmul"; then
 	t0=$(now); ca-verify $O <"$WORK/mm.ndjson" | ca-profile $O >"$WORK/pipe.ndjson"; w=$(since "$t0")
 	emit "$(jq -c --arg w "$w" '{bench: "verify+profile, baselines cached, ca-verify | ca-profile, single shot", wall_s: ($w | tonumber), ok: (.verify.ok and .profile.ok), verify_s: .verify.seconds, profile_s: .profile.seconds}' "$WORK/pipe.ndjson")"
 fi
-if fits 40 "verify+profile, stream of 4"; then
-	for i in 1 2 3 4; do cat "$WORK/mm.ndjson"; done >"$WORK/mm4.ndjson"
-	t0=$(now); ca-profile --verify $O <"$WORK/mm4.ndjson" >"$WORK/stream.ndjson"; w=$(since "$t0")
-	emit "$(jq -c -s --arg w "$w" '{bench: "verify+profile, stream of 4 candidates (ca-profile --verify)", wall_s: ($w | tonumber), per_candidate_s: (($w | tonumber) / 4), all_ok: (map(.verify.ok and .profile.ok) | all), seconds: map(.profile.seconds)}' "$WORK/stream.ndjson")"
-fi
-
 # 4. Repeatability on the matmul candidate (baselines cached): three profiles.
-if fits 30 "repeatability"; then
+if [ -s "$WORK/warm1.ndjson" ] && fits 15 "repeatability"; then
 	for i in 1 2 3; do ca-profile $O <"$WORK/warm1.ndjson"; done >"$WORK/repeat.ndjson"
 	emit "$(jq -c -s '{bench: "repeatability, 3 profiles of the matmul candidate", candidate_us: map(.profile.candidate_us), spread: ((map(.profile.candidate_us) | max) / (map(.profile.candidate_us) | min) - 1), cupti_kernel_us_per_call: map(((.profile.kernels // []) | map(.total_us) | add) / .profile.iterations), cv: map(.profile.cv), target: "spread <= 0.02"}' "$WORK/repeat.ndjson")"
 	NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
@@ -123,32 +146,10 @@ EOS
 	fi
 fi
 
-# 3. CUDA-Agent's path vs ca's on the same ReLU kernel (task relu_mid).
-if fits 120 "CUDA-Agent path vs ca"; then
-	CA_DIR=$ADV/flavours/cuda_agent
-	t0=$(now)
-	for phase in compile verify profile; do
-		"$PY" "$ROOT/lib/py/ca_bench_cuda_agent.py" $phase "$ADV/tasks/relu_mid.py" "$CA_DIR" "$WORK/ext" >>"$WORK/cuda-agent.json" 2>>"$OUTDIR/cuda-agent.err" || break
-	done
-	wa=$(since "$t0")
-	record relu relu_mid "$ADV/honest/relu" >"$WORK/relu.ndjson"
-	record relu-cuda-agent relu_mid "$CA_DIR" >"$WORK/relu-agent.ndjson"
-	# ca, everything cold: an empty build cache and no baselines.
-	t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify $O <"$WORK/relu.ndjson" >"$WORK/relu-cold.ndjson"; wc=$(since "$t0")
-	# ca, a new candidate of a task whose baselines are cached (the RL case): cold build.
-	rm -rf "$WORK/cache-relu/build"
-	t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify $O <"$WORK/relu.ndjson" >"$WORK/relu-warm.ndjson"; ww=$(since "$t0")
-	# ca on CUDA-Agent's own layout (a torch extension built by ca-build), baselines cached.
-	t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify $O <"$WORK/relu-agent.ndjson" >"$WORK/relu-agent-ca.ndjson"; wg=$(since "$t0")
-	emit "$(jq -nc --arg wa "$wa" --arg wc "$wc" --arg ww "$ww" --arg wg "$wg" --slurpfile a "$WORK/cuda-agent.json" \
-		--slurpfile c "$WORK/relu-cold.ndjson" --slurpfile w "$WORK/relu-warm.ndjson" --slurpfile g "$WORK/relu-agent-ca.ndjson" \
-		'def ok(r): r | map(.verify.ok and .profile.ok) | all;
-		{bench: "CUDA-Agent path vs ca, ReLU 2048x2048, one candidate end to end",
-		cuda_agent: $a, cuda_agent_ok: ($a | length == 3), cuda_agent_wall_s: ($wa | tonumber),
-		ca_all_cold_wall_s: ($wc | tonumber), ca_cached_baselines_wall_s: ($ww | tonumber), ca_cuda_agent_layout_wall_s: ($wg | tonumber),
-		ratio_all_cold: (($wa | tonumber) / ($wc | tonumber)), ratio_cached_baselines: (($wa | tonumber) / ($ww | tonumber)),
-		ratio_same_layout: (($wa | tonumber) / ($wg | tonumber)), target: "ratio >= 10",
-		ca_ok: [ok($c), ok($w), ok($g)]}')"
+if fits 15 "verify+profile, stream of 4"; then
+	for i in 1 2 3 4; do cat "$WORK/mm.ndjson"; done >"$WORK/mm4.ndjson"
+	t0=$(now); ca-profile --verify $O <"$WORK/mm4.ndjson" >"$WORK/stream.ndjson"; w=$(since "$t0")
+	emit "$(jq -c -s --arg w "$w" '{bench: "verify+profile, stream of 4 candidates (ca-profile --verify)", wall_s: ($w | tonumber), per_candidate_s: (($w | tonumber) / 4), all_ok: (map(.verify.ok and .profile.ok) | all), seconds: map(.profile.seconds)}' "$WORK/stream.ndjson")"
 fi
 
 cp "$WORK"/*.ndjson "$WORK"/*.json "$OUTDIR"/ 2>/dev/null
