@@ -34,6 +34,7 @@ struct ca_cuda_sampler {
 	struct ca_model_config cfg;
 	cublasHandle_t blas;
 	int exact;                 // fp32 matrices and activations
+	int debug;                 // CA_CUDA_DEBUG: synchronise and check after every kernel
 	void *embed, *lm_head;
 	float *norm, *rope_cos, *rope_sin;
 	struct sampler_layer *layers;
@@ -175,6 +176,7 @@ extern "C" struct ca_cuda_sampler *ca_cuda_sampler_new(const struct ca_model *m,
 	struct ca_cuda_sampler *s = (struct ca_cuda_sampler *)calloc(1, sizeof *s);
 	s->cfg = *c;
 	s->exact = exact;
+	s->debug = getenv("CA_CUDA_DEBUG") && *getenv("CA_CUDA_DEBUG") && strcmp(getenv("CA_CUDA_DEBUG"), "0") != 0;
 	s->slots = slots;
 	s->max_len = max_len;
 	// A step runs every decoding slot's token plus prompts; a prompt alone always fits.
@@ -583,6 +585,18 @@ static unsigned blocks_for(size_t n, unsigned threads)
 	return (unsigned)((n + threads - 1) / threads);
 }
 
+// With CA_CUDA_DEBUG set, name the kernel that failed (at the cost of a synchronisation each).
+#define CHECK(name, layer)                                                                              \
+	do {                                                                                            \
+		cudaError_t e_ = s->debug ? cudaDeviceSynchronize() : cudaSuccess;                     \
+		if (e_ == cudaSuccess && s->debug)                                                      \
+			e_ = cudaGetLastError();                                                        \
+		if (e_ != cudaSuccess) {                                                                \
+			set_why(why, "%s (layer %d, %d tokens): %s", name, layer, n, cudaGetErrorString(e_)); \
+			return -1;                                                                      \
+		}                                                                                       \
+	} while (0)
+
 // One step: n tokens (tok, slot, pos already on the device) through the
 // model, their keys and values into the cache; then the next token for the
 // nsel rows sel.
@@ -599,32 +613,42 @@ static int run_step_as(struct ca_cuda_sampler *s, int n, int nsel, char *why)
 	const unsigned nt = 256;
 	W *xb = (W *)s->xb, *xsel = (W *)s->xsel;
 	embed_kernel<W><<<n, nt>>>(s->x, (const W *)s->embed, tok, C);
+	CHECK("embed", -1);
 	for (int l = 0; l < c->num_layers; l++) {
 		const struct sampler_layer *L = &s->layers[l];
 		rmsnorm_kernel<W><<<n, nt>>>(xb, s->x, NULL, L->ln1, c->rms_norm_eps, C);
+		CHECK("rmsnorm", l);
 		if (linear(s, s->qkv, xb, L->wqkv, n, C, QKV, 0.0f, why) < 0)
 			return -1;
+		CHECK("qkv matmul", l);
 		if (L->bqkv)
 			bias_kernel<<<blocks_for((size_t)n * QKV, nt), nt>>>(s->qkv, L->bqkv, QKV, (size_t)n * QKV);
 		rope_store_kernel<<<n, nt>>>(s->qkv, slot, pos, s->rope_cos, s->rope_sin, L->kcache, L->vcache, NH, NKV,
 					     D, s->max_len);
+		CHECK("rope and cache store", l);
 		attention_kernel<W><<<blocks_for((size_t)n * NH, ATTENTION_WARPS), 32 * ATTENTION_WARPS>>>(
 			xb, s->qkv, L->kcache, L->vcache, slot, pos, n, NH, NKV, D, s->max_len);
+		CHECK("attention", l);
 		if (linear(s, s->x, xb, L->wo, n, QD, C, 1.0f, why) < 0)
 			return -1;
 		if (L->bo)
 			bias_kernel<<<blocks_for(nC, nt), nt>>>(s->x, L->bo, C, nC);
 		rmsnorm_kernel<W><<<n, nt>>>(xb, s->x, NULL, L->ln2, c->rms_norm_eps, C);
+		CHECK("output matmul and rmsnorm", l);
 		if (linear(s, s->gu, xb, L->wgu, n, C, 2 * F, 0.0f, why) < 0)
 			return -1;
 		swiglu_kernel<W><<<blocks_for((size_t)n * F, nt), nt>>>(xb, s->gu, F, (size_t)n * F);
+		CHECK("gate/up matmul and swiglu", l);
 		if (linear(s, s->x, xb, L->wdown, n, F, C, 1.0f, why) < 0)
 			return -1;
+		CHECK("down matmul", l);
 	}
 	rmsnorm_kernel<W><<<nsel, nt>>>(xsel, s->x, sel, s->norm, c->rms_norm_eps, C);
 	if (linear(s, s->logits, xsel, s->lm_head, nsel, C, V, 0.0f, why) < 0)
 		return -1;
+	CHECK("final norm and lm head", -1);
 	sample_kernel<<<nsel, 1024>>>(s->logits, V, temp, top_p, u, out_tok, out_lp);
+	CHECK("sample", -1);
 	CUDA_TRY(cudaGetLastError());
 	s->tokens_run += n;
 	s->steps++;

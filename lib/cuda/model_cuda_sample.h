@@ -20,6 +20,9 @@
  * drawn with the request's own splitmix64 stream, the uniform numbers the
  * CPU backend draws for the same seed.
  *
+ * With CA_CUDA_DEBUG set in the environment every kernel is followed by a
+ * synchronisation, and a failure names the kernel and layer.
+ *
  * Built only by `make model-cuda`, into the shared object that
  * lib/device.c opens at run time.
  */
