@@ -14,10 +14,11 @@ expect_success 'all four stages in order, one stats record per step command' '
 	ca-train -a pol -c crit -t tasks -o run --batch 8 --warmup-steps 2 --rft-steps 1 --value-steps 2 \
 		--steps 3 --mini-batches 2 --rollout "$rollout" 2>log || { cat log; exit 4; }
 	jq -r "[.global_step, .stage, .command] | @tsv" run/stats.ndjson >got &&
-	printf "%s\n" "1	warmup	ca-ppo-step" "1	warmup	ca-value-step" "2	warmup	ca-ppo-step" \
-		"2	warmup	ca-value-step" "3	rft	ca-sft-step" "4	value	ca-value-step" "5	value	ca-value-step" \
-		"6	ppo	ca-ppo-step" "6	ppo	ca-value-step" "7	ppo	ca-ppo-step" "7	ppo	ca-value-step" \
-		"8	ppo	ca-ppo-step" "8	ppo	ca-value-step" >want &&
+	printf "%s\n" "1	warmup	ca-ppo-step" "1	warmup	ca-value-step" "1	warmup	ca-train" "2	warmup	ca-ppo-step" \
+		"2	warmup	ca-value-step" "2	warmup	ca-train" "3	rft	ca-sft-step" "3	rft	ca-train" \
+		"4	value	ca-value-step" "5	value	ca-value-step" \
+		"6	ppo	ca-ppo-step" "6	ppo	ca-value-step" "6	ppo	ca-train" "7	ppo	ca-ppo-step" "7	ppo	ca-value-step" \
+		"7	ppo	ca-train" "8	ppo	ca-ppo-step" "8	ppo	ca-value-step" "8	ppo	ca-train" >want &&
 	cmp_output want got &&
 	test "$(cat run/latest)" = 8 && test -f run/ckpt/000008/actor/model.safetensors &&
 	test -f run/ckpt/000008/critic/optimizer.safetensors && ! test -d run/ckpt/000006 &&

@@ -32,8 +32,12 @@ expect_success 'table: one row per ca-stats group' '
 	[ "$(cut -f1 p/table1.tsv | tr "\n" " ")" = "all L1 L2 L3 " ]'
 expect_success 'training: one row per global step, actor and critic merged; the missing reward-3 share is said' '
 	steps | ca-plot -o p training 2>err &&
-	[ $(wc -l <p/training.tsv) -eq 3 ] && grep -q "^3	0.75	nan	0.1	0.01	1.5	0.6	100$" p/training.tsv &&
-	grep -q "no share of reward 3" err'
+	[ $(wc -l <p/training.tsv) -eq 3 ] && grep -q "^3	0.75	nan	0.1	0.01	1.5	0.6	nan	100$" p/training.tsv &&
+	grep -q "no share of reward 3" err && grep -q "trajectory length in turns is empty" err'
+expect_success 'training: ca-train'"'"'s rollout record gives the share of reward 3 and the trajectory length in turns and tokens' '
+	{ steps; jq -cn "{command: \"ca-train\", global_step: 2, stage: \"ppo\", records: 4, reward_mean: 1.5,
+		reward_3_share: 0.25, turns_mean: 12.5, tokens_mean: 4000}"; } | ca-plot -o p training 2>err &&
+	grep -q "^2	1.5	0.25	0.1	0.01	1.5	0.4	12.5	4000$" p/training.tsv && grep -q "^1	0.25	nan	" p/training.tsv'
 if { echo 'set terminal pngcairo' | gnuplot || echo 'set terminal png' | gnuplot; } >/dev/null 2>&1; then
 	expect_success 'PNGs are drawn with gnuplot' '
 		filtered | ca-plot -o p dataset 2>/dev/null && steps | ca-plot -o p training 2>/dev/null &&
