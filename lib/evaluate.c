@@ -1671,6 +1671,8 @@ static void do_profile(struct job *j)
 	const struct ca_eval_config *cfg = s->cfg;
 	jv reply;
 	jv digests = jv_array();
+	if (j->ship)  /* --verify found the candidate's draws differ */
+		j->result = jv_object_set(j->result, jv_string("inputs_shipped"), jv_true());
 	if (profile_sets(j, &digests) != 0) {
 		jv_free(digests);
 		return;

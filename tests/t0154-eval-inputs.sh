@@ -1,0 +1,50 @@
+#!/bin/sh
+# ca-verify and ca-profile on the CPU: the reference and the candidate draw
+# the inputs each in its own process under the check's seed; a get_inputs()
+# that does not repeat under its seed is caught by the digests and the
+# inputs are then shipped as files; ca-profile --verify adds both objects
+# from one run; -v prints each record's phases.
+. "$(dirname "$0")/test-lib.sh"
+
+ADV=$TESTS_DIR/adversarial
+if ! has_torch || ! command -v cc >/dev/null 2>&1; then
+	skip 'inputs drawn in each process' 'needs torch for the Python runner and a C compiler'
+	test_done
+	exit
+fi
+C=$TRASH_BASE/relu
+cp -R "$ADV/honest/relu" "$C" && rm -rf "$C/kernels" && mkdir -p "$C/build" &&
+	cc -O2 -shared -fPIC -o "$C/build/libkernels.so" "$ADV/cpu/relu_cpu.c"
+# The same task with inputs from os.urandom: not repeatable under a seed.
+sed 's/^    x = torch.randn(batch_size, dim)$/    import os; x = torch.frombuffer(bytearray(os.urandom(4 * batch_size * dim)), dtype=torch.int32).reshape(batch_size, dim).float()/' \
+	"$ADV/tasks/relu_small.py" >"$TRASH_BASE/urandom.py"
+grep -q urandom "$TRASH_BASE/urandom.py" || { echo "the task edit failed"; exit 1; }
+record() { # id task-file
+	jq -nc --arg id "$1" --rawfile code "$2" --arg dir "$C" '{id: $id, code: $code, candidate: {dir: $dir}}'
+}
+{
+	record seeded "$ADV/tasks/relu_small.py"
+	record urandom "$TRASH_BASE/urandom.py"
+} >"$TRASH_BASE/in.ndjson"
+export CA_CACHE=$TRASH_BASE/cache
+OPTS="--device cpu --no-sandbox"
+
+expect_success 'seeded inputs are drawn by each process; urandom ones are shipped, and both pass' '
+	ca-verify $OPTS --checks 2 "$TRASH_BASE/in.ndjson" >out &&
+	jq -e -s "map(.verify.ok) == [true, true]" out &&
+	jq -e -s ".[0].verify | .inputs_drawn_on == \"host\" and .inputs_shipped == null" out &&
+	jq -e -s ".[1].verify.inputs_shipped == true" out
+'
+expect_success 'ca-profile --verify adds verify and profile from one run; -v prints the phases' '
+	ca-profile --verify -v $OPTS --no-compile --iters 5 --warmup 1 "$TRASH_BASE/in.ndjson" >out 2>err &&
+	jq -e -s "length == 2 and all(.verify.ok and .profile.ok and .verify.checks == 5)" out &&
+	jq -e -s ".[0].profile.phases | has(\"checks\") and has(\"candidate\") and has(\"load\")" out &&
+	jq -e -s ".[1].profile.inputs_shipped == true" out &&
+	grep -q "seeded: .* s: .*checks" err && grep -q "urandom: " err
+'
+expect_success 'ca-profile --verify does not time a candidate that fails verification' '
+	jq -c ".candidate = {files: {\"model_new.py\": \"import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x * 0\n\"}}" "$TRASH_BASE/in.ndjson" | head -n 1 >bad.ndjson &&
+	ca-profile --verify $OPTS --no-compile bad.ndjson >out; test $? -eq 1 &&
+	jq -e ".verify.ok == false and .profile.skipped == true" out
+'
+test_done
