@@ -3,7 +3,8 @@
 # L2/18) through the agent loop (-j 2) with a replayed policy that writes
 # real kernels, scores every snapshot with ca-verify | ca-profile | ca-reward and
 # prints Table 1; a rerun resumes with nothing to do; the same through the
-# Slurm scripts with the fake sbatch; ca-synth with the GPU workload check.
+# Slurm scripts with the fake sbatch; ca-synth with the GPU workload check;
+# ca-train's stages with every step command on the GPU.
 . "$(dirname "$0")/../test-lib.sh"
 D=$TESTS_DIR/data/agent
 TASKS=$D/kernelbench-tasks.ndjson
@@ -13,12 +14,42 @@ export D TASKS PATH FAKE_SLURM_STATE
 
 if ! has_gpu; then
 	skip 'pipelines on the GPU (ca-eval, ca-rollout, ca-synth, slurm)' 'no GPU here'
-	test_done
+	if [ -f "$CA_BIN/libca-model-cuda.so" ]; then
+	expect_success 'ca-train --device cuda: RFT, value pretraining and PPO steps on the GPU, stats per step' '
+		ca-toy init --hidden 256 --layers 2 --seed 1 pol && ca-toy init --critic --hidden 256 --layers 2 --seed 2 crit &&
+		ca-toy prompts -n 16 --seed 3 >tasks &&
+		ca-train --device cuda -a pol -c crit -t tasks -o run --batch 8 --warmup-steps 1 --rft-steps 1 --value-steps 1 \
+			--steps 2 --mini-batches 2 --actor-lr 1e-3 --critic-lr 1e-3 \
+			--rollout "ca-sample --device \$CA_DEVICE -m \$CA_POLICY --seed \$CA_SEED --max-tokens 6 --token-record | ca-toy score" \
+			2>log || { cat log; exit 1; }
+		[ "$(cat run/latest)" = 5 ] &&
+		[ "$(jq -r "select(.command != \"ca-train\") | .stage" run/stats.ndjson | uniq | tr "\n" " ")" = "warmup rft value ppo " ] &&
+		jq -s -e "map(select(.command == \"ca-ppo-step\") | .loss | isnan | not) | all" run/stats.ndjson &&
+		ca-plot -o run training run/stats.ndjson 2>/dev/null && [ $(wc -l <run/training.tsv) -eq 5 ]'
+else
+	skip 'ca-train --device cuda' 'libca-model-cuda.so not built (make model-cuda)'
+fi
+test_done
 	exit 0
 fi
 if ! has_torch; then
 	skip 'pipelines on the GPU (ca-eval, ca-rollout, ca-synth, slurm)' 'no torch for the Python runner'
-	test_done
+	if [ -f "$CA_BIN/libca-model-cuda.so" ]; then
+	expect_success 'ca-train --device cuda: RFT, value pretraining and PPO steps on the GPU, stats per step' '
+		ca-toy init --hidden 256 --layers 2 --seed 1 pol && ca-toy init --critic --hidden 256 --layers 2 --seed 2 crit &&
+		ca-toy prompts -n 16 --seed 3 >tasks &&
+		ca-train --device cuda -a pol -c crit -t tasks -o run --batch 8 --warmup-steps 1 --rft-steps 1 --value-steps 1 \
+			--steps 2 --mini-batches 2 --actor-lr 1e-3 --critic-lr 1e-3 \
+			--rollout "ca-sample --device \$CA_DEVICE -m \$CA_POLICY --seed \$CA_SEED --max-tokens 6 --token-record | ca-toy score" \
+			2>log || { cat log; exit 1; }
+		[ "$(cat run/latest)" = 5 ] &&
+		[ "$(jq -r "select(.command != \"ca-train\") | .stage" run/stats.ndjson | uniq | tr "\n" " ")" = "warmup rft value ppo " ] &&
+		jq -s -e "map(select(.command == \"ca-ppo-step\") | .loss | isnan | not) | all" run/stats.ndjson &&
+		ca-plot -o run training run/stats.ndjson 2>/dev/null && [ $(wc -l <run/training.tsv) -eq 5 ]'
+else
+	skip 'ca-train --device cuda' 'libca-model-cuda.so not built (make model-cuda)'
+fi
+test_done
 	exit 0
 fi
 
@@ -58,4 +89,19 @@ expect_success 'ca-synth on the GPU: the workload check runs (eager and compile 
 	cat synth/stats.txt &&
 	[ $(wc -l <synth/filtered.ndjson) -eq 4 ] &&
 	jq -e -s "any(.[]; .filter.checks.workload != null and .filter.device != \"cpu\")" synth/filtered.ndjson'
+if [ -f "$CA_BIN/libca-model-cuda.so" ]; then
+	expect_success 'ca-train --device cuda: RFT, value pretraining and PPO steps on the GPU, stats per step' '
+		ca-toy init --hidden 256 --layers 2 --seed 1 pol && ca-toy init --critic --hidden 256 --layers 2 --seed 2 crit &&
+		ca-toy prompts -n 16 --seed 3 >tasks &&
+		ca-train --device cuda -a pol -c crit -t tasks -o run --batch 8 --warmup-steps 1 --rft-steps 1 --value-steps 1 \
+			--steps 2 --mini-batches 2 --actor-lr 1e-3 --critic-lr 1e-3 \
+			--rollout "ca-sample --device \$CA_DEVICE -m \$CA_POLICY --seed \$CA_SEED --max-tokens 6 --token-record | ca-toy score" \
+			2>log || { cat log; exit 1; }
+		[ "$(cat run/latest)" = 5 ] &&
+		[ "$(jq -r "select(.command != \"ca-train\") | .stage" run/stats.ndjson | uniq | tr "\n" " ")" = "warmup rft value ppo " ] &&
+		jq -s -e "map(select(.command == \"ca-ppo-step\") | .loss | isnan | not) | all" run/stats.ndjson &&
+		ca-plot -o run training run/stats.ndjson 2>/dev/null && [ $(wc -l <run/training.tsv) -eq 5 ]'
+else
+	skip 'ca-train --device cuda' 'libca-model-cuda.so not built (make model-cuda)'
+fi
 test_done
