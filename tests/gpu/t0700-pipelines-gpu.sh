@@ -1,7 +1,7 @@
 #!/bin/sh
 # The pipelines on a GPU: ca-eval runs two KernelBench problems (L1/14,
 # L2/18) through the agent loop (-j 2) with a replayed policy that writes
-# real kernels, scores every snapshot with ca-verify | ca-profile | ca-reward and
+# real kernels, scores every snapshot with ca-profile --verify | ca-reward and
 # prints Table 1; a rerun resumes with nothing to do; the same through the
 # Slurm scripts with the fake sbatch; ca-synth with the GPU workload check;
 # ca-train's stages with every step command on the GPU.
