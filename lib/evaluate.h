@@ -76,6 +76,13 @@ int ca_eval_main(enum ca_eval_mode mode, int argc, char **argv);
  */
 int ca_eval_stream(const struct ca_eval_config *cfg, int nfiles, char **files);
 
+/*
+ * Serve: keep the slots warm and score the records of commands that find
+ * path in $CA_EVAL_SERVER (ca_eval_stream connects there first), until
+ * SIGTERM/SIGINT/SIGHUP or idle_s seconds without a connection (0: never).
+ */
+int ca_eval_serve(const struct ca_eval_config *cfg, const char *path, double idle_s);
+
 /* Evaluate one ad-hoc workspace DIR (model.py, model_new.py, kernels/). */
 int ca_eval_directory(const struct ca_eval_config *cfg, const char *dir);
 

@@ -17,13 +17,14 @@
 static const char verify_usage[] =
 	"usage: ca-verify [-Hhuv] [--allow-torch] [--arch sm_NN] [--atol X] [--build-cache DIR]\n"
 	"                 [--checks N] [--device cuda|cpu] [--gpus LIST] [--no-sandbox] [--rtol X]\n"
-	"                 [--sandbox-user UID] [--seed N] [--timeout S] [--unordered] [file ... | DIR]\n";
+	"                 [--sandbox-user UID] [--seed N] [--serve SOCKET] [--timeout S] [--unordered]\n"
+	"                 [file ... | DIR]\n";
 
 static const char profile_usage[] =
 	"usage: ca-profile [-Hhuv] [--allow-torch] [--arch sm_NN] [--atol X] [--build-cache DIR]\n"
 	"                  [--compile-mode MODE] [--device cuda|cpu] [--gpus LIST] [--iters N]\n"
 	"                  [--keep N] [--no-cache] [--no-compile] [--no-sandbox] [--rtol X]\n"
-	"                  [--sandbox-user UID] [--seed N] [--sets N] [--timeout S] [--top N]\n"
+	"                  [--sandbox-user UID] [--seed N] [--serve SOCKET] [--sets N] [--timeout S] [--top N]\n"
 	"                  [--unordered] [--verify] [--warmup N] [file ... | DIR]\n";
 
 /* "0,1,3" into cfg->gpus. */
@@ -55,10 +56,13 @@ static void parse_gpus(struct ca_eval_config *cfg, const char *text)
 	{"rtol", required_argument, NULL, 'r'}, \
 	{"sandbox-user", required_argument, NULL, 'Y'}, \
 	{"seed", required_argument, NULL, 's'}, \
+	{"serve", required_argument, NULL, 'E'}, \
 	{"timeout", required_argument, NULL, 'T'}, \
 	{"unbuffered", no_argument, NULL, 'u'}, \
 	{"unordered", no_argument, NULL, 'U'}, \
 	{"verbose", no_argument, NULL, 'v'}
+
+static const char *serve_path;
 
 int ca_eval_parse_args(struct ca_eval_config *cfg, enum ca_eval_mode mode, int argc, char **argv)
 {
@@ -122,6 +126,7 @@ int ca_eval_parse_args(struct ca_eval_config *cfg, enum ca_eval_mode mode, int a
 		case 'u': ca_ndjson_set_unbuffered(1); break;
 		case 'U': cfg->unordered = 1; break;
 		case 'v': cfg->verbose = 1; break;
+		case 'E': serve_path = optarg; break;
 		case 'V': cfg->also_verify = 1; break;
 		default: fputs(usage, stderr); ca_opt_bad_usage();
 		}
@@ -134,6 +139,14 @@ int ca_eval_main(enum ca_eval_mode mode, int argc, char **argv)
 	struct ca_eval_config cfg;
 	ca_err_init(argv[0]);
 	int first = ca_eval_parse_args(&cfg, mode, argc, argv);
+	if (serve_path) {
+		if (argc - first > 0) {
+			ca_err_warn("--serve takes no files: records come from the commands that connect");
+			ca_opt_bad_usage();
+		}
+		const char *idle = getenv("CA_EVAL_SERVE_IDLE");
+		return ca_eval_serve(&cfg, serve_path, idle && *idle ? atof(idle) : 1800);
+	}
 	struct stat st;
 	if (argc - first >= 1 && stat(argv[first], &st) == 0 && S_ISDIR(st.st_mode)) {
 		if (argc - first > 1) {

@@ -3,7 +3,8 @@
 # the inputs each in its own process under the check's seed; a get_inputs()
 # that does not repeat under its seed is caught by the digests and the
 # inputs are then shipped as files; ca-profile --verify adds both objects
-# from one run; -v prints each record's phases.
+# from one run; -v prints each record's phases; an evaluation server
+# (--serve) scores the records of commands that find its socket.
 . "$(dirname "$0")/test-lib.sh"
 
 ADV=$TESTS_DIR/adversarial
@@ -46,5 +47,33 @@ expect_success 'ca-profile --verify does not time a candidate that fails verific
 	jq -c ".candidate = {files: {\"model_new.py\": \"import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x * 0\n\"}}" "$TRASH_BASE/in.ndjson" | head -n 1 >bad.ndjson &&
 	ca-profile --verify $OPTS --no-compile bad.ndjson >out; test $? -eq 1 &&
 	jq -e ".verify.ok == false and .profile.skipped == true" out
+'
+
+# An evaluation server: warm slots on a socket; commands that find it in
+# $CA_EVAL_SERVER send their records there.
+SOCKDIR=$TRASH_BASE/sock
+mkdir -p "$SOCKDIR" && chmod 700 "$SOCKDIR"
+CA_EVAL_SERVE_IDLE=120 ca-profile --serve "$SOCKDIR/s" $OPTS 2>"$TRASH_BASE/serve.err" &
+server=$!
+trap 'kill $server 2>/dev/null; rm -rf "$TRASH_BASE"' EXIT
+i=0
+while [ ! -S "$SOCKDIR/s" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+expect_success 'through a server: the same records come back, scored by its warm slots' '
+	CA_EVAL_SERVER=$SOCKDIR/s ca-profile --verify -v $OPTS --no-compile --iters 5 --warmup 1 "$TRASH_BASE/in.ndjson" >out 2>err &&
+	grep -q "scoring through the evaluation server" err &&
+	jq -e -s "map(.id) == [\"seeded\", \"urandom\"] and all(.verify.ok and .profile.ok)" out &&
+	CA_EVAL_SERVER=$SOCKDIR/s ca-verify $OPTS --checks 2 -H "$TRASH_BASE/in.ndjson" >human &&
+	test "$(grep -c PASS human)" -eq 2
+'
+expect_success 'a command with other sandbox options is declined and works alone' '
+	CA_EVAL_SERVER=$SOCKDIR/s ca-verify -v --device cpu </dev/null >out 2>err &&
+	grep -q "declined" err && test ! -s out
+'
+expect_success 'the server stops on SIGTERM and removes its socket' '
+	kill $server && i=0 && while [ -S "$SOCKDIR/s" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done &&
+	test ! -e "$SOCKDIR/s"
+'
+expect_status 2 'a socket in a directory open to others is refused' '
+	mkdir open && chmod 755 open && ca-verify --serve open/s $OPTS
 '
 test_done
