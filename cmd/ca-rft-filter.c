@@ -8,6 +8,13 @@
  * tool calls made before (a loop without progress). Dropped records are
  * counted on stderr; --keep-marked keeps every record and says why in
  * "rft": {"keep": false, "reasons": [...]}.
+ *
+ * With --tokens DIR each written record also becomes a token record for
+ * the training steps (tokens, mask, reward): the conversation rendered as
+ * policy-ca-sample shows it to the model (tool schemas in the system
+ * message, calls as <tool_call> blocks, results as <tool_response> user
+ * turns) in the chat format of DIR's tokenizer, with mask 1 on what the
+ * assistant wrote.
  */
 #include <getopt.h>
 #include <math.h>
@@ -19,15 +26,18 @@
 #include "json.h"
 #include "ndjson.h"
 #include "opt.h"
+#include "tokenizer.h"
+#include "tools.h"
 
 static const char usage_text[] =
 	"usage: ca-rft-filter [-hu] [--keep-marked] [--max-invalid N] [--max-loop N] [--max-repeats N]\n"
-	"                     [--min-reward X] [--progress] [--require-done] [file ...]\n";
+	"                     [--min-reward X] [--progress] [--require-done] [--tokens DIR] [file ...]\n";
 
 struct config {
 	double min_reward;
 	long long max_invalid, max_loop, max_repeats;
 	int keep_marked, require_done;
+	struct ca_tokenizer *tokenizer;   /* --tokens: NULL without */
 };
 
 static jv get(jv obj, const char *key)
@@ -178,6 +188,203 @@ static jv judge(const struct config *cfg, jv record, jv reasons)
 	return reasons;
 }
 
+/*
+ * The conversation as policy-ca-sample renders it for the model; keep the
+ * two in step (tests/t0402 checks they agree). Consumes messages.
+ */
+static jv as_rendered(jv messages)
+{
+	jv tools = ca_tools_schema(), schemas = jv_string("");
+	jv_array_foreach(tools, i, tool) {
+		jv fn = get(tool, "function");
+		jv text = jv_dump_string(fn, 0);
+		schemas = jv_string_append_str(schemas, i ? "\n" : "");
+		schemas = jv_string_concat(schemas, text);
+		jv_free(tool);
+	}
+	jv_free(tools);
+	jv tools_text = jv_string_fmt("\n\n# Tools\n\nThese functions can be called; their parameters are JSON schema:\n"
+		"<tools>\n%s\n</tools>\n\nTo call a function, write its name and arguments as a JSON object between"
+		" <tool_call> and </tool_call>, one block per call, for example:\n<tool_call>\n"
+		"{\"name\": \"bash\", \"arguments\": {\"command\": \"ls\"}}\n</tool_call>\n"
+		"Results come back between <tool_response> and </tool_response>.", jv_string_value(schemas));
+	jv_free(schemas);
+	jv out = jv_array();
+	if (jv_get_kind(messages) == JV_KIND_ARRAY) {
+		jv_array_foreach(messages, i, m) {
+			jv role = get(m, "role"), content = get(m, "content");
+			const char *r = jv_get_kind(role) == JV_KIND_STRING ? jv_string_value(role) : "";
+			jv text = jv_get_kind(content) == JV_KIND_STRING ? jv_copy(content) : jv_string("");
+			if (!strcmp(r, "system")) {
+				text = jv_string_concat(text, jv_copy(tools_text));
+			} else if (!strcmp(r, "assistant")) {
+				jv calls = get(m, "tool_calls");
+				if (jv_get_kind(calls) == JV_KIND_ARRAY) {
+					jv_array_foreach(calls, k, call) {
+						jv fn = get(call, "function");
+						jv name = get(fn, "name"), args = get(fn, "arguments");
+						jv parsed = jv_get_kind(args) == JV_KIND_STRING ? jv_parse(jv_string_value(args)) : jv_copy(args);
+						if (!jv_is_valid(parsed)) {
+							jv_free(parsed);
+							parsed = jv_copy(args);
+						}
+						jv block = jv_object_set(jv_object(), jv_string("name"), name);
+						block = jv_object_set(block, jv_string("arguments"), parsed);
+						text = jv_string_append_str(text, "\n<tool_call>\n");
+						text = jv_string_concat(text, jv_dump_string(block, 0));
+						text = jv_string_append_str(text, "\n</tool_call>");
+						jv_free(args);
+						jv_free(fn);
+						jv_free(call);
+					}
+				}
+				jv_free(calls);
+			} else if (!strcmp(r, "tool")) {
+				jv response = jv_string_fmt("<tool_response>\n%s\n</tool_response>", jv_string_value(text));
+				jv_free(text);
+				int n = jv_array_length(jv_copy(out));
+				jv last = n > 0 ? jv_array_get(jv_copy(out), n - 1) : jv_null();
+				jv last_role = get(last, "role"), last_content = get(last, "content");
+				if (jv_get_kind(last_role) == JV_KIND_STRING && !strcmp(jv_string_value(last_role), "user") &&
+				    jv_get_kind(last_content) == JV_KIND_STRING &&
+				    !strncmp(jv_string_value(last_content), "<tool_response>", 15)) {
+					last_content = jv_string_append_str(last_content, "\n");
+					last_content = jv_string_concat(last_content, response);
+					out = jv_array_set(out, n - 1, jv_object_set(last, jv_string("content"), last_content));
+					jv_free(last_role);
+				} else {
+					jv_free(last);
+					jv_free(last_role);
+					jv_free(last_content);
+					out = jv_array_append(out, jv_object_set(jv_object_set(jv_object(), jv_string("role"),
+						jv_string("user")), jv_string("content"), response));
+				}
+				jv_free(role);
+				jv_free(content);
+				jv_free(m);
+				continue;
+			}
+			out = jv_array_append(out, jv_object_set(jv_object_set(jv_object(), jv_string("role"),
+				jv_get_kind(role) == JV_KIND_STRING ? jv_copy(role) : jv_string("user")), jv_string("content"), text));
+			jv_free(role);
+			jv_free(content);
+			jv_free(m);
+		}
+	}
+	jv_free(messages);
+	jv_free(tools_text);
+	return out;
+}
+
+/* Append the ids of text[0..len) to tokens and mask (value bit). */
+static void append_ids(const struct ca_tokenizer *t, const char *text, size_t len, int bit, jv *tokens, jv *mask)
+{
+	if (len == 0)
+		return;
+	int *ids = NULL;
+	size_t n = ca_tokenizer_encode(t, text, len, &ids);
+	for (size_t i = 0; i < n; i++) {
+		*tokens = jv_array_append(*tokens, jv_number(ids[i]));
+		*mask = jv_array_append(*mask, jv_number(bit));
+	}
+	free(ids);
+}
+
+/* A chat rendering of messages (borrowed) as a jv string, or invalid with why. */
+static jv chat_text(const struct ca_tokenizer *t, jv messages, int generation_prompt, int *stop_id)
+{
+	char why[CA_TOKENIZER_WHY];
+	char *text = ca_tokenizer_chat(t, messages, generation_prompt, stop_id, why);
+	if (!text)
+		return jv_invalid_with_msg(jv_string(why));
+	jv s = jv_string(text);
+	free(text);
+	return s;
+}
+
+/*
+ * Set tokens, mask and reward on record from its trajectory's messages.
+ * Returns the record, or NULL-kind invalid with a message on failure.
+ */
+static jv tokenize(const struct ca_tokenizer *t, jv record)
+{
+	jv traj = get(record, "trajectory");
+	jv rendered = as_rendered(get(traj, "messages"));
+	jv_free(traj);
+	int stop_id = -1;
+	jv empty = jv_array();
+	jv bos = chat_text(t, empty, 0, &stop_id), opened = chat_text(t, empty, 1, &stop_id);
+	jv_free(empty);
+	if (!jv_is_valid(bos) || !jv_is_valid(opened)) {
+		jv_free(rendered);
+		jv_free(record);
+		jv_free(opened);
+		return bos;
+	}
+	size_t bos_len = (size_t)jv_string_length_bytes(jv_copy(bos));
+	const char *head = jv_string_value(opened) + bos_len;
+	size_t head_len = strlen(head);
+	size_t stop_len = 0;
+	char *stop_text = stop_id >= 0 ? ca_tokenizer_decode(t, &stop_id, 1, &stop_len) : NULL;
+	jv tokens = jv_array(), mask = jv_array();
+	append_ids(t, jv_string_value(bos), bos_len, 0, &tokens, &mask);
+	jv failure = jv_null();
+	jv_array_foreach(rendered, i, m) {
+		jv one = jv_array_append(jv_array(), jv_copy(m));
+		int sid;
+		jv seg = chat_text(t, one, 0, &sid);
+		jv_free(one);
+		if (!jv_is_valid(seg)) {
+			jv_free(failure);
+			failure = jv_invalid_get_msg(seg);
+			jv_free(m);
+			break;
+		}
+		const char *text = jv_string_value(seg) + bos_len;
+		size_t len = strlen(text);
+		jv role = get(m, "role");
+		int assistant = !strcmp(jv_string_value(role), "assistant");
+		jv_free(role);
+		if (assistant && len >= head_len && !strncmp(text, head, head_len)) {
+			/* The opening the prompt ends with, what the model wrote up
+			 * to its end token, and what follows that token. */
+			const char *body = text + head_len, *end = body + strlen(body);
+			if (stop_text && stop_len > 0) {
+				for (const char *p = body + strlen(body); p >= body; p--)
+					if ((size_t)(end - p) >= stop_len && !strncmp(p, stop_text, stop_len)) {
+						end = p + stop_len;
+						break;
+					}
+			}
+			append_ids(t, text, head_len, 0, &tokens, &mask);
+			append_ids(t, body, (size_t)(end - body), 1, &tokens, &mask);
+			append_ids(t, end, strlen(end), 0, &tokens, &mask);
+		} else {
+			append_ids(t, text, len, 0, &tokens, &mask);
+		}
+		jv_free(seg);
+		jv_free(m);
+	}
+	free(stop_text);
+	jv_free(rendered);
+	jv_free(bos);
+	jv_free(opened);
+	if (jv_get_kind(failure) != JV_KIND_NULL) {
+		jv_free(tokens);
+		jv_free(mask);
+		jv_free(record);
+		return jv_invalid_with_msg(failure);
+	}
+	jv_free(failure);
+	jv reward = ca_json_path(record, "reward.value");
+	record = jv_object_set(record, jv_string("tokens"), tokens);
+	record = jv_object_set(record, jv_string("mask"), mask);
+	/* A trajectory none of whose candidates was scored counts as a failure. */
+	record = jv_object_set(record, jv_string("reward"),
+		jv_get_kind(reward) == JV_KIND_NUMBER ? reward : (jv_free(reward), jv_number(-1)));
+	return record;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -189,6 +396,7 @@ int main(int argc, char **argv)
 		{"min-reward", required_argument, NULL, 'm'},
 		{"progress", no_argument, NULL, 'P'},
 		{"require-done", no_argument, NULL, 'd'},
+		{"tokens", required_argument, NULL, 't'},
 		{"unbuffered", no_argument, NULL, 'u'},
 		{NULL, 0, NULL, 0},
 	};
@@ -205,6 +413,17 @@ int main(int argc, char **argv)
 		case 'm': cfg.min_reward = ca_opt_double("--min-reward", optarg, -1e9, 1e9); break;
 		case 'P': ca_ndjson_set_progress(1); break;
 		case 'd': cfg.require_done = 1; break;
+		case 't': {
+			char why[CA_TOKENIZER_WHY];
+			if (cfg.tokenizer)
+				ca_tokenizer_free(cfg.tokenizer);
+			cfg.tokenizer = ca_tokenizer_load(optarg, why);
+			if (!cfg.tokenizer) {
+				ca_err_warn("--tokens: %s: %s", optarg, why);
+				return ca_err_finish(CA_EXIT_SYSTEM);
+			}
+			break;
+		}
 		case 'u': ca_ndjson_set_unbuffered(1); break;
 		default: fputs(usage_text, stderr); ca_opt_bad_usage();
 		}
@@ -241,6 +460,18 @@ int main(int argc, char **argv)
 				ca_ndjson_progress_tick();
 				continue;
 			}
+			if (cfg.tokenizer) {
+				out = tokenize(cfg.tokenizer, out);
+				if (!jv_is_valid(out)) {
+					jv msg = jv_invalid_get_msg(out);
+					ca_ndjson_warn(r, "cannot render the conversation: %s",
+						jv_get_kind(msg) == JV_KIND_STRING ? jv_string_value(msg) : "?");
+					out = ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r),
+						jv_get_kind(msg) == JV_KIND_STRING ? jv_string_value(msg) : "cannot render");
+					jv_free(msg);
+					status = ca_err_worst(status, CA_EXIT_DATA);
+				}
+			}
 		}
 		if (ca_ndjson_write(out) != 0) {
 			ca_err_warn_sys("write error on stdout");
@@ -253,5 +484,7 @@ int main(int argc, char **argv)
 	status = ca_err_worst(status, ca_ndjson_status(r));
 	ca_ndjson_close(r);
 	ca_err_warn("kept %ld of %ld trajectories%s", kept, total, cfg.keep_marked ? " (all written, marked)" : "");
+	if (cfg.tokenizer)
+		ca_tokenizer_free(cfg.tokenizer);
 	return ca_err_finish(status);
 }

@@ -59,4 +59,57 @@ expect_status 3 'a malformed line and a record without trajectory are reported' 
 	grep -q "stdin:2: record has no trajectory" e && exit $s
 '
 
+# --tokens: the conversation as policy-ca-sample renders it, in the chat
+# format of a tokenizer (a small Qwen2-style one trained by the test).
+if "$(ca_python)" -c 'import tokenizers' >/dev/null 2>&1 &&
+	"$(ca_python)" "$ROOT/lib/py/ca_hf.py" tokenizer-fixture "$TRASH_BASE/fx" "$TESTS_DIR/data/t0503-corpus.txt" \
+		>"$TRASH_BASE/fixture.log" 2>&1; then
+	FX=$TRASH_BASE/fx PY=$(ca_python)
+	export FX PY
+	expect_success '--tokens: token record of the conversation policy-ca-sample shows, mask on what the assistant wrote' '
+		jq -cn "def call(id; n; a): {id: id, type: \"function\", function: {name: n, arguments: a}};
+			[{role: \"assistant\", content: \"Reading.\", tool_calls: [call(\"a\"; \"read\"; \"{\\\"path\\\": \\\"model.py\\\"}\"),
+				call(\"b\"; \"bash\"; \"{\\\"command\\\": \\\"echo hi\\\"}\")]},
+			 {role: \"assistant\", content: null, tool_calls: [call(\"c\"; \"nope\"; \"not json\")]},
+			 {role: \"assistant\", content: \"Done.\"}][]" >turns &&
+		printf "%s\n" "{\"id\":\"p1\",\"code\":\"x = 1\\n\"}" |
+			ca-agent --unconfined --policy "policy-replay turns" | jq -c ". + {reward: {value: 3}}" >traj &&
+		printf "%s\n" "{\"id\":\"p1\",\"code\":\"x = 1\\n\"}" |
+			ca-agent --unconfined --policy "cat >conv.json; echo {\\\"content\\\":\\\"done\\\"}" >/dev/null &&
+		mkdir fakebin && ln -s "$TESTS_DIR/data/agent/fake-ca-sample" fakebin/ca-sample &&
+		jq -c --slurpfile t traj "{tools, messages: \$t[0].trajectory.messages}" conv.json |
+			PATH="$PWD/fakebin:$PATH" policy-ca-sample ckpt >/dev/null &&
+		ca-rft-filter --max-invalid 1 --tokens "$FX/tok-qwen2" traj >out 2>err &&
+		jq -e "(.tokens | length) == (.mask | length) and .reward == 3 and (.mask | add) > 0" out &&
+		"$PY" -c "
+import json, sys
+from tokenizers import Tokenizer
+tok = Tokenizer.from_file(sys.argv[1] + \"/tokenizer.json\")
+rec = json.load(open(\"out\"))
+shown = json.load(open(\"sample-in.json\"))[\"messages\"]
+want = \"\".join(\"<|im_start|>%s\n%s<|im_end|>\n\" % (m[\"role\"], m[\"content\"]) for m in shown)
+got = tok.decode(rec[\"tokens\"], skip_special_tokens=False)
+assert got == want, (got, want)
+spans, cur = [], []
+for t, m in zip(rec[\"tokens\"], rec[\"mask\"]):
+    if m: cur.append(t)
+    elif cur: spans.append(cur); cur = []
+if cur: spans.append(cur)
+said = [tok.decode(s, skip_special_tokens=False) for s in spans]
+assert len(said) == 3 and all(s.endswith(\"<|im_end|>\") for s in said), said
+assert said[0].startswith(\"Reading.\\n<tool_call>\\n{\\\"name\\\":\\\"read\\\"\") and said[2] == \"Done.<|im_end|>\", said
+assert \"not json\" in said[1], said
+" "$FX/tok-qwen2"
+	'
+	expect_success '--tokens with --keep-marked: rejected trajectories too, an unscored one with reward -1' '
+		jq -cn "{id: \"t\", trajectory: {messages: [{role: \"user\", content: \"u\"}, {role: \"assistant\", content: \"a\"}]}}" |
+			ca-rft-filter --keep-marked --tokens "$FX/tok-llama3" >out 2>/dev/null;
+		jq -e ".rft.keep == false and .reward == -1 and (.mask | add) > 0" out
+	'
+else
+	skip '--tokens' 'the tokenizers library is not installed (make deps)'
+fi
+expect_status 4 '--tokens: a directory without tokenizer.json is a system error' '
+	mkdir empty && ca-rft-filter --tokens empty </dev/null
+'
 test_done
