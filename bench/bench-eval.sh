@@ -5,7 +5,8 @@
 #   2. verify + profile end to end of one candidate whose task baselines are
 #      cached, for a task of a few ms (4096^2 fp32 matmul through cuBLAS):
 #      `ca-profile --verify` (one run does both), `ca-verify | ca-profile`,
-#      and a stream of 4 candidates;
+#      the same through an evaluation server (ca-profile --serve), and a
+#      stream of 4 candidates;
 #   3. CUDA-Agent's path beside ca's on the same ReLU kernel: CUDA-Agent's
 #      agent_workdir evaluated as its scripts do (torch.utils.cpp_extension.load
 #      of all kernels, 5 checks, 5 warm-up + 10 timed calls under torch.profiler
@@ -117,6 +118,21 @@ if fits 30 "verify+profile, matmul"; then
 	done
 	t0=$(now); ca-verify $O <"$WORK/mm.ndjson" | ca-profile $O >"$WORK/pipe.ndjson"; w=$(since "$t0")
 	emit "$(jq -c --arg w "$w" '{bench: "verify+profile, baselines cached, ca-verify | ca-profile, single shot", wall_s: ($w | tonumber), ok: (.verify.ok and .profile.ok), verify_s: .verify.seconds, profile_s: .profile.seconds}' "$WORK/pipe.ndjson")"
+fi
+# The same single shots through an evaluation server (warm reference worker and spare candidates).
+if fits 25 "verify+profile through a server"; then
+	mkdir -p "$WORK/srv" && chmod 700 "$WORK/srv"
+	CA_EVAL_SERVE_IDLE=120 ca-profile --serve "$WORK/srv/s" $O 2>"$OUTDIR/serve.err" &
+	server=$!
+	i=0; while [ ! -S "$WORK/srv/s" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+	sleep 6  # the server's workers start
+	for i in 1 2 3; do
+		t0=$(now); CA_EVAL_SERVER=$WORK/srv/s ca-profile --verify $O <"$WORK/mm.ndjson" >"$WORK/srv$i.ndjson"; w=$(since "$t0")
+		emit "$(jq -c --arg w "$w" "{bench: \"verify+profile, baselines cached, through ca-profile --serve, single shot\", wall_s: (\$w | tonumber), ok: (.verify.ok and .profile.ok), phases_s: $phases, target: \"<= 5 s\"}" "$WORK/srv$i.ndjson")"
+		sleep 3  # think time: the server starts the next spare
+	done
+	kill $server 2>/dev/null
+	wait $server 2>/dev/null
 fi
 # 4. Repeatability on the matmul candidate (baselines cached): three profiles.
 if [ -s "$WORK/warm1.ndjson" ] && fits 15 "repeatability"; then
