@@ -28,6 +28,19 @@ if ! has_torch; then
 	exit 0
 fi
 
+# With CA_TEST_SERVE=1 one evaluation server (ca-profile --serve) keeps the
+# workers warm for every trusted command of the test, as ca-rollout does.
+if [ "${CA_TEST_SERVE:-0}" = 1 ] && [ -z "${CA_EVAL_SERVER:-}" ]; then
+	mkdir -m 700 "$TRASH_BASE/srv"
+	CA_EVAL_SERVE_IDLE=300 ca-profile --serve "$TRASH_BASE/srv/eval.sock" 2>"$LOG/t0404-serve.log" &
+	server=$!
+	trap 'kill $server 2>/dev/null; rm -rf "$TRASH_BASE"' EXIT
+	i=0
+	while [ ! -S "$TRASH_BASE/srv/eval.sock" ] && [ $i -lt 60 ] && kill -0 $server 2>/dev/null; do sleep 1; i=$((i + 1)); done
+	[ ! -S "$TRASH_BASE/srv/eval.sock" ] || { CA_EVAL_SERVER=$TRASH_BASE/srv/eval.sock; export CA_EVAL_SERVER; }
+	echo "# evaluation server: ${CA_EVAL_SERVER:-did not start} ($i s)"
+fi
+
 # L1/14 is solved twice: a hand-written tiled kernel (build, verify,
 # profile), then cuBLAS on the blocks that can be nonzero (build, then
 # verify and profile in one ca-profile --verify); the best of the two counts.
