@@ -46,9 +46,12 @@ expect_success 'the shipped fingerprints cover the 270 KernelBench problems' '
 expect_success 'a renamed KernelBench problem scores above 0.9 and names its original' '
 	ca-filter --max-sim 0 <"$TRASH_BASE/renamed.ndjson" >out &&
 	jq -e ".filter.max_sim > 0.9 and (.filter.nearest | startswith(\"kernelbench/L2/\")) and (.filter.ok | not)" out'
-expect_success 'unrelated composed tasks score far below (all < 0.85, median < 0.8)' '
+# A two-operator composition can be KernelBench-like by chance (seed 9 draws
+# linear, dropout, softmax: 0.87 to L2/66 Matmul_Dropout_Softmax), so the
+# bound on every task is the rubric's cut; the median shows the distance.
+expect_success 'unrelated composed tasks score below the cut (all <= 0.9, median < 0.8)' '
 	ca-compose --no-seeds -n 200 --seed 9 --distribution 0,1,1 | ca-filter --max-sim 0 >out &&
-	[ "$(jq -r "select(.filter.max_sim >= 0.85) | .id" out | wc -l)" -eq 0 ] &&
+	[ "$(jq -r "select(.filter.max_sim > 0.9) | .id" out | wc -l)" -eq 0 ] &&
 	[ "$(jq -r .filter.max_sim out | sort -n | sed -n 100p | awk "{print (\$1 < 0.8)}")" = 1 ]'
 expect_success '--against takes raw problems (code) or fingerprints' '
 	ca-filter --max-sim 0 --against "'"$TRASH_BASE/renamed.ndjson"'" <"$TRASH_BASE/renamed.ndjson" >out &&
