@@ -36,8 +36,13 @@ cp -R "$D/kb-l1-14" "$TRASH_BASE/kb-l1-14" && cp -R "$D/kb-l1-14-v2/." "$TRASH_B
 export REC
 
 expect_success 'ca-eval: both problems solved through the loop, reward 3, Table 1 per level' '
-	ca-eval -j 2 --tasks "$TASKS" --policy "policy-replay $REC" -o "$TRASH_BASE/eval" >table 2>err ||
-		{ cat err; exit 1; }
+	ca-eval -j 2 --tasks "$TASKS" --policy "policy-replay $REC" -o "$TRASH_BASE/eval" >table 2>err; s=$?
+	if [ -n "${CA_GPU_LOG:-}" ]; then
+		cp err "$CA_GPU_LOG/t0700-eval.err"; cp "$TRASH_BASE/eval/rollout/serve.log" "$CA_GPU_LOG/t0700-serve.log"
+		jq -c "{id: .snapshot.trajectory, verify_s: .verify.seconds, profile_s: .profile.seconds, reward: .reward.value,
+			phases: .profile.phases}" "$TRASH_BASE/eval/rollout/scored.ndjson" >"$CA_GPU_LOG/t0700-scored.ndjson"
+	fi 2>/dev/null
+	[ $s -eq 0 ] || { cat err; exit 1; }
 	cat table &&
 	jq -c "{id, reward, best}" "$TRASH_BASE/eval/results.ndjson" &&
 	jq -e -s "length == 2 and all(.[]; .reward.value == 3 and .verify.ok == true)" "$TRASH_BASE/eval/results.ndjson" &&
@@ -49,16 +54,6 @@ expect_success 'ca-eval again: resumes with nothing to roll out or score, same t
 	grep -q "0 of 2 tasks to roll out" err && grep -q "0 of [0-9]* candidates to score" err &&
 	cmp table before'
 
-expect_success 'the same on Slurm (fake sbatch): two shards, merged, tabulated' '
-	"$ROOT/scripts/slurm/submit" -K 2 -o slurm eval "$TASKS" -- --policy "policy-replay $REC" 2>err &&
-	cat slurm-*.out | tail -n 20 &&
-	jq -e -s "length == 2 and all(.[]; .reward.value == 3)" slurm/results.ndjson && grep -q "^all  *2 " slurm/table.txt'
-
-expect_success 'ca-synth on the GPU: the workload check runs (eager and compile times)' '
-	ca-synth -n 4 --no-crawl --seed 3 -j 2 -o synth 2>err || { cat err; exit 1; }
-	cat synth/stats.txt &&
-	[ $(wc -l <synth/filtered.ndjson) -eq 4 ] &&
-	jq -e -s "any(.[]; .filter.checks.workload != null and .filter.device != \"cpu\")" synth/filtered.ndjson'
 if [ -f "$CA_BIN/libca-model-cuda.so" ]; then
 	expect_success 'ca-train --device cuda: RFT, value pretraining and PPO steps on the GPU, stats per step' '
 		ca-toy init --hidden 256 --layers 2 --seed 1 pol && ca-toy init --critic --hidden 256 --layers 2 --seed 2 crit &&
@@ -74,4 +69,13 @@ if [ -f "$CA_BIN/libca-model-cuda.so" ]; then
 else
 	skip 'ca-train --device cuda' 'libca-model-cuda.so not built (make model-cuda)'
 fi
+expect_success 'ca-synth on the GPU: the workload check runs (eager and compile times)' '
+	ca-synth -n 4 --no-crawl --seed 3 -j 2 -o synth 2>err || { cat err; exit 1; }
+	cat synth/stats.txt &&
+	[ $(wc -l <synth/filtered.ndjson) -eq 4 ] &&
+	jq -e -s "any(.[]; .filter.checks.workload != null and .filter.device != \"cpu\")" synth/filtered.ndjson'
+expect_success 'the same on Slurm (fake sbatch): two shards, merged, tabulated' '
+	"$ROOT/scripts/slurm/submit" -K 2 -o slurm eval "$TASKS" -- --policy "policy-replay $REC" 2>err &&
+	cat slurm-*.out | tail -n 20 &&
+	jq -e -s "length == 2 and all(.[]; .reward.value == 3)" slurm/results.ndjson && grep -q "^all  *2 " slurm/table.txt'
 test_done
