@@ -1195,6 +1195,8 @@ static int job_prepare(struct job *j, jv record)
 	jv torch = ca_json_get(s->reference.hello, "torch");
 	j->result = jv_object_set(j->result, jv_string("device"), jv_string(cfg->device));
 	j->result = jv_object_set(j->result, jv_string("gpu"), jv_get_kind(gpu) == JV_KIND_STRING ? gpu : (jv_free(gpu), jv_null()));
+	/* Which of --gpus ran it (the pool's share per GPU); null on the CPU. */
+	j->result = jv_object_set(j->result, jv_string("gpu_index"), s->gpu >= 0 ? jv_number(s->gpu) : jv_null());
 	j->result = jv_object_set(j->result, jv_string("torch"), jv_get_kind(torch) == JV_KIND_STRING ? torch : (jv_free(torch), jv_null()));
 
 	/* The candidate: wait for it to be up, then load ModelNew with the reference's weights. */

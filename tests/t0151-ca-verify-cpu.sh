@@ -110,7 +110,7 @@ check fp16_output compare
 check noweights weights
 check badfiles input
 expect_success 'a passing record carries seed, checks, errors and tolerances' '
-	pick honest/relu | jq -e ".verify | .seed == 42 and .checks == 5 and .checks_passed == 5 and .max_abs_err == 0 and .atol == 0.01 and .rtol == 0.01 and .device == \"cpu\""
+	pick honest/relu | jq -e ".verify | .seed == 42 and .checks == 5 and .checks_passed == 5 and .max_abs_err == 0 and .atol == 0.01 and .rtol == 0.01 and .device == \"cpu\" and .gpu_index == null"
 '
 expect_success 'the policy failure names the operation and the line' '
 	pick torch_fallback | jq -e ".verify.error | test(\"aten::relu at model_new.py:[0-9]+\")"
