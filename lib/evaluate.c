@@ -665,7 +665,7 @@ static int slot_open(struct slot *s, const struct ca_eval_config *cfg, int index
 	 * starting while records are scored ($CA_EVAL_SPARES to change).
 	 */
 	const char *env = getenv("CA_EVAL_SPARES");
-	s->nspares = env && *env ? atoi(env) : gpu >= 0 ? 2 : 1;
+	s->nspares = env && *env ? atoi(env) : gpu >= 0 ? (cfg->serving ? 4 : 2) : 1;
 	if (cfg->adhoc || s->nspares < 1)
 		s->nspares = 1;
 	if (s->nspares > MAX_SPARES)
@@ -2540,6 +2540,11 @@ int ca_eval_serve(const struct ca_eval_config *cfg, const char *path, double idl
 		close(fd);
 		return CA_EXIT_SYSTEM;
 	}
+	/* A server answers single records in bursts: more spares kept started (see slot_open). */
+	struct ca_eval_config *mine = ca_xmalloc(sizeof *mine);
+	*mine = *cfg;
+	mine->serving = 1;
+	cfg = mine;
 	struct server sv;
 	memset(&sv, 0, sizeof sv);
 	sv.base = cfg;
@@ -2615,6 +2620,9 @@ int ca_eval_serve(const struct ca_eval_config *cfg, const char *path, double idl
 	}
 	for (int i = 0; i < sv.nslots; i++)
 		slot_close(&sv.slots[i]);
+	free(sv.slots);
+	free(sv.busy);
+	free(mine);
 	return ca_err_finish(0);
 }
 

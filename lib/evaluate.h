@@ -53,6 +53,7 @@ struct ca_eval_config {
 	int adhoc;                   /* a single ad-hoc record: no spare worker */
 	int verbose;                 /* -v: each record's phases on stderr */
 	int also_verify;             /* profile --verify: verify first, same workers, both fields */
+	int serving;                 /* set by ca_eval_serve (4 spares per GPU slot) */
 };
 
 void ca_eval_defaults(struct ca_eval_config *cfg, enum ca_eval_mode mode);
