@@ -20,7 +20,8 @@
 # The steps run in the order 1, 3, 2, 4 (the ratio first), the stream last.
 # Results: one JSON object per measurement on stdout and in $CA_BENCH_OUT/bench-eval.ndjson.
 # CA_BENCH_BUDGET (seconds, default 600) bounds the whole run: steps that
-# would not fit are skipped and say so.
+# would not fit are skipped and say so; CA_BENCH_SKIP names sections to
+# leave out (layouts, single, server, stream, ncu).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 : "${CA_BIN:=$ROOT/bin}"
@@ -48,6 +49,8 @@ fits() {
 	return 1
 }
 emit() { echo "$1" | tee -a "$RESULTS"; }
+# want SECTION: not named in $CA_BENCH_SKIP (layouts, single, server, stream, ncu).
+want() { case " ${CA_BENCH_SKIP:-} " in *" $1 "*) return 1 ;; esac; return 0; }
 record() { # id task dir
 	jq -nc --arg id "$1" --rawfile code "$ADV/tasks/$2.py" --arg dir "$3" \
 		'{id: $id, code: $code, candidate: {dir: $dir}}'
@@ -93,23 +96,34 @@ if fits 50 "CUDA-Agent path vs ca"; then
 	# ca, a new candidate of a task whose baselines are cached (the RL case): cold build.
 	rm -rf "$WORK/cache-relu/build"
 	t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify $O <"$WORK/relu.ndjson" >"$WORK/relu-warm.ndjson"; ww=$(since "$t0")
-	# ca on CUDA-Agent's own layout (a torch extension built by ca-build), baselines cached.
-	t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify $O <"$WORK/relu-agent.ndjson" >"$WORK/relu-agent-ca.ndjson"; wg=$(since "$t0")
-	emit "$(jq -nc --arg wa "$wa" --arg wc "$wc" --arg ww "$ww" --arg wg "$wg" --slurpfile a "$WORK/cuda-agent.json" \
+	wg=0 wk1=0 wk2=0
+	: >"$WORK/relu-agent-ca.ndjson"; : >"$WORK/relu-kb1.ndjson"; : >"$WORK/relu-kb2.ndjson"
+	if want layouts; then
+		# ca on CUDA-Agent's own layout (a torch extension built by ca-build), baselines cached.
+		t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify $O <"$WORK/relu-agent.ndjson" >"$WORK/relu-agent-ca.ndjson"; wg=$(since "$t0")
+		# and on KernelBench's layout (load_inline at import), cold, then again (its build cached by ca).
+		record relu-kernelbench relu_mid "$ADV/flavours/kernelbench" >"$WORK/relu-kb.ndjson"
+		t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify $O <"$WORK/relu-kb.ndjson" >"$WORK/relu-kb1.ndjson"; wk1=$(since "$t0")
+		t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify $O <"$WORK/relu-kb.ndjson" >"$WORK/relu-kb2.ndjson"; wk2=$(since "$t0")
+	fi
+	emit "$(jq -nc --arg wa "$wa" --arg wc "$wc" --arg ww "$ww" --arg wg "$wg" --arg wk1 "$wk1" --arg wk2 "$wk2" --slurpfile a "$WORK/cuda-agent.json" \
 		--slurpfile c "$WORK/relu-cold.ndjson" --slurpfile w "$WORK/relu-warm.ndjson" --slurpfile g "$WORK/relu-agent-ca.ndjson" \
-		'def ok(r): r | map(.verify.ok and .profile.ok) | all;
+		--slurpfile k1 "$WORK/relu-kb1.ndjson" --slurpfile k2 "$WORK/relu-kb2.ndjson" \
+		'def ok(r): if (r | length) == 0 then null else (r | map(.verify.ok and .profile.ok) | all) end;
 		{bench: "CUDA-Agent path vs ca, ReLU 2048x2048, one candidate end to end",
 		cuda_agent: $a, cuda_agent_ok: ($a | length == 3), cuda_agent_wall_s: ($wa | tonumber),
 		ca_all_cold_wall_s: ($wc | tonumber), ca_cached_baselines_wall_s: ($ww | tonumber), ca_cuda_agent_layout_wall_s: ($wg | tonumber),
 		ratio_all_cold: (($wa | tonumber) / ($wc | tonumber)), ratio_cached_baselines: (($wa | tonumber) / ($ww | tonumber)),
-		ratio_same_layout: (($wa | tonumber) / ($wg | tonumber)), target: "ratio >= 10",
-		ca_ok: [ok($c), ok($w), ok($g)]}')"
+		ratio_same_layout: (if ($wg | tonumber) > 0 then ($wa | tonumber) / ($wg | tonumber) else null end), target: "ratio >= 10",
+		ca_kernelbench_layout_wall_s: [($wk1 | tonumber), ($wk2 | tonumber)], ca_kernelbench_extension_cached: ($k2 | map(.verify.extension_cached)),
+		ca_ok: [ok($c), ok($w), ok($g), ok($k1), ok($k2)],
+		errors: ([$c, $w, $g, $k1, $k2] | map(.[0] // {} | (.verify.error // .profile.error)))}')"
 fi
 
 # 2. Verify + profile of the matmul candidate; the first run fills the baseline cache.
 record matmul matmul "$ADV/honest/matmul" >"$WORK/mm.ndjson"
 phases='(.profile.phases // {} | with_entries(.value |= (. * 100 | round / 100)))'
-if fits 30 "verify+profile, matmul"; then
+if want single && fits 30 "verify+profile, matmul"; then
 	t0=$(now); ca-profile --verify $O <"$WORK/mm.ndjson" >"$WORK/first.ndjson"; w=$(since "$t0")
 	emit "$(jq -c --arg w "$w" '{bench: "verify+profile, baselines not cached (ca-profile --verify)", wall_s: ($w | tonumber), verify_ok: .verify.ok, profile_ok: .profile.ok, eager_us: .profile.eager_us, compile_us: .profile.compile_us, candidate_us: .profile.candidate_us, error: (.profile.error // .verify.error)}' "$WORK/first.ndjson")"
 	for i in 1 2; do
@@ -120,7 +134,7 @@ if fits 30 "verify+profile, matmul"; then
 	emit "$(jq -c --arg w "$w" '{bench: "verify+profile, baselines cached, ca-verify | ca-profile, single shot", wall_s: ($w | tonumber), ok: (.verify.ok and .profile.ok), verify_s: .verify.seconds, profile_s: .profile.seconds}' "$WORK/pipe.ndjson")"
 fi
 # The same single shots through an evaluation server (warm reference worker and spare candidates).
-if fits 25 "verify+profile through a server"; then
+if want server && fits 25 "verify+profile through a server"; then
 	mkdir -p "$WORK/srv" && chmod 700 "$WORK/srv"
 	CA_EVAL_SERVE_IDLE=120 ca-profile --serve "$WORK/srv/s" $O 2>"$OUTDIR/serve.err" &
 	server=$!
@@ -135,11 +149,12 @@ if fits 25 "verify+profile through a server"; then
 	wait $server 2>/dev/null
 fi
 # 4. Repeatability on the matmul candidate (baselines cached): three profiles.
-if [ -s "$WORK/warm1.ndjson" ] && fits 15 "repeatability"; then
-	for i in 1 2 3; do ca-profile $O <"$WORK/warm1.ndjson"; done >"$WORK/repeat.ndjson"
-	emit "$(jq -c -s '{bench: "repeatability, 3 profiles of the matmul candidate", candidate_us: map(.profile.candidate_us), spread: ((map(.profile.candidate_us) | max) / (map(.profile.candidate_us) | min) - 1), cupti_kernel_us_per_call: map(((.profile.kernels // []) | map(.total_us) | add) / .profile.iterations), cv: map(.profile.cv), target: "spread <= 0.02"}' "$WORK/repeat.ndjson")"
+if fits 20 "repeatability"; then
+	# Three profiles of the same candidate, each its own candidate process (eager baseline only).
+	for i in 1 2 3; do cat "$WORK/mm.ndjson"; done | ca-profile --no-compile $O >"$WORK/repeat.ndjson"
+	emit "$(jq -c -s '{bench: "repeatability, 3 profiles of the matmul candidate (4096^2 fp32, cuBLAS)", candidate_us: map(.profile.candidate_us), spread: ((map(.profile.candidate_us) | max) / (map(.profile.candidate_us) | min) - 1), cupti_kernel_us_per_call: map(((.profile.kernels // []) | map(.total_us) | add) / .profile.iterations), cv: map(.profile.cv), target: "spread <= 0.02"}' "$WORK/repeat.ndjson")"
 	NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
-	if [ -n "$NCU" ] && fits 40 "Nsight Compute"; then
+	if [ -n "$NCU" ] && want ncu && fits 30 "Nsight Compute"; then
 		cat >"$WORK/ncu.py" <<'EOS'
 import os, sys, torch
 sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
@@ -162,7 +177,7 @@ EOS
 	fi
 fi
 
-if fits 15 "verify+profile, stream of 4"; then
+if want stream && fits 15 "verify+profile, stream of 4"; then
 	for i in 1 2 3 4; do cat "$WORK/mm.ndjson"; done >"$WORK/mm4.ndjson"
 	t0=$(now); ca-profile --verify $O <"$WORK/mm4.ndjson" >"$WORK/stream.ndjson"; w=$(since "$t0")
 	emit "$(jq -c -s --arg w "$w" '{bench: "verify+profile, stream of 4 candidates (ca-profile --verify)", wall_s: ($w | tonumber), per_candidate_s: (($w | tonumber) / 4), all_ok: (map(.verify.ok and .profile.ok) | all), seconds: map(.profile.seconds)}' "$WORK/stream.ndjson")"
