@@ -31,7 +31,7 @@ record() { # id dir
 } >"$TRASH_BASE/records.ndjson"
 
 expect_success 'ours, CUDA-Agent'"'"'s and KernelBench'"'"'s workspaces: verified and profiled' '
-	ca-profile --verify --no-compile -v ${CA_EVAL_OPTS:-} "$TRASH_BASE/records.ndjson" >"$LOG/flavours.ndjson" 2>"$LOG/flavours.err"
+	ca-profile --verify --no-compile -v -u ${CA_EVAL_OPTS:-} "$TRASH_BASE/records.ndjson" >"$LOG/flavours.ndjson" 2>"$LOG/flavours.err"
 	jq -c "{id, flavour: .verify.build.flavour, verify: (.verify | {ok, stage, error, seconds}), profile: (.profile | {ok, stage, error, candidate_us, eager_us})}" "$LOG/flavours.ndjson" | cut -c1-600 | sed "s/^/# /"
 	jq -e -s "length == 3 and all(.verify.ok and .profile.ok and .profile.candidate_us > 0)" "$LOG/flavours.ndjson"
 '
