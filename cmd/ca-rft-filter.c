@@ -303,8 +303,8 @@ static jv chat_text(const struct ca_tokenizer *t, jv messages, int generation_pr
 }
 
 /*
- * Set tokens, mask and reward on record from its trajectory's messages.
- * Returns the record, or NULL-kind invalid with a message on failure.
+ * Set tokens, mask and reward on record (consumed) from its trajectory's
+ * messages. Returns the record, or an invalid with a message on failure.
  */
 static jv tokenize(const struct ca_tokenizer *t, jv record)
 {
@@ -318,6 +318,10 @@ static jv tokenize(const struct ca_tokenizer *t, jv record)
 	if (!jv_is_valid(bos) || !jv_is_valid(opened)) {
 		jv_free(rendered);
 		jv_free(record);
+		if (jv_is_valid(bos)) {
+			jv_free(bos);
+			return opened;
+		}
 		jv_free(opened);
 		return bos;
 	}
