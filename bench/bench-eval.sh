@@ -21,7 +21,7 @@
 # Results: one JSON object per measurement on stdout and in $CA_BENCH_OUT/bench-eval.ndjson.
 # CA_BENCH_BUDGET (seconds, default 600) bounds the whole run: steps that
 # would not fit are skipped and say so; CA_BENCH_SKIP names sections to
-# leave out (layouts, single, server, stream, ncu).
+# leave out (ratio, layouts, single, server, repeat, stream, ncu).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 : "${CA_BIN:=$ROOT/bin}"
@@ -49,7 +49,7 @@ fits() {
 	return 1
 }
 emit() { echo "$1" | tee -a "$RESULTS"; }
-# want SECTION: not named in $CA_BENCH_SKIP (layouts, single, server, stream, ncu).
+# want SECTION: not named in $CA_BENCH_SKIP (ratio, layouts, single, server, repeat, stream, ncu).
 want() { case " ${CA_BENCH_SKIP:-} " in *" $1 "*) return 1 ;; esac; return 0; }
 record() { # id task dir
 	jq -nc --arg id "$1" --rawfile code "$ADV/tasks/$2.py" --arg dir "$3" \
@@ -82,7 +82,7 @@ emit "$(jq -c --arg w1 "$w1" --arg w2 "$w2" -s \
 	"$WORK/b1.json" "$WORK/b2.json")"
 
 # 3. CUDA-Agent's path vs ca's on the same ReLU kernel (task relu_mid).
-if fits 50 "CUDA-Agent path vs ca"; then
+if want ratio && fits 50 "CUDA-Agent path vs ca"; then
 	CA_DIR=$ADV/flavours/cuda_agent
 	t0=$(now)
 	for phase in compile verify profile; do
@@ -149,7 +149,7 @@ if want server && fits 25 "verify+profile through a server"; then
 	wait $server 2>/dev/null
 fi
 # 4. Repeatability on the matmul candidate (baselines cached): three profiles.
-if fits 20 "repeatability"; then
+if want repeat && fits 20 "repeatability"; then
 	# Three profiles of the same candidate, each its own candidate process (eager baseline only).
 	for i in 1 2 3; do cat "$WORK/mm.ndjson"; done | ca-profile --no-compile $O >"$WORK/repeat.ndjson"
 	emit "$(jq -c -s '{bench: "repeatability, 3 profiles of the matmul candidate (4096^2 fp32, cuBLAS)", candidate_us: map(.profile.candidate_us), spread: ((map(.profile.candidate_us) | max) / (map(.profile.candidate_us) | min) - 1), cupti_kernel_us_per_call: map(((.profile.kernels // []) | map(.total_us) | add) / .profile.iterations), cv: map(.profile.cv), target: "spread <= 0.02"}' "$WORK/repeat.ndjson")"
