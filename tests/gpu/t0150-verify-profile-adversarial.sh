@@ -64,11 +64,11 @@ for name in $faults; do
 done
 add "honest/relu-after-faults" relu "$ADV/honest/relu"
 
-# Three slots on the one GPU for the many candidates (verify does no timing);
+# Four slots on the one GPU for the many candidates (verify does no timing);
 # then the faults and the record after them in one slot (after: a fork bomb
 # spends the sandbox uid's process limit, which would starve the others).
 expect_success 'ca-verify scores every record (count in = count out)' '
-	ca-verify -v -u --gpus 0,0,0 --timeout 15 ${CA_EVAL_OPTS:-} <"$main_records" >"$LOG/verified-main.ndjson" 2>"$LOG/verify.err"
+	ca-verify -v -u --gpus 0,0,0,0 --timeout 15 ${CA_EVAL_OPTS:-} <"$main_records" >"$LOG/verified-main.ndjson" 2>"$LOG/verify.err"
 	s1=$?
 	ca-verify -v -u --timeout 15 ${CA_EVAL_OPTS:-} <"$records" >"$LOG/verified-faults.ndjson" 2>"$LOG/verify-faults.err"
 	s2=$?
@@ -103,9 +103,10 @@ expect_success 'nothing was written outside the sandbox' '
 	test ! -e /var/tmp/ca-pwned && test ! -e /etc/ca-pwned
 '
 
+# Three slots here too: their timed loops take the GPU's lock in turn.
 expect_success 'ca-profile times the verified candidates; cheats in timing are caught' '
 	jq -c "select(.verify.ok)" "$LOG/verified.ndjson" >"$TRASH_BASE/ok.ndjson" &&
-	ca-profile -v -u --timeout 30 --iters 20 --no-compile ${CA_EVAL_OPTS:-} <"$TRASH_BASE/ok.ndjson" >"$LOG/profiled.ndjson" 2>"$LOG/profile.err"
+	ca-profile -v -u --gpus 0,0,0 --timeout 30 --iters 20 --no-compile ${CA_EVAL_OPTS:-} <"$TRASH_BASE/ok.ndjson" >"$LOG/profiled.ndjson" 2>"$LOG/profile.err"
 	test $? -le 1 &&
 	test "$(wc -l <"$TRASH_BASE/ok.ndjson")" -eq "$(wc -l <"$LOG/profiled.ndjson")" &&
 	check_field profile "$LOG/profiled.ndjson"
