@@ -2,7 +2,8 @@
 # ca-filter: the rubric on CPU with the real torch. Fixtures in
 # tests/data/synth/rubric.ndjson: one task that passes and one for each
 # way of failing (stochastic, constant, all zero, non-deterministic,
-# stateful, NaN, input-independent, crash, timeout, syntax, no code).
+# stateful, NaN, input-independent, crash, timeout, syntax, no code), and a
+# scalar loss, which is not degenerate.
 . "$(dirname "$0")/test-lib.sh"
 fixtures=$TESTS_DIR/data/synth/rubric.ndjson
 
@@ -24,8 +25,8 @@ reason() { # id -> its reasons, one a line
 	jq -r "select(.id == \"$1\") | .filter.reasons[]" "$out"
 }
 expect_success 'one record out for each record in, malformed ones as error records, exit 3' '
-	[ "$(wc -l <"'"$out"'")" -eq 14 ] && [ "$(cat "$TRASH_BASE/status")" = 3 ] &&
-	jq -se ".[] | select(.error) | .error.line == 14" "'"$out"'" && grep -q "stdin:14:" "$TRASH_BASE/err"'
+	[ "$(wc -l <"'"$out"'")" -eq 15 ] && [ "$(cat "$TRASH_BASE/status")" = 3 ] &&
+	jq -se ".[] | select(.error) | .error.line == 15" "'"$out"'" && grep -q "stdin:15:" "$TRASH_BASE/err"'
 expect_success 'a sound task is accepted; the workload check is skipped with a reason on the CPU' '
 	jq -se ".[] | select(.id == \"good\") | .filter.ok and .filter.checks.workload == null
 		and (.filter.skipped | map(test(\"workload\")) | any) and .filter.max_sim < 0.9
@@ -33,6 +34,8 @@ expect_success 'a sound task is accepted; the workload check is skipped with a r
 expect_success 'stochastic tasks are rejected (module and call)' '
 	reason dropout | grep -q "^stochastic: the model uses Dropout" && reason randn | grep -q "randn_like"'
 expect_success 'a constant output is rejected' 'reason constant | grep -q "degenerate: output is constant"'
+expect_success 'a single number (a loss) is not constant by itself: judged by its dependence on the inputs' '
+	jq -se ".[] | select(.id == \"scalar\") | .filter.checks.non_degenerate and .filter.ok" "'"$out"'"'
 expect_success 'an all-zero output is rejected' 'reason zeros | grep -q "degenerate: output is all zeros"'
 expect_success 'an output that ignores the input is rejected' 'reason independent | grep -q "does not depend"'
 expect_success 'NaN outputs are rejected' 'reason nan | grep -q "NaN or Inf"'

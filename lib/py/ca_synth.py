@@ -680,16 +680,19 @@ def run_check(req, torch, hello):
     # Not degenerate.
     degenerate = None
     fl = [t.detach().float() for t in t1 if t.numel() > 0]
+    # A single number (a loss, a norm) is constant by itself: for it only
+    # the dependence on the inputs says whether it is degenerate.
+    scalar = sum(t.numel() for t in fl) == 1
     if not fl:
         degenerate = "output is empty"
     elif not all(bool(torch.isfinite(t).all()) for t in fl):
         degenerate = "output has NaN or Inf"
-    elif all(bool((t == 0).all()) for t in fl):
+    elif not scalar and all(bool((t == 0).all()) for t in fl):
         degenerate = "output is all zeros"
     else:
         lo = min(float(t.min()) for t in fl)
         hi = max(float(t.max()) for t in fl)
-        if hi - lo <= 1e-6 * max(1.0, abs(hi), abs(lo)):
+        if not scalar and hi - lo <= 1e-6 * max(1.0, abs(hi), abs(lo)):
             degenerate = "output is constant (%.6g)" % hi
         else:
             t4 = [t.detach().float() for t in flat_tensors(o4) if t.numel() > 0]
