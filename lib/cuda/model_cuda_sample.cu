@@ -35,6 +35,10 @@ struct ca_cuda_sampler {
 	cublasHandle_t blas;
 	int exact;                 // fp32 matrices and activations
 	int debug;                 // CA_CUDA_DEBUG: synchronise and check after every kernel
+	cudaStream_t stream;       // everything runs here, so that steps can be captured as graphs
+	void *workspace;           // cuBLAS's, fixed so that graphs can hold its matrix products
+	cudaGraphExec_t *graphs;   // [n]: the step of n one-token rows, captured on first use
+	int use_graphs;
 	void *embed, *lm_head;
 	float *norm, *rope_cos, *rope_sin;
 	struct sampler_layer *layers;
@@ -140,6 +144,14 @@ extern "C" void ca_cuda_sampler_free(struct ca_cuda_sampler *s)
 		cudaFree(s->owned[i]);
 	free(s->owned);
 	free(s->layers);
+	if (s->graphs) {
+		for (int i = 0; i <= s->slots; i++)
+			if (s->graphs[i])
+				cudaGraphExecDestroy(s->graphs[i]);
+		free(s->graphs);
+	}
+	if (s->stream)
+		cudaStreamDestroy(s->stream);
 	if (s->hints)
 		cudaFreeHost(s->hints);
 	if (s->hfloats)
@@ -184,6 +196,17 @@ extern "C" struct ca_cuda_sampler *ca_cuda_sampler_new(const struct ca_model *m,
 	if (cublasCreate(&s->blas) != CUBLAS_STATUS_SUCCESS) {
 		set_why(why, "cublasCreate failed (no usable GPU?)");
 		free(s);
+		return NULL;
+	}
+	const char *graphs = getenv("CA_CUDA_GRAPHS");
+	s->use_graphs = !s->debug && !(graphs && strcmp(graphs, "0") == 0);
+	s->graphs = (cudaGraphExec_t *)calloc((size_t)slots + 1, sizeof *s->graphs);
+	size_t workspace = 32u << 20;
+	if (cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking) != cudaSuccess ||
+	    !(s->workspace = device_alloc(s, workspace)) || cublasSetStream(s->blas, s->stream) != CUBLAS_STATUS_SUCCESS ||
+	    cublasSetWorkspace(s->blas, s->workspace, workspace) != CUBLAS_STATUS_SUCCESS) {
+		set_why(why, "cannot set up a CUDA stream for the sampler");
+		ca_cuda_sampler_free(s);
 		return NULL;
 	}
 	size_t C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size, V = (size_t)c->vocab_size;
@@ -588,7 +611,7 @@ static unsigned blocks_for(size_t n, unsigned threads)
 // With CA_CUDA_DEBUG set, name the kernel that failed (at the cost of a synchronisation each).
 #define CHECK(name, layer)                                                                              \
 	do {                                                                                            \
-		cudaError_t e_ = s->debug ? cudaDeviceSynchronize() : cudaSuccess;                     \
+		cudaError_t e_ = s->debug ? cudaStreamSynchronize(s->stream) : cudaSuccess;            \
 		if (e_ == cudaSuccess && s->debug)                                                      \
 			e_ = cudaGetLastError();                                                        \
 		if (e_ != cudaSuccess) {                                                                \
@@ -612,42 +635,43 @@ static int run_step_as(struct ca_cuda_sampler *s, int n, int nsel, char *why)
 	size_t nC = (size_t)n * C;
 	const unsigned nt = 256;
 	W *xb = (W *)s->xb, *xsel = (W *)s->xsel;
-	embed_kernel<W><<<n, nt>>>(s->x, (const W *)s->embed, tok, C);
+	cudaStream_t st = s->stream;
+	embed_kernel<W><<<n, nt, 0, st>>>(s->x, (const W *)s->embed, tok, C);
 	CHECK("embed", -1);
 	for (int l = 0; l < c->num_layers; l++) {
 		const struct sampler_layer *L = &s->layers[l];
-		rmsnorm_kernel<W><<<n, nt>>>(xb, s->x, NULL, L->ln1, c->rms_norm_eps, C);
+		rmsnorm_kernel<W><<<n, nt, 0, st>>>(xb, s->x, NULL, L->ln1, c->rms_norm_eps, C);
 		CHECK("rmsnorm", l);
 		if (linear(s, s->qkv, xb, L->wqkv, n, C, QKV, 0.0f, why) < 0)
 			return -1;
 		CHECK("qkv matmul", l);
 		if (L->bqkv)
-			bias_kernel<<<blocks_for((size_t)n * QKV, nt), nt>>>(s->qkv, L->bqkv, QKV, (size_t)n * QKV);
-		rope_store_kernel<<<n, nt>>>(s->qkv, slot, pos, s->rope_cos, s->rope_sin, L->kcache, L->vcache, NH, NKV,
+			bias_kernel<<<blocks_for((size_t)n * QKV, nt), nt, 0, st>>>(s->qkv, L->bqkv, QKV, (size_t)n * QKV);
+		rope_store_kernel<<<n, nt, 0, st>>>(s->qkv, slot, pos, s->rope_cos, s->rope_sin, L->kcache, L->vcache, NH, NKV,
 					     D, s->max_len);
 		CHECK("rope and cache store", l);
-		attention_kernel<W><<<blocks_for((size_t)n * NH, ATTENTION_WARPS), 32 * ATTENTION_WARPS>>>(
+		attention_kernel<W><<<blocks_for((size_t)n * NH, ATTENTION_WARPS), 32 * ATTENTION_WARPS, 0, st>>>(
 			xb, s->qkv, L->kcache, L->vcache, slot, pos, n, NH, NKV, D, s->max_len);
 		CHECK("attention", l);
 		if (linear(s, s->x, xb, L->wo, n, QD, C, 1.0f, why) < 0)
 			return -1;
 		if (L->bo)
-			bias_kernel<<<blocks_for(nC, nt), nt>>>(s->x, L->bo, C, nC);
-		rmsnorm_kernel<W><<<n, nt>>>(xb, s->x, NULL, L->ln2, c->rms_norm_eps, C);
+			bias_kernel<<<blocks_for(nC, nt), nt, 0, st>>>(s->x, L->bo, C, nC);
+		rmsnorm_kernel<W><<<n, nt, 0, st>>>(xb, s->x, NULL, L->ln2, c->rms_norm_eps, C);
 		CHECK("output matmul and rmsnorm", l);
 		if (linear(s, s->gu, xb, L->wgu, n, C, 2 * F, 0.0f, why) < 0)
 			return -1;
-		swiglu_kernel<W><<<blocks_for((size_t)n * F, nt), nt>>>(xb, s->gu, F, (size_t)n * F);
+		swiglu_kernel<W><<<blocks_for((size_t)n * F, nt), nt, 0, st>>>(xb, s->gu, F, (size_t)n * F);
 		CHECK("gate/up matmul and swiglu", l);
 		if (linear(s, s->x, xb, L->wdown, n, F, C, 1.0f, why) < 0)
 			return -1;
 		CHECK("down matmul", l);
 	}
-	rmsnorm_kernel<W><<<nsel, nt>>>(xsel, s->x, sel, s->norm, c->rms_norm_eps, C);
+	rmsnorm_kernel<W><<<nsel, nt, 0, st>>>(xsel, s->x, sel, s->norm, c->rms_norm_eps, C);
 	if (linear(s, s->logits, xsel, s->lm_head, nsel, C, V, 0.0f, why) < 0)
 		return -1;
 	CHECK("final norm and lm head", -1);
-	sample_kernel<<<nsel, 1024>>>(s->logits, V, temp, top_p, u, out_tok, out_lp);
+	sample_kernel<<<nsel, 1024, 0, st>>>(s->logits, V, temp, top_p, u, out_tok, out_lp);
 	CHECK("sample", -1);
 	CUDA_TRY(cudaGetLastError());
 	s->tokens_run += n;
@@ -655,9 +679,49 @@ static int run_step_as(struct ca_cuda_sampler *s, int n, int nsel, char *why)
 	return 0;
 }
 
-static int run_step(struct ca_cuda_sampler *s, int n, int nsel, char *why)
+static int launch_step(struct ca_cuda_sampler *s, int n, int nsel, char *why)
 {
 	return s->exact ? run_step_as<float>(s, n, nsel, why) : run_step_as<bf16>(s, n, nsel, why);
+}
+
+// A step of n one-token rows (decoding) is the same launches every time but
+// for what the index arrays hold, so it is captured once as a CUDA graph and
+// replayed: one launch instead of a few hundred. CA_CUDA_GRAPHS=0 (or
+// CA_CUDA_DEBUG) launches them one by one instead.
+static int run_step(struct ca_cuda_sampler *s, int n, int nsel, int one_token_rows, char *why)
+{
+	if (!s->use_graphs || !one_token_rows)
+		return launch_step(s, n, nsel, why);
+	if (!s->graphs[n]) {
+		// A capture that fails (a cuBLAS without graph support, say) turns graphs off for good.
+		cudaGraph_t graph = NULL;
+		why[0] = 0;
+		int rc = cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess ? 0 : -1;
+		if (rc == 0) {
+			rc = launch_step(s, n, nsel, why);
+			if (cudaStreamEndCapture(s->stream, &graph) != cudaSuccess)
+				rc = -1;
+		}
+		if (rc == 0 && cudaGraphInstantiate(&s->graphs[n], graph, 0) != cudaSuccess) {
+			s->graphs[n] = NULL;
+			rc = -1;
+		}
+		if (graph)
+			cudaGraphDestroy(graph);
+		if (rc < 0) {
+			cudaGetLastError();   // clear the capture's error
+			s->use_graphs = 0;
+			fprintf(stderr, "model_cuda_sample: CUDA graph capture failed (%s); launching kernels one by one\n",
+				why[0] ? why : "no reason given");
+			return launch_step(s, n, nsel, why);
+		}
+		s->tokens_run -= n;   // counted again below, when it runs
+		s->steps--;
+	}
+	CUDA_TRY(cudaGraphLaunch(s->graphs[n], s->stream));
+	s->tokens_run += n;
+	s->steps++;
+	return 0;
 }
 
 // splitmix64, as lib/model_sample.c draws.
@@ -767,27 +831,30 @@ extern "C" int ca_cuda_sampler_generate(struct ca_cuda_sampler *s, struct ca_sam
 		}
 		if (nsel == 0)
 			break;
-		// Upload the packed index arrays as one copy each (sel sits right after pos).
+		// Upload the index arrays (from pinned memory, on the sampler's stream).
 		int *dtok = s->dints, *dslot = dtok + s->cap, *dpos = dslot + s->cap, *dsel = dpos + s->cap;
-		if (cudaMemcpy(dtok, tok, sizeof(int) * (size_t)n, cudaMemcpyHostToDevice) != cudaSuccess ||
-		    cudaMemcpy(dslot, slot, sizeof(int) * (size_t)n, cudaMemcpyHostToDevice) != cudaSuccess ||
-		    cudaMemcpy(dpos, pos, sizeof(int) * (size_t)n, cudaMemcpyHostToDevice) != cudaSuccess ||
-		    cudaMemcpy(dsel, sel, sizeof(int) * (size_t)nsel, cudaMemcpyHostToDevice) != cudaSuccess ||
-		    cudaMemcpy(s->dfloats, s->hfloats, sizeof(float) * 3 * (size_t)s->slots, cudaMemcpyHostToDevice) !=
-			    cudaSuccess) {
+		cudaStream_t stream = s->stream;
+		if (cudaMemcpyAsync(dtok, tok, sizeof(int) * (size_t)n, cudaMemcpyHostToDevice, stream) != cudaSuccess ||
+		    cudaMemcpyAsync(dslot, slot, sizeof(int) * (size_t)n, cudaMemcpyHostToDevice, stream) != cudaSuccess ||
+		    cudaMemcpyAsync(dpos, pos, sizeof(int) * (size_t)n, cudaMemcpyHostToDevice, stream) != cudaSuccess ||
+		    cudaMemcpyAsync(dsel, sel, sizeof(int) * (size_t)nsel, cudaMemcpyHostToDevice, stream) != cudaSuccess ||
+		    cudaMemcpyAsync(s->dfloats, s->hfloats, sizeof(float) * 3 * (size_t)s->slots, cudaMemcpyHostToDevice,
+				    stream) != cudaSuccess) {
 			set_why(why, "copying a step to the GPU failed: %s", cudaGetErrorString(cudaGetLastError()));
 			rc = -1;
 			break;
 		}
-		if (run_step(s, n, nsel, why) < 0) {
+		if (run_step(s, n, nsel, n == nsel, why) < 0) {
 			rc = -1;
 			break;
 		}
 		int *got_tok = sel + s->slots;
 		float *got_lp = s->hfloats + 3 * s->slots;
-		if (cudaMemcpy(got_tok, dsel + s->slots, sizeof(int) * (size_t)nsel, cudaMemcpyDeviceToHost) != cudaSuccess ||
-		    cudaMemcpy(got_lp, s->dfloats + 3 * s->slots, sizeof(float) * (size_t)nsel, cudaMemcpyDeviceToHost) !=
-			    cudaSuccess) {
+		if (cudaMemcpyAsync(got_tok, dsel + s->slots, sizeof(int) * (size_t)nsel, cudaMemcpyDeviceToHost, stream) !=
+			    cudaSuccess ||
+		    cudaMemcpyAsync(got_lp, s->dfloats + 3 * s->slots, sizeof(float) * (size_t)nsel, cudaMemcpyDeviceToHost,
+				    stream) != cudaSuccess ||
+		    cudaStreamSynchronize(stream) != cudaSuccess) {
 			set_why(why, "a sampling step failed on the GPU: %s", cudaGetErrorString(cudaGetLastError()));
 			rc = -1;
 			break;

@@ -20,8 +20,10 @@
  * drawn with the request's own splitmix64 stream, the uniform numbers the
  * CPU backend draws for the same seed.
  *
- * With CA_CUDA_DEBUG set in the environment every kernel is followed by a
- * synchronisation, and a failure names the kernel and layer.
+ * A decoding step (one token per sequence) is captured as a CUDA graph the
+ * first time a batch of that size decodes, then replayed; CA_CUDA_GRAPHS=0
+ * turns that off. With CA_CUDA_DEBUG set every kernel is followed by a
+ * synchronisation (no graphs), and a failure names the kernel and layer.
  *
  * Built only by `make model-cuda`, into the shared object that
  * lib/device.c opens at run time.

@@ -8,7 +8,9 @@
  * NEW tokens (no end token), all decoded together; greedy, then sampled at
  * temperature 1 with top-p 0.9. Prints one JSON line: load and upload
  * seconds, the prompt-only time (NEW = 1), and for each mode the generated
- * tokens, the seconds and tokens per second. Exit 4 without a GPU backend.
+ * tokens, the seconds, tokens per second and a checksum of the tokens (to
+ * compare runs, e.g. with and without CA_CUDA_GRAPHS). Exit 4 without a GPU
+ * backend.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,9 +27,9 @@ static double now(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Generate for all requests; returns the seconds taken and the tokens made. */
+/* Generate for all requests; returns the seconds taken, the tokens made and their checksum. */
 static double timed(const struct ca_cuda_api *api, struct ca_cuda_sampler *s, struct ca_sample_request *r,
-		    int n, int max_new, double temperature, double top_p, long *tokens)
+		    int n, int max_new, double temperature, double top_p, long *tokens, uint64_t *sum)
 {
 	char why[CA_MODEL_WHY];
 	for (int i = 0; i < n; i++) {
@@ -41,10 +43,13 @@ static double timed(const struct ca_cuda_api *api, struct ca_cuda_sampler *s, st
 		ca_err_die(CA_EXIT_SYSTEM, "%s", why);
 	double t = now() - t0;
 	*tokens = 0;
+	*sum = 0;
 	for (int i = 0; i < n; i++) {
 		if (r[i].produced < 0)
 			ca_err_die(CA_EXIT_SYSTEM, "request %d: %s", i, r[i].why);
 		*tokens += r[i].produced;
+		for (int j = 0; j < r[i].produced; j++)
+			*sum = *sum * 1000003u + (uint64_t)r[i].out_tokens[j];
 	}
 	return t;
 }
@@ -86,16 +91,19 @@ int main(int argc, char **argv)
 		r[i].out_logprobs = ca_xmalloc(sizeof(float) * (size_t)max_new);
 	}
 	long tokens;
-	timed(api, s, r, batch < 2 ? batch : 2, 4, 0, 1, &tokens);   /* warm-up: cuBLAS heuristics, lazy loading */
-	double prefill_s = timed(api, s, r, batch, 1, 0, 1, &tokens);
+	uint64_t sum, greedy_sum, sampled_sum;
+	/* Warm-up: cuBLAS heuristics, lazy loading, and every decoding batch size's graph. */
+	timed(api, s, r, batch, 2, 0, 1, &tokens, &sum);
+	double prefill_s = timed(api, s, r, batch, 1, 0, 1, &tokens, &sum);
 	long greedy_tokens, sampled_tokens;
-	double greedy_s = timed(api, s, r, batch, max_new, 0, 1, &greedy_tokens);
-	double sampled_s = timed(api, s, r, batch, max_new, 1, 0.9, &sampled_tokens);
+	double greedy_s = timed(api, s, r, batch, max_new, 0, 1, &greedy_tokens, &greedy_sum);
+	double sampled_s = timed(api, s, r, batch, max_new, 1, 0.9, &sampled_tokens, &sampled_sum);
 	printf("{\"batch\":%d,\"prompt\":%d,\"new\":%d,\"load_s\":%.3f,\"upload_s\":%.3f,\"prefill_s\":%.4f,"
-	       "\"greedy\":{\"tokens\":%ld,\"seconds\":%.4f,\"tokens_per_s\":%.1f},"
-	       "\"top_p\":{\"tokens\":%ld,\"seconds\":%.4f,\"tokens_per_s\":%.1f}}\n",
+	       "\"greedy\":{\"tokens\":%ld,\"seconds\":%.4f,\"tokens_per_s\":%.1f,\"checksum\":\"%016llx\"},"
+	       "\"top_p\":{\"tokens\":%ld,\"seconds\":%.4f,\"tokens_per_s\":%.1f,\"checksum\":\"%016llx\"}}\n",
 	       batch, prompt, max_new, load_s, upload_s, prefill_s, greedy_tokens, greedy_s,
-	       (double)greedy_tokens / greedy_s, sampled_tokens, sampled_s, (double)sampled_tokens / sampled_s);
+	       (double)greedy_tokens / greedy_s, (unsigned long long)greedy_sum, sampled_tokens, sampled_s,
+	       (double)sampled_tokens / sampled_s, (unsigned long long)sampled_sum);
 	for (int i = 0; i < batch; i++) {
 		free(r[i].out_tokens);
 		free(r[i].out_logprobs);
