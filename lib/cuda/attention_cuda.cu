@@ -250,7 +250,7 @@ static int use_wmma(int D)
 	static int chosen = -1;
 	if (chosen < 0) {
 		const char *e = getenv("CA_CUDA_ATTENTION");
-		chosen = e && strcmp(e, "wmma") == 0;
+		chosen = !(e && strcmp(e, "fp32") == 0);
 	}
 	return chosen && (D == 64 || D == 128);
 }
@@ -274,15 +274,16 @@ int nn_cuda_attention_forward(bf16 *out, float *lse, const float *q, const float
 	}
 }
 
-int nn_cuda_attention_backward(float *dq, float *dk, float *dv, float *delta, const float *dout, const bf16 *out,
+int nn_cuda_attention_backward(float *dq, float *dk, float *dv, float *dkh, float *dvh, float *delta,
+			       const float *dout, const bf16 *out,
 			       const float *lse, const float *q, const float *k, const float *v,
 			       const int *seq_start, const int *seq_end, int T, int NH, int NKV, int D)
 {
 	int rows = T * NH;
 	attention_delta_kernel<<<(unsigned)((rows + 7) / 8), 256>>>(delta, dout, out, rows, D);
 	if (use_wmma(D))
-		return nn_cuda_attention_backward_wmma(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, T, NH,
-						       NKV, D);
+		return nn_cuda_attention_backward_wmma(dq, dk, dv, dkh, dvh, delta, dout, lse, q, k, v, seq_start, seq_end,
+						       T, NH, NKV, D);
 	switch (D) {
 	case 32: backward_d<32>(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, T, NH, NKV); return 0;
 	case 64: backward_d<64>(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, T, NH, NKV); return 0;

@@ -151,7 +151,8 @@ wmma_forward_kernel(bf16 *out, float *lse, const float *q, const float *k, const
 	}
 }
 
-// dq: block (query tile, head), warps by query rows; dS = P (dP - delta) never leaves shared memory.
+// dq: block (query tile, head), warps by query rows; dS = P (dP - delta) never leaves shared memory and
+// dQ stays in accumulator fragments. dq must have room for whole tiles (rows rounded up to 64).
 template <int D>
 __global__ static void __launch_bounds__(WT)
 wmma_dq_kernel(float *dq, const float *dout, const float *delta, const float *lse, const float *q, const float *k,
@@ -163,21 +164,21 @@ wmma_dq_kernel(float *dq, const float *dout, const float *delta, const float *ls
 	bf16 *Vs = (bf16 *)(smem + 3 * G::BT);
 	float *Ss = (float *)(smem + 4 * G::BT), *DPs = (float *)(smem + 4 * G::BT + G::ST);
 	bf16 *dSs = (bf16 *)(smem + 4 * G::BT + 2 * G::ST);
-	float *dQs = (float *)(smem + 4 * G::BT + 2 * G::ST + G::PT);
 	int h = blockIdx.y, g = h / (NH / NKV), q0 = blockIdx.x * TILE;
 	int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 	int nq = min(TILE, T - q0);
 	load_tile<D>(Qs, q, q0, nq, (size_t)NH * D, (size_t)h * D);
 	load_tile<D>(dOs, dout, q0, nq, (size_t)NH * D, (size_t)h * D);
-	for (int i = threadIdx.x; i < TILE * G::LDO; i += WT)
-		dQs[i] = 0.0f;
+	acc_frag dQf[D / 16];
+	for (int j = 0; j < D / 16; j++)
+		wmma::fill_fragment(dQf[j], 0.0f);
 	float scale = rsqrtf((float)D);
 	int r = warp * 16 + lane / 2, half = lane & 1, t = q0 + r;
 	bool rv = r < nq;
 	int tstart = rv ? seq_start[t] : 0, qlast = q0 + nq - 1;
 	float L = rv ? lse[(size_t)t * NH + h] : 0.0f, Dt = rv ? delta[(size_t)t * NH + h] : 0.0f;
 	const bf16 *Qw = Qs + warp * 16 * G::LDB, *dOw = dOs + warp * 16 * G::LDB;
-	float *Sw = Ss + warp * 16 * G::LDS, *DPw = DPs + warp * 16 * G::LDS, *dQw = dQs + warp * 16 * G::LDO;
+	float *Sw = Ss + warp * 16 * G::LDS, *DPw = DPs + warp * 16 * G::LDS;
 	bf16 *dSw = dSs + warp * 16 * G::LDP;
 	for (int kt = seq_start[q0]; kt <= qlast; kt += TILE) {
 		int nk = min(TILE, qlast - kt + 1);
@@ -199,21 +200,29 @@ wmma_dq_kernel(float *dq, const float *dout, const float *delta, const float *ls
 			dSs[r * G::LDP + col] = __float2bfloat16(ds);
 		}
 		__syncwarp();
-		mm_acc_16xD<D>(dQw, G::LDO, dSw, G::LDP, Ks, G::LDB);
+		for (int j = 0; j < D / 16; j++)
+			for (int kk = 0; kk < TILE / 16; kk++) {
+				a_row fa;
+				b_row fb;
+				wmma::load_matrix_sync(fa, dSw + kk * 16, G::LDP);
+				wmma::load_matrix_sync(fb, Ks + (size_t)kk * 16 * G::LDB + j * 16, G::LDB);
+				wmma::mma_sync(dQf[j], fa, fb, dQf[j]);
+			}
 	}
-	__syncwarp();
-	if (rv) {
-		float *dp = dq + ((size_t)t * NH + h) * D;
-		for (int d = half * (D / 2); d < (half + 1) * (D / 2); d++)
-			dp[d] = dQs[r * G::LDO + d] * scale;
+	float *out = dq + ((size_t)(q0 + warp * 16) * NH + h) * D;
+	for (int j = 0; j < D / 16; j++) {
+		for (int i = 0; i < dQf[j].num_elements; i++)
+			dQf[j].x[i] *= scale;
+		wmma::store_matrix_sync(out + j * 16, dQf[j], (unsigned)(NH * D), wmma::mem_row_major);
 	}
 }
 
-// dk, dv: block (key tile, kv head), warps by key rows; every head of the group and every query
-// tile that can see the keys passes through shared memory.
+// dk, dv of one query head: block (key tile, head), warps by key rows, accumulators in fragments;
+// every query tile that can see the keys passes through shared memory. Written per head into
+// dkh, dvh [rows rounded up to 64, NH, D]; attention_group_sum adds the heads of a group.
 template <int D>
 __global__ static void __launch_bounds__(WT)
-wmma_dkv_kernel(float *dk, float *dv, const float *dout, const float *delta, const float *lse, const float *q,
+wmma_dkv_kernel(float *dkh, float *dvh, const float *dout, const float *delta, const float *lse, const float *q,
 		const float *k, const float *v, const int *seq_start, const int *seq_end, int T, int NH, int NKV)
 {
 	typedef geometry<D> G;
@@ -222,18 +231,17 @@ wmma_dkv_kernel(float *dk, float *dv, const float *dout, const float *delta, con
 	bf16 *dOs = (bf16 *)(smem + 3 * G::BT);
 	float *STs = (float *)(smem + 4 * G::BT), *DPTs = (float *)(smem + 4 * G::BT + G::ST);
 	bf16 *PTs = (bf16 *)(smem + 4 * G::BT + 2 * G::ST), *dSTs = (bf16 *)(smem + 4 * G::BT + 2 * G::ST + G::PT);
-	float *dKs = (float *)(smem + 4 * G::BT + 2 * G::ST + 2 * G::PT);
-	float *dVs = (float *)(smem + 4 * G::BT + 2 * G::ST + 2 * G::PT + G::OT);
-	float *Lq = (float *)(smem + 4 * G::BT + 2 * G::ST + 2 * G::PT + 2 * G::OT), *Dq = Lq + TILE;
+	float *Lq = (float *)(smem + 4 * G::BT + 2 * G::ST + 2 * G::PT), *Dq = Lq + TILE;
 	int *Sq = (int *)(Dq + TILE);
-	int g = blockIdx.y, group = NH / NKV, k0 = blockIdx.x * TILE;
+	int h = blockIdx.y, g = h / (NH / NKV), k0 = blockIdx.x * TILE;
 	int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 	int nk = min(TILE, T - k0);
 	load_tile<D>(Ks, k, k0, nk, (size_t)NKV * D, (size_t)g * D);
 	load_tile<D>(Vs, v, k0, nk, (size_t)NKV * D, (size_t)g * D);
-	for (int i = threadIdx.x; i < TILE * G::LDO; i += WT) {
-		dKs[i] = 0.0f;
-		dVs[i] = 0.0f;
+	acc_frag dKf[D / 16], dVf[D / 16];
+	for (int j = 0; j < D / 16; j++) {
+		wmma::fill_fragment(dKf[j], 0.0f);
+		wmma::fill_fragment(dVf[j], 0.0f);
 	}
 	float scale = rsqrtf((float)D);
 	int r = warp * 16 + lane / 2, half = lane & 1, s = k0 + r;
@@ -241,49 +249,71 @@ wmma_dkv_kernel(float *dk, float *dv, const float *dout, const float *delta, con
 	int qend = seq_end[k0 + nk - 1];
 	const bf16 *Kw = Ks + warp * 16 * G::LDB, *Vw = Vs + warp * 16 * G::LDB;
 	float *STw = STs + warp * 16 * G::LDS, *DPTw = DPTs + warp * 16 * G::LDS;
-	float *dKw = dKs + warp * 16 * G::LDO, *dVw = dVs + warp * 16 * G::LDO;
 	bf16 *PTw = PTs + warp * 16 * G::LDP, *dSTw = dSTs + warp * 16 * G::LDP;
+	for (int qt = k0; qt < qend; qt += TILE) {
+		int nq = min(TILE, qend - qt);
+		__syncthreads();
+		load_tile<D>(Qs, q, qt, nq, (size_t)NH * D, (size_t)h * D);
+		load_tile<D>(dOs, dout, qt, nq, (size_t)NH * D, (size_t)h * D);
+		for (int i = threadIdx.x; i < TILE; i += WT) {
+			bool ok = i < nq;
+			Lq[i] = ok ? lse[(size_t)(qt + i) * NH + h] : 0.0f;
+			Dq[i] = ok ? delta[(size_t)(qt + i) * NH + h] : 0.0f;
+			Sq[i] = ok ? seq_start[qt + i] : T;
+		}
+		__syncthreads();
+		mm_16x64<D>(STw, G::LDS, Kw, G::LDB, Qs, G::LDB);
+		mm_16x64<D>(DPTw, G::LDS, Vw, G::LDB, dOs, G::LDB);
+		__syncwarp();
+		for (int c = 0; c < 32; c++) {
+			int col = half * 32 + c, t = qt + col;
+			bool ok = rv && col < nq && t >= s && Sq[col] <= s;
+			float p = 0.0f, ds = 0.0f;
+			if (ok) {
+				p = expf(STs[r * G::LDS + col] * scale - Lq[col]);
+				ds = p * (DPTs[r * G::LDS + col] - Dq[col]);
+			}
+			PTs[r * G::LDP + col] = __float2bfloat16(p);
+			dSTs[r * G::LDP + col] = __float2bfloat16(ds);
+		}
+		__syncwarp();
+		for (int j = 0; j < D / 16; j++)
+			for (int kk = 0; kk < TILE / 16; kk++) {
+				a_row fp, fs;
+				b_row fo, fq;
+				wmma::load_matrix_sync(fp, PTw + kk * 16, G::LDP);
+				wmma::load_matrix_sync(fo, dOs + (size_t)kk * 16 * G::LDB + j * 16, G::LDB);
+				wmma::mma_sync(dVf[j], fp, fo, dVf[j]);
+				wmma::load_matrix_sync(fs, dSTw + kk * 16, G::LDP);
+				wmma::load_matrix_sync(fq, Qs + (size_t)kk * 16 * G::LDB + j * 16, G::LDB);
+				wmma::mma_sync(dKf[j], fs, fq, dKf[j]);
+			}
+	}
+	size_t off = ((size_t)(k0 + warp * 16) * NH + h) * D;
+	for (int j = 0; j < D / 16; j++) {
+		for (int i = 0; i < dKf[j].num_elements; i++)
+			dKf[j].x[i] *= scale;
+		wmma::store_matrix_sync(dkh + off + j * 16, dKf[j], (unsigned)(NH * D), wmma::mem_row_major);
+		wmma::store_matrix_sync(dvh + off + j * 16, dVf[j], (unsigned)(NH * D), wmma::mem_row_major);
+	}
+}
+
+// dk[t, g] = sum of dkh[t, h] over the heads h of group g (and dv alike).
+__global__ static void attention_group_sum(float *dk, float *dv, const float *dkh, const float *dvh, int T, int NH,
+					   int NKV, int D)
+{
+	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)T * NKV * D;
+	if (i >= n)
+		return;
+	int d = (int)(i % D), g = (int)(i / D % NKV), group = NH / NKV;
+	size_t t = i / ((size_t)D * NKV), base = (t * NH + (size_t)g * group) * D + d;
+	float a = 0.0f, b = 0.0f;
 	for (int hh = 0; hh < group; hh++) {
-		int h = g * group + hh;
-		for (int qt = k0; qt < qend; qt += TILE) {
-			int nq = min(TILE, qend - qt);
-			__syncthreads();
-			load_tile<D>(Qs, q, qt, nq, (size_t)NH * D, (size_t)h * D);
-			load_tile<D>(dOs, dout, qt, nq, (size_t)NH * D, (size_t)h * D);
-			for (int i = threadIdx.x; i < TILE; i += WT) {
-				bool ok = i < nq;
-				Lq[i] = ok ? lse[(size_t)(qt + i) * NH + h] : 0.0f;
-				Dq[i] = ok ? delta[(size_t)(qt + i) * NH + h] : 0.0f;
-				Sq[i] = ok ? seq_start[qt + i] : T;
-			}
-			__syncthreads();
-			mm_16x64<D>(STw, G::LDS, Kw, G::LDB, Qs, G::LDB);
-			mm_16x64<D>(DPTw, G::LDS, Vw, G::LDB, dOs, G::LDB);
-			__syncwarp();
-			for (int c = 0; c < 32; c++) {
-				int col = half * 32 + c, t = qt + col;
-				bool ok = rv && col < nq && t >= s && Sq[col] <= s;
-				float p = 0.0f, ds = 0.0f;
-				if (ok) {
-					p = expf(STs[r * G::LDS + col] * scale - Lq[col]);
-					ds = p * (DPTs[r * G::LDS + col] - Dq[col]);
-				}
-				PTs[r * G::LDP + col] = __float2bfloat16(p);
-				dSTs[r * G::LDP + col] = __float2bfloat16(ds);
-			}
-			__syncwarp();
-			mm_acc_16xD<D>(dVw, G::LDO, PTw, G::LDP, dOs, G::LDB);
-			mm_acc_16xD<D>(dKw, G::LDO, dSTw, G::LDP, Qs, G::LDB);
-		}
+		a += dkh[base + (size_t)hh * D];
+		b += dvh[base + (size_t)hh * D];
 	}
-	__syncwarp();
-	if (rv) {
-		size_t off = ((size_t)s * NKV + g) * D;
-		for (int d = half * (D / 2); d < (half + 1) * (D / 2); d++) {
-			dk[off + d] = dKs[r * G::LDO + d] * scale;
-			dv[off + d] = dVs[r * G::LDO + d];
-		}
-	}
+	dk[i] = a;
+	dv[i] = b;
 }
 
 template <int D>
@@ -297,14 +327,14 @@ template <int D>
 static size_t dq_smem()
 {
 	typedef geometry<D> G;
-	return 4 * G::BT + 2 * G::ST + G::PT + G::OT;
+	return 4 * G::BT + 2 * G::ST + G::PT;
 }
 
 template <int D>
 static size_t dkv_smem()
 {
 	typedef geometry<D> G;
-	return 4 * G::BT + 2 * G::ST + 2 * G::PT + 2 * G::OT + 3 * TILE * 4;
+	return 4 * G::BT + 2 * G::ST + 2 * G::PT + 3 * TILE * 4;
 }
 
 template <int D>
@@ -321,9 +351,9 @@ static int wmma_forward(bf16 *out, float *lse, const float *q, const float *k, c
 }
 
 template <int D>
-static int wmma_backward(float *dq, float *dk, float *dv, const float *delta, const float *dout, const float *lse,
-			 const float *q, const float *k, const float *v, const int *seq_start, const int *seq_end, int T,
-			 int NH, int NKV)
+static int wmma_backward(float *dq, float *dk, float *dv, float *dkh, float *dvh, const float *delta,
+			 const float *dout, const float *lse, const float *q, const float *k, const float *v,
+			 const int *seq_start, const int *seq_end, int T, int NH, int NKV)
 {
 	size_t b1 = dq_smem<D>(), b2 = dkv_smem<D>();
 	if (cudaFuncSetAttribute(wmma_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)b1) !=
@@ -333,8 +363,10 @@ static int wmma_backward(float *dq, float *dk, float *dv, const float *delta, co
 		return -1;
 	unsigned tiles = (unsigned)((T + TILE - 1) / TILE);
 	wmma_dq_kernel<D><<<dim3(tiles, (unsigned)NH), WT, b1>>>(dq, dout, delta, lse, q, k, v, seq_start, T, NH, NKV);
-	wmma_dkv_kernel<D><<<dim3(tiles, (unsigned)NKV), WT, b2>>>(dk, dv, dout, delta, lse, q, k, v, seq_start, seq_end,
-								  T, NH, NKV);
+	wmma_dkv_kernel<D><<<dim3(tiles, (unsigned)NH), WT, b2>>>(dkh, dvh, dout, delta, lse, q, k, v, seq_start, seq_end,
+								 T, NH, NKV);
+	size_t n = (size_t)T * NKV * D;
+	attention_group_sum<<<(unsigned)((n + 255) / 256), 256>>>(dk, dv, dkh, dvh, T, NH, NKV, D);
 	return 0;
 }
 
@@ -348,13 +380,15 @@ int nn_cuda_attention_forward_wmma(bf16 *out, float *lse, const float *q, const 
 	}
 }
 
-int nn_cuda_attention_backward_wmma(float *dq, float *dk, float *dv, const float *delta, const float *dout,
-				    const float *lse, const float *q, const float *k, const float *v,
+int nn_cuda_attention_backward_wmma(float *dq, float *dk, float *dv, float *dkh, float *dvh, const float *delta,
+				    const float *dout, const float *lse, const float *q, const float *k, const float *v,
 				    const int *seq_start, const int *seq_end, int T, int NH, int NKV, int D)
 {
 	switch (D) {
-	case 64: return wmma_backward<64>(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, T, NH, NKV);
-	case 128: return wmma_backward<128>(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, T, NH, NKV);
+	case 64:
+		return wmma_backward<64>(dq, dk, dv, dkh, dvh, delta, dout, lse, q, k, v, seq_start, seq_end, T, NH, NKV);
+	case 128:
+		return wmma_backward<128>(dq, dk, dv, dkh, dvh, delta, dout, lse, q, k, v, seq_start, seq_end, T, NH, NKV);
 	default: return -1;
 	}
 }

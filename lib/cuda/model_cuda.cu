@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda/model_cuda_impl.h"
 
@@ -78,6 +79,39 @@ extern "C" size_t ca_cuda_model_peak_bytes(void)
 	return bytes_peak;
 }
 
+// ---- where the time goes (CA_CUDA_PROFILE=1: synchronises between phases, prints at free) ----
+
+enum { PH_NONE, PH_MATMUL_F, PH_ATTN_F, PH_HEAD_F, PH_OTHER_F, PH_MATMUL_B, PH_ATTN_B, PH_HEAD_B, PH_OTHER_B,
+       PH_ADAMW, NPHASES };
+static const char *const phase_names[NPHASES] = {"none", "matmul_fwd", "attention_fwd", "head_fwd", "other_fwd",
+	"matmul_bwd", "attention_bwd", "head_bwd", "other_bwd", "adamw"};
+static int profiling = -1, phase_now, phase_dir;  // phase_dir: 0 forward, 4 backward
+#define PH(name) phase(PH_##name##_F + phase_dir)
+static double phase_seconds[NPHASES], phase_since;
+
+static double wall(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void phase(int next)
+{
+	if (profiling < 0) {
+		const char *e = getenv("CA_CUDA_PROFILE");
+		profiling = e && *e && strcmp(e, "0") != 0;
+	}
+	if (!profiling || next == phase_now)
+		return;
+	cudaDeviceSynchronize();
+	double t = wall();
+	if (phase_now != PH_NONE)
+		phase_seconds[phase_now] += t - phase_since;
+	phase_since = t;
+	phase_now = next;
+}
+
 // ---- activations ----
 
 struct layer_acts {
@@ -94,7 +128,7 @@ struct cuda_acts {
 	int *tokens, *targets, *seq_start, *seq_end, *pos;
 	float *lp, *ent, *val, *dlp, *dent, *dval;
 	// backward scratch (train only)
-	float *dx, *dh, *dln, *datt, *dq, *dk, *dv, *delta;
+	float *dx, *dh, *dln, *datt, *dq, *dk, *dv, *delta, *dkh, *dvh;
 	bf16 *dxb, *dgate, *dup, *dqb, *dkb, *dvb;
 	void **owned;
 	int nowned;
@@ -196,7 +230,9 @@ static struct cuda_acts *acts_new(const struct ca_model_config *c, int T, int tr
 	if (train && ok) {
 		a->dlogits = B16((size_t)a->chunk * V);
 		a->dx = F32(t * C); a->dh = F32(t * F); a->dln = F32(t * C); a->datt = F32(t * QD);
-		a->dq = F32(t * QD); a->dk = F32(t * KD); a->dv = F32(t * KD); a->delta = F32(t * NH);
+		size_t tpad = (t + 63) / 64 * 64;  // the tensor-core attention writes whole tiles
+		a->dq = F32(tpad * QD); a->dk = F32(t * KD); a->dv = F32(t * KD); a->delta = F32(t * NH);
+		a->dkh = F32(tpad * QD); a->dvh = F32(tpad * QD);
 		a->dxb = B16(t * (C > QD ? C : QD)); a->dgate = B16(t * F); a->dup = B16(t * F);
 		a->dqb = B16(t * QD); a->dkb = B16(t * KD); a->dvb = B16(t * KD);
 	}
@@ -216,6 +252,12 @@ extern "C" void ca_cuda_model_free(struct ca_cuda_model *g)
 {
 	if (!g)
 		return;
+	if (profiling > 0) {
+		fprintf(stderr, "model_cuda: seconds by phase:");
+		for (int i = 1; i < NPHASES; i++)
+			fprintf(stderr, " %s %.4f", phase_names[i], phase_seconds[i]);
+		fprintf(stderr, "\n");
+	}
 	acts_free(g->acts);
 	void *bufs[] = {g->params, g->params16, g->grad, g->adam_m, g->adam_v, g->rope_cos, g->rope_sin, g->partial};
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -406,11 +448,14 @@ static int layer_forward(struct ca_cuda_model *g, struct cuda_acts *a, struct la
 	int T = a->T, C = c->hidden_size, F = c->intermediate_size;
 	int NH = c->num_heads, NKV = c->num_kv_heads, D = c->head_dim, QD = NH * D, KD = NKV * D;
 	size_t TC = (size_t)T * C;
+	PH(OTHER);
 	nn_cuda_rmsnorm_forward(L->ln1, L->rstd1, L->x, W->ln1, c->rms_norm_eps, T, C);
+	PH(MATMUL);
 	if (linear(g, L->q, CUDA_R_32F, L->ln1, W->wq, T, C, QD, why) < 0 ||
 	    linear(g, L->k, CUDA_R_32F, L->ln1, W->wk, T, C, KD, why) < 0 ||
 	    linear(g, L->v, CUDA_R_32F, L->ln1, W->wv, T, C, KD, why) < 0)
 		return -1;
+	PH(OTHER);
 	if (W->bq)
 		nn_cuda_bias_forward(L->q, W->bq, T, QD);
 	if (W->bk)
@@ -419,20 +464,27 @@ static int layer_forward(struct ca_cuda_model *g, struct cuda_acts *a, struct la
 		nn_cuda_bias_forward(L->v, W->bv, T, KD);
 	nn_cuda_rope(L->q, a->pos, g->rope_cos, g->rope_sin, T, NH, D, 0);
 	nn_cuda_rope(L->k, a->pos, g->rope_cos, g->rope_sin, T, NKV, D, 0);
+	PH(ATTN);
 	if (nn_cuda_attention_forward(L->att, L->lse, L->q, L->k, L->v, a->seq_start, T, NH, NKV, D) < 0)
 		return set_why(why, "head_dim %d is not supported by the CUDA attention", D), -1;
+	PH(MATMUL);
 	if (linear(g, a->y, CUDA_R_32F, L->att, W->wo, T, QD, C, why) < 0)
 		return -1;
+	PH(OTHER);
 	if (W->bo)
 		nn_cuda_bias_forward(a->y, W->bo, T, C);
 	nn_cuda_add(L->xmid, L->x, a->y, TC);
 	nn_cuda_rmsnorm_forward(L->ln2, L->rstd2, L->xmid, W->ln2, c->rms_norm_eps, T, C);
+	PH(MATMUL);
 	if (linear(g, L->gate, CUDA_R_16BF, L->ln2, W->wgate, T, C, F, why) < 0 ||
 	    linear(g, L->up, CUDA_R_16BF, L->ln2, W->wup, T, C, F, why) < 0)
 		return -1;
+	PH(OTHER);
 	nn_cuda_swiglu_forward(a->h, L->gate, L->up, (size_t)T * F);
+	PH(MATMUL);
 	if (linear(g, a->y, CUDA_R_32F, a->h, W->wdown, T, F, C, why) < 0)
 		return -1;
+	PH(OTHER);
 	nn_cuda_add(next, L->xmid, a->y, TC);
 	return 0;
 }
@@ -498,6 +550,7 @@ static int forward(struct ca_cuda_model *g, const struct ca_batch *b, const int 
 	free(host);
 	CUDA_TRY(e);
 
+	phase_dir = 0;
 	int keep = a->nkept > 1;
 	if (a->recompute)
 		a->layer[0].x = a->xin[0];
@@ -515,6 +568,7 @@ static int forward(struct ca_cuda_model *g, const struct ca_batch *b, const int 
 			CUDA_TRY(cudaMemcpyAsync(L->x, a->xfinal, sizeof(float) * (size_t)T * C, cudaMemcpyDeviceToDevice));
 	}
 	nn_cuda_rmsnorm_forward(a->lnf, a->rstdf, a->xfinal, g->norm, c->rms_norm_eps, T, C);
+	PH(HEAD);
 	if (c->critic) {
 		nn_cuda_value_forward(a->val, a->lnf, g->score_w, g->score_b, T, C);
 	} else if (logprobs || entropy) {
@@ -525,6 +579,7 @@ static int forward(struct ca_cuda_model *g, const struct ca_batch *b, const int 
 			nn_cuda_logprob_forward(a->lp + t0, a->ent + t0, a->logits, a->targets + t0, n, V);
 		}
 	}
+	phase(PH_NONE);
 	CUDA_TRY(cudaGetLastError());
 	size_t fb = sizeof(float) * (size_t)T;
 	if (logprobs)
@@ -591,28 +646,37 @@ static int layer_backward(struct ca_cuda_model *g, struct cuda_acts *a, struct l
 	size_t TC = (size_t)T * C, TF = (size_t)T * F;
 	const size_t *o = W->off;
 	// MLP: out = xmid + down(silu(gate) * up); dx flows on to xmid.
+	PH(OTHER);
 	nn_cuda_to_bf16(a->dxb, a->dx, TC);
 	nn_cuda_swiglu_forward(a->h, L->gate, L->up, TF);
+	PH(MATMUL);
 	if (linear_dw(g, G(g, o[6]), a->dxb, a->h, T, F, C, why) < 0 ||
 	    linear_dx(g, a->dh, a->dxb, W->wdown, T, F, C, 0.0f, why) < 0)
 		return -1;
+	PH(OTHER);
 	nn_cuda_swiglu_backward(a->dgate, a->dup, a->dh, L->gate, L->up, TF);
+	PH(MATMUL);
 	if (linear_dw(g, G(g, o[4]), a->dgate, L->ln2, T, C, F, why) < 0 ||
 	    linear_dw(g, G(g, o[5]), a->dup, L->ln2, T, C, F, why) < 0 ||
 	    linear_dx(g, a->dln, a->dgate, W->wgate, T, C, F, 0.0f, why) < 0 ||
 	    linear_dx(g, a->dln, a->dup, W->wup, T, C, F, 1.0f, why) < 0)
 		return -1;
+	PH(OTHER);
 	nn_cuda_rmsnorm_backward(a->dx, G(g, o[12]), a->dln, L->xmid, W->ln2, L->rstd2, T, C);
 	// Attention: xmid = x + o_proj(att).
 	nn_cuda_to_bf16(a->dxb, a->dx, TC);
+	PH(MATMUL);
 	if (linear_dw(g, G(g, o[3]), a->dxb, L->att, T, QD, C, why) < 0 ||
 	    linear_dx(g, a->datt, a->dxb, W->wo, T, QD, C, 0.0f, why) < 0)
 		return -1;
+	PH(OTHER);
 	if (W->bo)
 		nn_cuda_colsum(G(g, o[10]), a->dx, NULL, T, C);
-	if (nn_cuda_attention_backward(a->dq, a->dk, a->dv, a->delta, a->datt, L->att, L->lse, L->q, L->k, L->v,
+	PH(ATTN);
+	if (nn_cuda_attention_backward(a->dq, a->dk, a->dv, a->dkh, a->dvh, a->delta, a->datt, L->att, L->lse, L->q, L->k, L->v,
 				       a->seq_start, a->seq_end, T, NH, NKV, D) < 0)
 		return set_why(why, "head_dim %d is not supported by the CUDA attention", D), -1;
+	PH(OTHER);
 	nn_cuda_rope(a->dq, a->pos, g->rope_cos, g->rope_sin, T, NH, D, 1);
 	nn_cuda_rope(a->dk, a->pos, g->rope_cos, g->rope_sin, T, NKV, D, 1);
 	if (W->bq)
@@ -624,6 +688,7 @@ static int layer_backward(struct ca_cuda_model *g, struct cuda_acts *a, struct l
 	nn_cuda_to_bf16(a->dqb, a->dq, (size_t)T * QD);
 	nn_cuda_to_bf16(a->dkb, a->dk, (size_t)T * KD);
 	nn_cuda_to_bf16(a->dvb, a->dv, (size_t)T * KD);
+	PH(MATMUL);
 	if (linear_dw(g, G(g, o[0]), a->dqb, L->ln1, T, C, QD, why) < 0 ||
 	    linear_dw(g, G(g, o[1]), a->dkb, L->ln1, T, C, KD, why) < 0 ||
 	    linear_dw(g, G(g, o[2]), a->dvb, L->ln1, T, C, KD, why) < 0 ||
@@ -631,6 +696,7 @@ static int layer_backward(struct ca_cuda_model *g, struct cuda_acts *a, struct l
 	    linear_dx(g, a->dln, a->dkb, W->wk, T, C, KD, 1.0f, why) < 0 ||
 	    linear_dx(g, a->dln, a->dvb, W->wv, T, C, KD, 1.0f, why) < 0)
 		return -1;
+	PH(OTHER);
 	nn_cuda_rmsnorm_backward(a->dx, G(g, o[11]), a->dln, L->x, W->ln1, L->rstd1, T, C);
 	return 0;
 }
@@ -662,6 +728,8 @@ extern "C" int ca_cuda_model_backward(struct ca_cuda_model *g, const float *dlog
 	if (dvalue)
 		CUDA_TRY(cudaMemcpy(a->dval, dvalue, fb, cudaMemcpyHostToDevice));
 	// Head: the gradient of the final norm's output gathers in dln.
+	phase_dir = 4;
+	PH(HEAD);
 	CUDA_TRY(cudaMemset(a->dln, 0, sizeof(float) * TC));
 	if (c->critic) {
 		if (dvalue) {
@@ -687,6 +755,7 @@ extern "C" int ca_cuda_model_backward(struct ca_cuda_model *g, const float *dlog
 				return -1;
 		}
 	}
+	PH(OTHER);
 	CUDA_TRY(cudaMemset(a->dx, 0, sizeof(float) * TC));
 	nn_cuda_rmsnorm_backward(a->dx, G(g, g->off_norm), a->dln, a->xfinal, g->norm, a->rstdf, T, C);
 	for (int l = c->num_layers - 1; l >= 0; l--) {
@@ -694,13 +763,17 @@ extern "C" int ca_cuda_model_backward(struct ca_cuda_model *g, const float *dlog
 		if (a->recompute) {
 			// Rebuild the layer's activations from its input; its output goes to scratch.
 			L->x = a->xin[l];
+			phase_dir = 0;
 			if (layer_forward(g, a, L, &g->layers[l], a->y, why) < 0)
 				return -1;
+			phase_dir = 4;
 		}
 		if (layer_backward(g, a, L, &g->layers[l], why) < 0)
 			return -1;
 	}
+	PH(OTHER);
 	nn_cuda_embed_backward(G(g, g->off_embed), a->dx, a->tokens, T, C);
+	phase(PH_NONE);
 	CUDA_TRY(cudaGetLastError());
 	CUDA_TRY(cudaDeviceSynchronize());
 	return 0;
@@ -722,6 +795,7 @@ extern "C" int ca_cuda_model_adamw_step(struct ca_cuda_model *g, const struct ca
 		CUDA_TRY(cudaMemset(g->adam_m, 0, sizeof(float) * n));
 		CUDA_TRY(cudaMemset(g->adam_v, 0, sizeof(float) * n));
 	}
+	phase(PH_ADAMW);
 	double partial[NN_CUDA_SUMSQ_BLOCKS];
 	int nb = nn_cuda_sumsq(g->partial, g->grad, n);
 	CUDA_TRY(cudaMemcpy(partial, g->partial, sizeof(double) * (size_t)nb, cudaMemcpyDeviceToHost));
@@ -739,6 +813,7 @@ extern "C" int ca_cuda_model_adamw_step(struct ca_cuda_model *g, const struct ca
 	nn_cuda_adamw(g->params, g->params16, g->grad, g->adam_m, g->adam_v, n, clip, (float)o->beta1,
 		      (float)o->beta2, (float)(o->lr / bc1), (float)sqrt(bc2), (float)o->eps,
 		      (float)(1.0 - o->lr * o->weight_decay));
+	phase(PH_NONE);
 	CUDA_TRY(cudaGetLastError());
 	CUDA_TRY(cudaDeviceSynchronize());
 	if (grad_norm)

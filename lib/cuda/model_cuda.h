@@ -16,8 +16,10 @@
  * or only each layer's input when recomputing (CA_CUDA_RECOMPUTE=1; by
  * default when the model asks for it or the activations would not fit):
  * a third more work, a fraction of the memory, the same numbers.
- * CA_CUDA_ATTENTION=wmma runs attention on tensor cores
- * (lib/cuda/attention_wmma.cu) instead of the fp32 kernels.
+ * Attention runs on tensor cores (lib/cuda/attention_wmma.cu) for heads
+ * of 64 or 128 dims, on the fp32 kernels of attention_cuda.cu for the
+ * others or with CA_CUDA_ATTENTION=fp32. CA_CUDA_PROFILE=1 synchronises
+ * between phases and prints the seconds each took when the model is freed.
  *
  * Every kernel has its CPU reference in lib/nn.c or lib/model.c;
  * test-model-cuda compares the forward, test-train-cuda the gradients per

@@ -76,18 +76,19 @@ void nn_cuda_adamw(float *params, bf16 *params16, const float *grad, float *m, f
 int nn_cuda_attention_forward(bf16 *out, float *lse, const float *q, const float *k, const float *v,
 			      const int *seq_start, int T, int NH, int NKV, int D);
 /*
- * dq, dk, dv written; delta is [T, NH] scratch. Both directions run on
- * tensor cores (attention_wmma.cu) when CA_CUDA_ATTENTION=wmma and D is 64
- * or 128, else on the fp32 kernels of attention_cuda.cu.
+ * dq, dk, dv written; delta is [T, NH] scratch, dkh and dvh [Tpad, NH*D]
+ * scratch and dq [Tpad, NH*D] (Tpad: T rounded up to 64). Both directions
+ * run on tensor cores (attention_wmma.cu) when D is 64 or 128 unless
+ * CA_CUDA_ATTENTION=fp32, else on the fp32 kernels of attention_cuda.cu.
  */
-int nn_cuda_attention_backward(float *dq, float *dk, float *dv, float *delta, const float *dout,
+int nn_cuda_attention_backward(float *dq, float *dk, float *dv, float *dkh, float *dvh, float *delta, const float *dout,
 			       const bf16 *out, const float *lse, const float *q, const float *k, const float *v,
 			       const int *seq_start, const int *seq_end, int T, int NH, int NKV, int D);
 
 int nn_cuda_attention_forward_wmma(bf16 *out, float *lse, const float *q, const float *k, const float *v,
 				   const int *seq_start, int T, int NH, int NKV, int D);
-int nn_cuda_attention_backward_wmma(float *dq, float *dk, float *dv, const float *delta, const float *dout,
-				    const float *lse, const float *q, const float *k, const float *v,
+int nn_cuda_attention_backward_wmma(float *dq, float *dk, float *dv, float *dkh, float *dvh, const float *delta,
+				    const float *dout, const float *lse, const float *q, const float *k, const float *v,
 				    const int *seq_start, const int *seq_end, int T, int NH, int NKV, int D);
 /* Which attention kernels run: "wmma" or "fp32" (for logs and benchmarks). */
 const char *nn_cuda_attention_kind(int D);

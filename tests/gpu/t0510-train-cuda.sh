@@ -33,12 +33,12 @@ for cfg in "256 2 4096 1200" "512 1 4096 1200"; do
 		'
 	done
 done
-# The tensor-core attention kernels (lib/cuda/attention_wmma.cu) the same way.
+# The fp32 attention kernels (lib/cuda/attention_cuda.cu; the default is tensor cores) the same way.
 for head in policy critic; do
-	expect_success "CUDA gradients match the CPU with CA_CUDA_ATTENTION=wmma ($head; hidden 256)" '
+	expect_success "CUDA gradients match the CPU with CA_CUDA_ATTENTION=fp32 ($head; hidden 256)" '
 		test-model_bench model 256 2 4096 1200 >bench.json &&
-		CA_CUDA_ATTENTION=wmma test-train-cuda model 0.15 0.05 '"$head"' <"$TRASH_BASE/tokens.ndjson" | tee result.json &&
-		CA_CUDA_ATTENTION=wmma test-train-cuda model 0.15 0.05 '"$head"' <"$TRASH_BASE/long.ndjson" | tee -a result.json
+		CA_CUDA_ATTENTION=fp32 test-train-cuda model 0.15 0.05 '"$head"' <"$TRASH_BASE/tokens.ndjson" | tee result.json &&
+		CA_CUDA_ATTENTION=fp32 test-train-cuda model 0.15 0.05 '"$head"' <"$TRASH_BASE/long.ndjson" | tee -a result.json
 	'
 done
 expect_success 'activation recomputation (CA_CUDA_RECOMPUTE=1) gives the same gradients' '
@@ -58,7 +58,7 @@ transformers.Qwen2ForCausalLM(c).save_pretrained(\"model\")
 " &&
 		test-train-cuda model 0.15 0.05 <"$TRASH_BASE/tokens.ndjson" | tee result.json &&
 		test-train-cuda model 0.15 0.05 critic <"$TRASH_BASE/long.ndjson" | tee -a result.json &&
-		CA_CUDA_ATTENTION=wmma test-train-cuda model 0.15 0.05 <"$TRASH_BASE/long.ndjson" | tee -a result.json
+		CA_CUDA_ATTENTION=fp32 test-train-cuda model 0.15 0.05 <"$TRASH_BASE/long.ndjson" | tee -a result.json
 	'
 else
 	skip 'CUDA gradients (untied head, head_dim 128)' 'python3 with torch and transformers not found'
