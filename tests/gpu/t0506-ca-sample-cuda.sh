@@ -62,7 +62,7 @@ max_err='max_err() { jq -n --slurpfile a "$1" --slurpfile b "$2" --arg f "$3" "
 	 | (\$a[\$i][\$f][\$j] - \$b[\$i][\$f][\$j]) | fabs] | max // 0"; }
 below() { awk -v x="$1" -v t="$2" "BEGIN { exit !(x + 0 <= t + 0) }"; }'
 
-expect_success 'bf16 greedy: every token within 0.25 of the fp32 argmax, log-probs within 0.1 of the CPU' '
+expect_success 'bf16 greedy: every token within 0.25 of the fp32 argmax, log-probs within 0.15 of the CPU' '
 	'"$max_err"' &&
 	ca-sample --device cuda --slots 5 --temperature 0 --max-tokens 40 --token-record -m "$B" \
 		"$TRASH_BASE/prompts.ndjson" >gpu &&
@@ -71,7 +71,7 @@ expect_success 'bf16 greedy: every token within 0.25 of the fp32 argmax, log-pro
 	$REF margins "$B" <gpu >margins && note "bf16 greedy: identical to the CPU in $same of 24 records; $(cat margins)" &&
 	below "$(jq .max_margin margins)" 0.25 &&
 	ca-logprob -m "$B" gpu >scored && e=$(max_err gpu scored logprobs) && note "bf16 greedy log-prob max abs err $e" &&
-	below "$e" 0.1
+	below "$e" 0.15
 '
 expect_success 'ca-logprob --device cuda: log-probs, entropies and values within bf16 tolerance of the CPU' '
 	'"$max_err"' &&
@@ -85,13 +85,13 @@ expect_success 'ca-logprob --device cuda: log-probs, entropies and values within
 	v=$(max_err cpu gpu values) && note "ca-logprob cuda: values $v" && below "$v" 0.15 &&
 	test "$(jq -c ".values[0]" gpu | sort -u)" = 0
 '
-expect_success 'sampling: reproducible, log-probs at temperature 1 within 0.1 of ca-logprob on the CPU' '
+expect_success 'sampling: reproducible, log-probs at temperature 1 within 0.15 of ca-logprob on the CPU' '
 	'"$max_err"' &&
 	ca-sample --device cuda --seed 3 --max-tokens 30 --token-record -m "$B" "$TRASH_BASE/prompts.ndjson" >s1 &&
 	ca-sample --device cuda --seed 3 --max-tokens 30 --token-record -m "$B" "$TRASH_BASE/prompts.ndjson" >s2 &&
 	cmp_output s1 s2 &&
 	ca-logprob -m "$B" s1 >scored && e=$(max_err s1 scored logprobs) && note "sampled log-prob max abs err $e" &&
-	below "$e" 0.1 &&
+	below "$e" 0.15 &&
 	test "$(jq -s "[.[].completion.tokens | length] | add" s1)" -gt 300
 '
 expect_success 'temperature and top-p: log-probs are those of the renormalised distribution' '
