@@ -555,6 +555,7 @@ static void complete(struct slot *s, struct worker *w, jv answer)
 	}
 	jv_free(checks);
 	jv reasons = ca_json_get(answer, "reasons");
+	int answered_reasons = jv_get_kind(reasons) == JV_KIND_ARRAY && jv_array_length(jv_copy(reasons)) > 0;
 	if (jv_get_kind(reasons) == JV_KIND_ARRAY) {
 		jv_array_foreach(reasons, i, r)
 		{
@@ -588,10 +589,14 @@ static void complete(struct slot *s, struct worker *w, jv answer)
 	int ran = jv_get_kind(c) == JV_KIND_TRUE;
 	jv_free(c);
 	if (w && w->cuda && strcmp(cfg.device, "cpu")) {
-		if (!has_eager) {
-			f = set_check(f, "workload", ran ? jv_false() : jv_null());
+		if (!has_eager && ran && !answered_reasons) {
+			f = set_check(f, "workload", jv_false());
+			f = add_reason(f, "workload: no eager time was measured");
+		} else if (!has_eager) {
+			/* not timed: the task was rejected before (or did not run) */
+			f = set_check(f, "workload", jv_null());
 			if (ran)
-				f = add_reason(f, "workload: no eager time was measured");
+				f = add_skipped(f, "workload: the task was already rejected");
 		} else if (eager < cfg.min_ms || eager > cfg.max_ms) {
 			char why[160];
 			snprintf(why, sizeof why, "workload: eager time %.4g ms is outside [%g, %g] ms", eager, cfg.min_ms, cfg.max_ms);

@@ -19,6 +19,10 @@ expect_success 'composed tasks get eager and compile times and a workload verdic
 expect_success 'a tiny task is rejected by the workload check' '
 	ca-compose --no-seeds -n 1 --seed 3 --distribution 0,1 --target-ms 0.001 | ca-filter -j 1 --device cuda --no-compile >f &&
 	jq -e ".filter.checks.workload == false and (.filter.reasons | map(test(\"^workload\")) | any)" f'
+expect_success 'a task rejected before timing has no workload verdict, only a skip' '
+	jq -c "select(.id == \"zeros\")" "$TESTS_DIR/data/synth/rubric.ndjson" | ca-filter -j 1 --device cuda --no-compile >f &&
+	jq -e ".filter.checks.workload == null and (.filter.skipped | map(test(\"^workload\")) | any)
+		and (.filter.reasons | map(test(\"^workload\")) | any | not)" f'
 expect_success '--sandbox: workers in ca-sandbox still compile and time on the GPU' '
 	ca-compose --no-seeds -n 2 --seed 5 --distribution 0,1 >t &&
 	ca-filter -j 2 --device cuda --sandbox --min-ms 0 --max-ms 1e9 <t >f &&
