@@ -1957,6 +1957,18 @@ static jv evaluate_record(struct slot *s, jv record, int *status)
 /* A one-line summary for -H. */
 static void print_human(const struct ca_eval_config *cfg, jv record)
 {
+	if (cfg->also_verify && cfg->mode == CA_EVAL_PROFILE) {
+		/* --verify: the verify line first (a failure says why), then the profile's unless skipped. */
+		struct ca_eval_config v = *cfg;
+		v.mode = CA_EVAL_VERIFY;
+		v.also_verify = 0;
+		print_human(&v, record);
+		jv p = ca_json_get(record, "profile");
+		int skipped = jv_get_kind(p) == JV_KIND_OBJECT && ca_json_bool(p, "skipped") == 1;
+		jv_free(p);
+		if (skipped)
+			return;
+	}
 	const char *field = cfg->mode == CA_EVAL_VERIFY ? "verify" : "profile";
 	jv r = ca_json_get(record, field);
 	char *id = ca_json_strdup(record, "id");
@@ -2430,24 +2442,30 @@ static void *conn_thread(void *arg)
 		cfg.mode = !strcmp(mode, "verify") ? CA_EVAL_VERIFY : CA_EVAL_PROFILE;
 		cfg.human = 0;
 		cfg.verbose = 0;
-		cfg.adhoc = 0;
-		if (ca_json_number(opts, "checks", &v) == 0) cfg.checks = (int)v;
-		if (ca_json_number(opts, "seed", &v) == 0) cfg.seed = (unsigned long long)v;
+		/*
+		 * No workers are started from this thread: a worker dies with the
+		 * thread that started it (PR_SET_PDEATHSIG), and this one ends with
+		 * the connection. The server's main thread keeps the spares and the
+		 * reference up (serve_refill).
+		 */
+		cfg.adhoc = 1;
+		if (ca_json_number(opts, "checks", &v) == 1) cfg.checks = (int)v;
+		if (ca_json_number(opts, "seed", &v) == 1) cfg.seed = (unsigned long long)v;
 		cfg.seed_set = ca_json_bool(opts, "seed_set") == 1;
-		if (ca_json_number(opts, "atol", &v) == 0) cfg.tol.atol = v;
-		if (ca_json_number(opts, "rtol", &v) == 0) cfg.tol.rtol = v;
+		if (ca_json_number(opts, "atol", &v) == 1) cfg.tol.atol = v;
+		if (ca_json_number(opts, "rtol", &v) == 1) cfg.tol.rtol = v;
 		cfg.allow_torch = ca_json_bool(opts, "allow_torch") == 1;
-		if (ca_json_number(opts, "timeout_s", &v) == 0) cfg.timeout_s = v;
+		if (ca_json_number(opts, "timeout_s", &v) == 1) cfg.timeout_s = v;
 		cfg.arch = conn_str(opts, "arch", &strs[0]);
 		cfg.build_cache = conn_str(opts, "build_cache", &strs[1]);
-		if (ca_json_number(opts, "warmup", &v) == 0) cfg.warmup = (int)v;
-		if (ca_json_number(opts, "iters", &v) == 0) cfg.iters = (int)v;
-		if (ca_json_number(opts, "sets", &v) == 0) cfg.sets = (int)v;
-		if (ca_json_number(opts, "keep", &v) == 0) cfg.keep = (int)v;
+		if (ca_json_number(opts, "warmup", &v) == 1) cfg.warmup = (int)v;
+		if (ca_json_number(opts, "iters", &v) == 1) cfg.iters = (int)v;
+		if (ca_json_number(opts, "sets", &v) == 1) cfg.sets = (int)v;
+		if (ca_json_number(opts, "keep", &v) == 1) cfg.keep = (int)v;
 		cfg.compile_mode = conn_str(opts, "compile_mode", &strs[2]);
 		cfg.no_compile = ca_json_bool(opts, "no_compile") == 1;
 		cfg.no_cache = ca_json_bool(opts, "no_cache") == 1;
-		if (ca_json_number(opts, "top", &v) == 0) cfg.top = (int)v;
+		if (ca_json_number(opts, "top", &v) == 1) cfg.top = (int)v;
 		cfg.also_verify = ca_json_bool(opts, "also_verify") == 1;
 	}
 	free(mode);
@@ -2504,6 +2522,39 @@ static void *conn_thread(void *arg)
 	pthread_mutex_unlock(&sv->lock);
 	free(cn);
 	return NULL;
+}
+
+/* From the server's main thread: idle slots get their reference worker and spares back. */
+static void serve_refill(struct server *sv)
+{
+	for (int i = 0; i < sv->nslots; i++) {
+		pthread_mutex_lock(&sv->lock);
+		int mine = !sv->busy[i];
+		if (mine)
+			sv->busy[i] = 1;
+		pthread_mutex_unlock(&sv->lock);
+		if (!mine)
+			continue;
+		struct slot *s = &sv->slots[i];
+		if (s->reference.running && ca_proc_wait_exit(&s->reference.co.proc, 0))
+			worker_stop(&s->reference, 0);
+		if (!s->reference.running) {
+			jv fault;
+			worker_stop(&s->reference, 0);
+			memset(&s->reference, 0, sizeof s->reference);
+			s->reference.hello = jv_invalid();
+			if (worker_start(s, &s->reference, 0, &fault) != 0)
+				jv_free(fault);
+		}
+		for (int k = 0; k < s->nspares; k++)
+			if (s->spare[k].running && !jv_is_valid(s->spare[k].hello) && ca_proc_wait_exit(&s->spare[k].co.proc, 0))
+				worker_stop(&s->spare[k], 0);
+		spare_start(s);
+		pthread_mutex_lock(&sv->lock);
+		sv->busy[i] = 0;
+		pthread_cond_broadcast(&sv->cond);
+		pthread_mutex_unlock(&sv->lock);
+	}
 }
 
 int ca_eval_serve(const struct ca_eval_config *cfg, const char *path, double idle_s)
@@ -2575,8 +2626,9 @@ int ca_eval_serve(const struct ca_eval_config *cfg, const char *path, double idl
 	if (cfg->verbose)
 		ca_err_warn("serving on %s (%d slot%s)", path, sv.nslots, sv.nslots == 1 ? "" : "s");
 	while (!serve_stop) {
+		serve_refill(&sv);
 		struct pollfd pfd = {.fd = fd, .events = POLLIN};
-		int r = poll(&pfd, 1, 1000);
+		int r = poll(&pfd, 1, 100);
 		if (r > 0) {
 			int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
 			if (c < 0)

@@ -46,7 +46,9 @@ expect_success 'ca-profile --verify adds verify and profile from one run; -v pri
 expect_success 'ca-profile --verify does not time a candidate that fails verification' '
 	jq -c ".candidate = {files: {\"model_new.py\": \"import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x * 0\n\"}}" "$TRASH_BASE/in.ndjson" | head -n 1 >bad.ndjson &&
 	ca-profile --verify $OPTS --no-compile bad.ndjson >out; test $? -eq 1 &&
-	jq -e ".verify.ok == false and .profile.skipped == true" out
+	jq -e ".verify.ok == false and .profile.skipped == true" out &&
+	ca-profile --verify -H $OPTS --no-compile bad.ndjson >human; test $? -eq 1 &&
+	grep -q "^seeded: FAIL (policy): torch fallback refused" human && test "$(wc -l <human)" -eq 1
 '
 
 # An evaluation server: warm slots on a socket; commands that find it in
@@ -63,7 +65,7 @@ expect_success 'through a server: the same records come back, scored by its warm
 	grep -q "scoring through the evaluation server" err &&
 	jq -e -s "map(.id) == [\"seeded\", \"urandom\"] and all(.verify.ok and .profile.ok)" out &&
 	CA_EVAL_SERVER=$SOCKDIR/s ca-verify $OPTS --checks 2 -H "$TRASH_BASE/in.ndjson" >human &&
-	test "$(grep -c PASS human)" -eq 2
+	test "$(grep -c "PASS 2/2 checks" human)" -eq 2
 '
 expect_success 'a command with other sandbox options is declined and works alone' '
 	CA_EVAL_SERVER=$SOCKDIR/s ca-verify -v --device cpu </dev/null >out 2>err &&
