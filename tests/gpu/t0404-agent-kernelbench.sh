@@ -28,9 +28,12 @@ if ! has_torch; then
 	exit 0
 fi
 
-# With CA_TEST_SERVE=1 one evaluation server (ca-profile --serve) keeps the
-# workers warm for every trusted command of the test, as ca-rollout does.
-if [ "${CA_TEST_SERVE:-0}" = 1 ] && [ -z "${CA_EVAL_SERVER:-}" ]; then
+# One evaluation server (ca-profile --serve) keeps the workers warm for
+# every trusted command of the test, as ca-rollout does (CA_TEST_SERVE=0:
+# each command starts its own). On the H200 without it, each in-loop
+# ca-verify or ca-profile paid 11-13 s of worker start-up and the test ran
+# past 105 s; through a server the same calls took 1-2 s.
+if [ "${CA_TEST_SERVE:-1}" = 1 ] && [ -z "${CA_EVAL_SERVER:-}" ]; then
 	mkdir -m 700 "$TRASH_BASE/srv"
 	CA_EVAL_SERVE_IDLE=300 ca-profile --serve "$TRASH_BASE/srv/eval.sock" 2>"$LOG/t0404-serve.log" &
 	server=$!
