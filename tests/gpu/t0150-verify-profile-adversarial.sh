@@ -19,6 +19,7 @@ fi
 
 ADV=$TESTS_DIR/adversarial
 LOG=${CA_GPU_LOG:-$TRASH_BASE}
+mkdir -p "$LOG"
 PY=$(ca_python)
 
 # Candidates run in ca-sandbox --gpu. If CUDA does not work in there, say
@@ -33,7 +34,6 @@ fi
 expect_success 'ca-sandbox --gpu lets a candidate use CUDA' '
 	test $sandbox_gpu = yes || { tail -n 5 "$LOG/sandbox-probe.txt"; exit 1; }
 '
-mkdir -p "$LOG"
 # Records: id, the task's code, the candidate's directory.
 records=$TRASH_BASE/records.ndjson
 : >"$records"
