@@ -1039,10 +1039,20 @@ int main(int argc, char **argv)
 	}
 	flush_done();
 	ca_ndjson_progress_done();
+	/* End of input to every worker first, then one grace period for all:
+	 * a CUDA worker can take seconds to exit, and waiting for them one
+	 * after another made -j 8 take half a minute to stop. */
+	for (long long i = 0; i < cfg.jobs; i++)
+		if (workers[i].alive && workers[i].co.proc.in >= 0) {
+			close(workers[i].co.proc.in);
+			workers[i].co.proc.in = -1;
+		}
+	double grace_end = ca_proc_now() + 5;
 	for (long long i = 0; i < cfg.jobs; i++) {
-		if (workers[i].alive)
-			ca_coproc_close(&workers[i].co, 5);
-		else if (workers[i].starting) {
+		if (workers[i].alive) {
+			double left = grace_end - ca_proc_now();
+			ca_coproc_close(&workers[i].co, left > 0 ? left : 0);
+		} else if (workers[i].starting) {
 			/* never needed: no point waiting for its hello */
 			ca_proc_kill(&workers[i].co.proc, SIGKILL);
 			ca_coproc_close(&workers[i].co, 0);
