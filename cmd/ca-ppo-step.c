@@ -100,19 +100,17 @@ static void update(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx
 	 * rank's ratio extremes travel in its own two slots.
 	 */
 	int world = e->dist.world, rank = e->dist.rank;
-	size_t n = 9 + 2 * (size_t)world;
+	size_t n = 10 + 2 * (size_t)world;
 	double *y = ca_xcalloc(n, sizeof(double)), tok = (double)st.tokens;
-	double mine[9] = {loss, pg, entropy, kl, st.clipfrac * tok, st.clipfrac_upper * tok,
-		st.clipfrac_lower * tok, st.dualclip_frac * tok, st.approx_kl * tok};
+	double mine[10] = {loss, pg, entropy, kl, st.clipfrac * tok, st.clipfrac_upper * tok,
+		st.clipfrac_lower * tok, st.dualclip_frac * tok, st.approx_kl * tok, tok};
 	memcpy(y, mine, sizeof mine);
-	y[9 + 2 * rank] = st.tokens ? st.ratio_min : INFINITY;
-	y[10 + 2 * rank] = st.tokens ? st.ratio_max : -INFINITY;
+	y[10 + 2 * rank] = st.tokens ? st.ratio_min : INFINITY;
+	y[11 + 2 * rank] = st.tokens ? st.ratio_max : -INFINITY;
 	if (world > 1) {
-		double tokens = tok;
-		ca_train_sum(e, &tokens, 1);
 		ca_train_sum(e, y, n);
 		for (int k = 4; k < 9; k++)
-			y[k] = tokens > 0 ? y[k] / tokens : 0;
+			y[k] = y[9] > 0 ? y[k] / y[9] : 0;
 	} else {
 		/* One rank: the shares as ca_ppo_policy_loss gave them, exactly. */
 		y[4] = st.clipfrac, y[5] = st.clipfrac_upper, y[6] = st.clipfrac_lower;
@@ -129,10 +127,10 @@ static void update(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx
 	t->approx_kl += y[8];
 	t->grad_norm += norm;
 	for (int r = 0; r < world; r++) {
-		if (y[9 + 2 * r] < t->ratio_min)
-			t->ratio_min = y[9 + 2 * r];
-		if (y[10 + 2 * r] > t->ratio_max)
-			t->ratio_max = y[10 + 2 * r];
+		if (y[10 + 2 * r] < t->ratio_min)
+			t->ratio_min = y[10 + 2 * r];
+		if (y[11 + 2 * r] > t->ratio_max)
+			t->ratio_max = y[11 + 2 * r];
 	}
 	free(y);
 	t->updates++;

@@ -651,6 +651,25 @@ void ca_train_engine_close(struct ca_train_engine *e)
 	e->gpu = NULL;
 }
 
+/*
+ * A rank's pack gets the aggregation denominators of the whole mini-batch
+ * [first, first + count), as ca_train_pack counts them; every rank has the data.
+ */
+static void whole_batch_denominators(struct ca_train_pack *p, const struct ca_train_data *d, int first, int count)
+{
+	double tokens = 0, nonempty = 0;
+	for (int s = first; s < first + count; s++) {
+		long n = 0;
+		for (int i = 0; i < d->seq[s].n; i++)
+			n += d->seq[s].mask[i] != 0;
+		tokens += (double)n;
+		nonempty += n > 0;
+	}
+	p->all_tokens = tokens;
+	p->all_nonempty = nonempty;
+	p->all_seqs = count;
+}
+
 double ca_train_epochs(struct ca_train_engine *e, const struct ca_train_data *d, const struct ca_train_opts *o,
 	ca_train_update_fn update, void *ctx)
 {
@@ -661,18 +680,10 @@ double ca_train_epochs(struct ca_train_engine *e, const struct ca_train_data *d,
 			int first, count, mine, nmine;
 			ca_train_split(d->nseq, nmb, k, &first, &count);
 			ca_dist_share(&e->dist, count, &mine, &nmine);
-			struct ca_train_pack p, all;
-			if (e->dist.world > 1) {
-				/* The denominators are the whole mini-batch's; every rank has the data. */
-				ca_train_pack(&all, d, first, count);
-				ca_train_pack(&p, d, first + mine, nmine);
-				p.all_tokens = all.all_tokens;
-				p.all_nonempty = all.all_nonempty;
-				p.all_seqs = all.all_seqs;
-				ca_train_pack_free(&all);
-			} else {
-				ca_train_pack(&p, d, first, count);
-			}
+			struct ca_train_pack p;
+			ca_train_pack(&p, d, first + mine, nmine);
+			if (e->dist.world > 1)
+				whole_batch_denominators(&p, d, first, count);
 			double u0 = ca_train_now();
 			update(e, &p, ctx);
 			seconds += ca_train_now() - u0;
