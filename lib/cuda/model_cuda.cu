@@ -11,24 +11,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "cuda/cuda_util.h"
 #include "cuda/model_cuda_impl.h"
-
-static void set_why(char *why, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(why, CA_MODEL_WHY, fmt, ap);
-	va_end(ap);
-}
-
-#define CUDA_TRY(call)                                                                        \
-	do {                                                                                  \
-		cudaError_t e_ = (call);                                                      \
-		if (e_ != cudaSuccess) {                                                      \
-			set_why(why, "%s: %s", #call, cudaGetErrorString(e_));                \
-			return -1;                                                            \
-		}                                                                             \
-	} while (0)
 
 // ---- device memory with a high-water mark ----
 

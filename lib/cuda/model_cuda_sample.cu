@@ -14,9 +14,8 @@
 extern "C" {
 #include "model.h"
 }
+#include "cuda/cuda_util.h"
 #include "cuda/model_cuda_sample.h"
-
-typedef __nv_bfloat16 bf16;
 
 // Matrices and what feeds a matrix product are bf16, or fp32 in exact mode;
 // void pointers below point to one or the other.
@@ -54,23 +53,6 @@ struct ca_cuda_sampler {
 	void **owned;
 	int nowned, capowned;
 };
-
-static void set_why(char *why, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(why, CA_MODEL_WHY, fmt, ap);
-	va_end(ap);
-}
-
-#define CUDA_TRY(call)                                                                        \
-	do {                                                                                  \
-		cudaError_t e_ = (call);                                                      \
-		if (e_ != cudaSuccess) {                                                      \
-			set_why(why, "%s: %s", #call, cudaGetErrorString(e_));                \
-			return -1;                                                            \
-		}                                                                             \
-	} while (0)
 
 static void *device_alloc(struct ca_cuda_sampler *s, size_t bytes)
 {
@@ -265,61 +247,6 @@ extern "C" struct ca_cuda_sampler *ca_cuda_sampler_new(const struct ca_model *m,
 }
 
 // ---- kernels ----
-
-__device__ static float warp_sum(float x)
-{
-	for (int o = 16; o > 0; o >>= 1)
-		x += __shfl_xor_sync(0xffffffffu, x, o);
-	return x;
-}
-
-__device__ static float warp_max(float x)
-{
-	for (int o = 16; o > 0; o >>= 1)
-		x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-	return x;
-}
-
-// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
-__device__ static float block_sum(float x, float *shared)
-{
-	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-	x = warp_sum(x);
-	__syncthreads();
-	if (lane == 0)
-		shared[warp] = x;
-	__syncthreads();
-	x = threadIdx.x < nwarps ? shared[threadIdx.x] : 0.0f;
-	if (warp == 0)
-		x = warp_sum(x);
-	if (threadIdx.x == 0)
-		shared[0] = x;
-	__syncthreads();
-	return shared[0];
-}
-
-__device__ static float block_max(float x, float *shared)
-{
-	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-	x = warp_max(x);
-	__syncthreads();
-	if (lane == 0)
-		shared[warp] = x;
-	__syncthreads();
-	x = threadIdx.x < nwarps ? shared[threadIdx.x] : -INFINITY;
-	if (warp == 0)
-		x = warp_max(x);
-	if (threadIdx.x == 0)
-		shared[0] = x;
-	__syncthreads();
-	return shared[0];
-}
-
-__device__ static float to_float(float x) { return x; }
-__device__ static float to_float(bf16 x) { return __bfloat162float(x); }
-template <typename W> __device__ static W from_float(float x);
-template <> __device__ float from_float<float>(float x) { return x; }
-template <> __device__ bf16 from_float<bf16>(float x) { return __float2bfloat16(x); }
 
 template <typename W>
 __global__ static void embed_kernel(float *x, const W *embed, const int *tokens, int C)
@@ -601,11 +528,6 @@ static int linear(const struct ca_cuda_sampler *s, float *y, const void *x, cons
 		return -1;
 	}
 	return 0;
-}
-
-static unsigned blocks_for(size_t n, unsigned threads)
-{
-	return (unsigned)((n + threads - 1) / threads);
 }
 
 // With CA_CUDA_DEBUG set, name the kernel that failed (at the cost of a synchronisation each).

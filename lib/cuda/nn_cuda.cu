@@ -3,65 +3,8 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include "cuda/cuda_util.h"
 #include "cuda/nn_cuda.h"
-
-static unsigned blocks_for(size_t n, unsigned threads)
-{
-	return (unsigned)((n + threads - 1) / threads);
-}
-
-__device__ static float warp_sum(float x)
-{
-	for (int o = 16; o > 0; o >>= 1)
-		x += __shfl_xor_sync(0xffffffffu, x, o);
-	return x;
-}
-
-__device__ static float warp_max(float x)
-{
-	for (int o = 16; o > 0; o >>= 1)
-		x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-	return x;
-}
-
-// Sum over a block of up to 1024 threads (blockDim.x a multiple of 32); every thread gets it.
-__device__ static float block_sum(float x, float *shared)
-{
-	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-	x = warp_sum(x);
-	__syncthreads();
-	if (lane == 0)
-		shared[warp] = x;
-	__syncthreads();
-	x = threadIdx.x < nwarps ? shared[threadIdx.x] : 0.0f;
-	if (warp == 0)
-		x = warp_sum(x);
-	if (threadIdx.x == 0)
-		shared[0] = x;
-	__syncthreads();
-	float r = shared[0];
-	__syncthreads();
-	return r;
-}
-
-__device__ static float block_max(float x, float *shared)
-{
-	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-	x = warp_max(x);
-	__syncthreads();
-	if (lane == 0)
-		shared[warp] = x;
-	__syncthreads();
-	x = threadIdx.x < nwarps ? shared[threadIdx.x] : -INFINITY;
-	if (warp == 0)
-		x = warp_max(x);
-	if (threadIdx.x == 0)
-		shared[0] = x;
-	__syncthreads();
-	float r = shared[0];
-	__syncthreads();
-	return r;
-}
 
 // ---- embedding ----
 
@@ -124,16 +67,6 @@ __global__ static void rmsnorm_backward_kernel(float *dx, const float *dout, con
 	float k = dot * r * r * r / (float)C;
 	for (int i = threadIdx.x; i < C; i += blockDim.x)
 		dx[row + i] += dout[row + i] * w[i] * r - k * x[row + i];
-}
-
-__device__ static float to_float(float x)
-{
-	return x;
-}
-
-__device__ static float to_float(bf16 x)
-{
-	return __bfloat162float(x);
 }
 
 // out[c] += sum_t a[t,c] * b[t,c] * s[t] (b, s optional): a 32x8 block per 32

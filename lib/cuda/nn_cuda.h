@@ -10,10 +10,9 @@
 #ifndef CA_NN_CUDA_H
 #define CA_NN_CUDA_H
 
-#include <cuda_bf16.h>
 #include <stddef.h>
 
-typedef __nv_bfloat16 bf16;
+#include "cuda/cuda_util.h"  /* bf16 */
 
 /* x[T,C] = embed[tokens[t]] (fp32 copy of bf16 rows); backward scatter-adds dx into dembed. */
 void nn_cuda_embed_forward(float *x, const bf16 *embed, const int *tokens, int T, int C);

@@ -1,0 +1,109 @@
+/*
+ * cuda_util: the helpers the files of lib/cuda share, so that each is
+ * written once (C++ only, header-only, everything internal to the file
+ * that includes it): the bf16 type, grid sizes, warp and block reductions,
+ * fp32/bf16 conversions for kernels templated on the matrix type, and on
+ * the host set_why and CUDA_TRY, which put a failed call's reason into the
+ * caller's why buffer (CA_MODEL_WHY bytes).
+ */
+#ifndef CA_CUDA_UTIL_H
+#define CA_CUDA_UTIL_H
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+
+extern "C" {
+#include "model.h"
+}
+
+typedef __nv_bfloat16 bf16;
+
+static inline unsigned blocks_for(size_t n, unsigned threads)
+{
+	return (unsigned)((n + threads - 1) / threads);
+}
+
+__device__ static inline float warp_sum(float x)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		x += __shfl_xor_sync(0xffffffffu, x, o);
+	return x;
+}
+
+__device__ static inline float warp_max(float x)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+	return x;
+}
+
+// Sum over a block of up to 1024 threads (blockDim.x a multiple of 32);
+// every thread gets it, and shared (32 floats) may be written again at once.
+__device__ static inline float block_sum(float x, float *shared)
+{
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+	x = warp_sum(x);
+	__syncthreads();
+	if (lane == 0)
+		shared[warp] = x;
+	__syncthreads();
+	x = threadIdx.x < nwarps ? shared[threadIdx.x] : 0.0f;
+	if (warp == 0)
+		x = warp_sum(x);
+	if (threadIdx.x == 0)
+		shared[0] = x;
+	__syncthreads();
+	float r = shared[0];
+	__syncthreads();
+	return r;
+}
+
+__device__ static inline float block_max(float x, float *shared)
+{
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+	x = warp_max(x);
+	__syncthreads();
+	if (lane == 0)
+		shared[warp] = x;
+	__syncthreads();
+	x = threadIdx.x < nwarps ? shared[threadIdx.x] : -INFINITY;
+	if (warp == 0)
+		x = warp_max(x);
+	if (threadIdx.x == 0)
+		shared[0] = x;
+	__syncthreads();
+	float r = shared[0];
+	__syncthreads();
+	return r;
+}
+
+__device__ static inline float to_float(float x) { return x; }
+__device__ static inline float to_float(bf16 x) { return __bfloat162float(x); }
+template <typename W> __device__ static inline W from_float(float x);
+template <> __device__ inline float from_float<float>(float x) { return x; }
+template <> __device__ inline bf16 from_float<bf16>(float x) { return __float2bfloat16(x); }
+
+static inline void set_why(char *why, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, CA_MODEL_WHY, fmt, ap);
+	va_end(ap);
+}
+
+// In a host function with a char *why that returns int: on failure, the
+// call and CUDA's reason into why, and return -1.
+#define CUDA_TRY(call)                                                                        \
+	do {                                                                                  \
+		cudaError_t e_ = (call);                                                      \
+		if (e_ != cudaSuccess) {                                                      \
+			set_why(why, "%s: %s", #call, cudaGetErrorString(e_));                \
+			return -1;                                                            \
+		}                                                                             \
+	} while (0)
+
+#endif
