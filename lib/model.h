@@ -109,6 +109,17 @@ void ca_model_free(struct ca_model *m);
  */
 int ca_model_save(const struct ca_model *m, const char *dir, int dtype, size_t max_shard_bytes,
 		  char why[CA_MODEL_WHY]);
+/*
+ * Write a random Qwen2 policy into dir (created if needed), for benchmarks
+ * and tests: config.json and model.safetensors in bf16, tied embedding,
+ * q/k/v biases, heads of hidden_size / num_heads dims; norms' weights 1,
+ * the rest uniform in [-0.02, 0.02) from a fixed generator (the same
+ * checkpoint every time). The shape is shape's hidden_size,
+ * intermediate_size, num_layers, num_heads, num_kv_heads, vocab_size and
+ * max_positions; the rest of it is ignored. Returns 0, or -1 with why set.
+ * (model_random.c)
+ */
+int ca_model_write_random(const char *dir, const struct ca_model_config *shape, char why[CA_MODEL_WHY]);
 const struct ca_model_tensor *ca_model_find(const struct ca_model *m, const char *name);
 /*
  * Turn a policy into a critic with the same body: the language-model head

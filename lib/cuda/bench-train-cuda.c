@@ -16,7 +16,6 @@
  * layers sum L(L+1)/2, no recomputation), MFU against the H200's 989
  * dense bf16 TFLOP/s, peak device memory held by the backend.
  */
-#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,83 +27,12 @@
 #include "cuda/model_cuda.h"
 #include "err.h"
 #include "opt.h"
-#include "safetensors.h"
 
 static double now(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static uint64_t rng = 12345;
-static float small_random(void)
-{
-	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-	return ((float)(rng >> 40) / (float)(1 << 24) - 0.5f) * 0.04f;
-}
-
-static void write_qwen2_05b(const char *dir)
-{
-	enum { C = 896, L = 24, NH = 14, NKV = 2, F = 4864, V = 151936, D = 64, QD = NH * D, KD = NKV * D };
-	if (mkdir(dir, 0777) < 0 && errno != EEXIST)
-		ca_err_die_sys(CA_EXIT_SYSTEM, "%s", dir);
-	char path[4096];
-	snprintf(path, sizeof path, "%s/config.json", dir);
-	FILE *fp = fopen(path, "w");
-	if (!fp)
-		ca_err_die_sys(CA_EXIT_SYSTEM, "%s", path);
-	fprintf(fp, "{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"qwen2\",\"hidden_size\":%d,"
-		"\"intermediate_size\":%d,\"num_hidden_layers\":%d,\"num_attention_heads\":%d,"
-		"\"num_key_value_heads\":%d,\"vocab_size\":%d,\"max_position_embeddings\":32768,"
-		"\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0,\"tie_word_embeddings\":true,\"hidden_act\":\"silu\","
-		"\"torch_dtype\":\"bfloat16\",\"initializer_range\":0.02}\n", C, F, L, NH, NKV, V);
-	fclose(fp);
-	int n = 2 + 12 * L, k = 0;
-	struct ca_st_out *out = ca_xcalloc((size_t)n, sizeof *out);
-	char (*names)[96] = ca_xcalloc((size_t)n, sizeof *names);
-#define T2(a, b) (out[k].name = names[k], out[k].ndim = 2, out[k].shape[0] = a, out[k].shape[1] = b, k++)
-#define T1(a) (out[k].name = names[k], out[k].ndim = 1, out[k].shape[0] = a, k++)
-	snprintf(names[k], 96, "model.embed_tokens.weight");
-	T2(V, C);
-	static const char *const sub[12] = {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.q_proj.bias",
-		"self_attn.k_proj.weight", "self_attn.k_proj.bias", "self_attn.v_proj.weight", "self_attn.v_proj.bias",
-		"self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight",
-		"mlp.up_proj.weight", "mlp.down_proj.weight"};
-	for (int l = 0; l < L; l++)
-		for (int i = 0; i < 12; i++) {
-			snprintf(names[k], 96, "model.layers.%d.%s", l, sub[i]);
-			switch (i) {
-			case 0: case 8: T1(C); break;
-			case 1: T2(QD, C); break;
-			case 2: T1(QD); break;
-			case 3: case 5: T2(KD, C); break;
-			case 4: case 6: T1(KD); break;
-			case 7: T2(C, QD); break;
-			case 9: case 10: T2(F, C); break;
-			case 11: T2(C, F); break;
-			}
-		}
-	snprintf(names[k], 96, "model.norm.weight");
-	T1(C);
-	size_t total = 0;
-	for (int i = 0; i < k; i++)
-		total += (size_t)out[i].shape[0] * (size_t)(out[i].ndim > 1 ? out[i].shape[1] : 1);
-	float *data = ca_xmalloc(sizeof(float) * total), *p = data;
-	for (int i = 0; i < k; i++) {
-		size_t m = (size_t)out[i].shape[0] * (size_t)(out[i].ndim > 1 ? out[i].shape[1] : 1);
-		int is_norm = strstr(out[i].name, "norm") != NULL;
-		for (size_t j = 0; j < m; j++)
-			p[j] = is_norm ? 1.0f : small_random();
-		out[i].data = p;
-		p += m;
-	}
-	char why[CA_MODEL_WHY];
-	if (ca_st_write_dir(dir, k, out, CA_ST_BF16, 0, why) < 0)
-		ca_err_die(CA_EXIT_SYSTEM, "%s", why);
-	free(data);
-	free(out);
-	free(names);
 }
 
 int main(int argc, char **argv)
@@ -120,8 +48,13 @@ int main(int argc, char **argv)
 	snprintf(path, sizeof path, "%s/config.json", dir);
 	struct stat st;
 	double t0 = now();
-	if (stat(path, &st) < 0)
-		write_qwen2_05b(dir);
+	if (stat(path, &st) < 0) {
+		struct ca_model_config qwen2_05b = {.hidden_size = 896, .intermediate_size = 4864, .num_layers = 24,
+						    .num_heads = 14, .num_kv_heads = 2, .vocab_size = 151936,
+						    .max_positions = 32768};
+		if (ca_model_write_random(dir, &qwen2_05b, why) < 0)
+			ca_err_die(CA_EXIT_SYSTEM, "%s", why);
+	}
 	struct ca_model *m = ca_model_load(dir, why);
 	if (!m)
 		ca_err_die(CA_EXIT_DATA, "%s", why);

@@ -19,20 +19,12 @@
 #include "err.h"
 #include "model.h"
 #include "opt.h"
-#include "safetensors.h"
 
 static double now(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);  /* CPU time: the test machines are shared */
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static uint64_t rng = 12345;
-static float small_random(void)
-{
-	rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-	return ((float)(rng >> 40) / (float)(1 << 24) - 0.5f) * 0.04f;
 }
 
 int main(int argc, char **argv)
@@ -47,64 +39,11 @@ int main(int argc, char **argv)
 	int T = (int)ca_opt_long("TOKENS", argv[5], 4, 1 << 20);
 	int NH = C / 64, NKV = NH >= 4 ? NH / 4 : 1;
 	int F = (C * 8 / 3 + 63) / 64 * 64;
-	char path[4096];
-	snprintf(path, sizeof path, "mkdir -p '%s'", dir);
-	if (system(path) != 0)
-		ca_err_die(CA_EXIT_SYSTEM, "cannot create %s", dir);
-	snprintf(path, sizeof path, "%s/config.json", dir);
-	FILE *fp = fopen(path, "w");
-	if (!fp)
-		ca_err_die_sys(CA_EXIT_SYSTEM, "%s", path);
-	fprintf(fp, "{\"model_type\":\"qwen2\",\"hidden_size\":%d,\"intermediate_size\":%d,"
-		"\"num_hidden_layers\":%d,\"num_attention_heads\":%d,\"num_key_value_heads\":%d,"
-		"\"vocab_size\":%d,\"max_position_embeddings\":%d,\"rms_norm_eps\":1e-6,"
-		"\"rope_theta\":1000000.0,\"tie_word_embeddings\":true,\"hidden_act\":\"silu\"}\n",
-		C, F, L, NH, NKV, V, T + 64);
-	fclose(fp);
-	/* Names and shapes as the model expects them. */
-	int n = 2 + 12 * L;
-	struct ca_st_out *out = ca_xcalloc((size_t)n, sizeof *out);
-	char (*names)[96] = ca_xcalloc((size_t)n, sizeof *names);
-	int k = 0;
-	int D = 64, QD = NH * D, KD = NKV * D;
-#define T2(nm, a, b) (snprintf(names[k], 96, "%s", nm), out[k].name = names[k], out[k].ndim = 2, out[k].shape[0] = a, out[k].shape[1] = b, k++)
-#define T1(nm, a) (snprintf(names[k], 96, "%s", nm), out[k].name = names[k], out[k].ndim = 1, out[k].shape[0] = a, k++)
-	T2("model.embed_tokens.weight", V, C);
-	char nm[96];
-	for (int l = 0; l < L; l++) {
-		snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l); T1(nm, C);
-		snprintf(nm, sizeof nm, "model.layers.%d.self_attn.q_proj.weight", l); T2(nm, QD, C);
-		snprintf(nm, sizeof nm, "model.layers.%d.self_attn.q_proj.bias", l); T1(nm, QD);
-		snprintf(nm, sizeof nm, "model.layers.%d.self_attn.k_proj.weight", l); T2(nm, KD, C);
-		snprintf(nm, sizeof nm, "model.layers.%d.self_attn.k_proj.bias", l); T1(nm, KD);
-		snprintf(nm, sizeof nm, "model.layers.%d.self_attn.v_proj.weight", l); T2(nm, KD, C);
-		snprintf(nm, sizeof nm, "model.layers.%d.self_attn.v_proj.bias", l); T1(nm, KD);
-		snprintf(nm, sizeof nm, "model.layers.%d.self_attn.o_proj.weight", l); T2(nm, C, QD);
-		snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l); T1(nm, C);
-		snprintf(nm, sizeof nm, "model.layers.%d.mlp.gate_proj.weight", l); T2(nm, F, C);
-		snprintf(nm, sizeof nm, "model.layers.%d.mlp.up_proj.weight", l); T2(nm, F, C);
-		snprintf(nm, sizeof nm, "model.layers.%d.mlp.down_proj.weight", l); T2(nm, C, F);
-	}
-	T1("model.norm.weight", C);
-	size_t total = 0;
-	for (int i = 0; i < k; i++)
-		total += (size_t)out[i].shape[0] * (size_t)(out[i].ndim > 1 ? out[i].shape[1] : 1);
-	float *data = ca_xmalloc(sizeof(float) * total), *p = data;
-	for (int i = 0; i < k; i++) {
-		size_t m = (size_t)out[i].shape[0] * (size_t)(out[i].ndim > 1 ? out[i].shape[1] : 1);
-		int is_norm = strstr(out[i].name, "norm") != NULL;
-		for (size_t j = 0; j < m; j++)
-			p[j] = is_norm ? 1.0f : small_random();
-		out[i].data = p;
-		p += m;
-	}
+	struct ca_model_config shape = {.hidden_size = C, .intermediate_size = F, .num_layers = L, .num_heads = NH,
+					.num_kv_heads = NKV, .vocab_size = V, .max_positions = T + 64};
 	char why[CA_MODEL_WHY];
-	if (ca_st_write_dir(dir, k, out, CA_ST_BF16, 0, why) < 0)
+	if (ca_model_write_random(dir, &shape, why) < 0)
 		ca_err_die(CA_EXIT_SYSTEM, "%s", why);
-	free(data);
-	free(out);
-	free(names);
-
 	struct ca_model *m = ca_model_load(dir, why);
 	if (!m)
 		ca_err_die(CA_EXIT_DATA, "%s", why);
