@@ -5,6 +5,8 @@
 // queries of one head while tiles of keys and values (or of queries and
 // their gradients) pass through shared memory. Scores live only in
 // registers: nothing of size [T, T] is ever stored. fp32 arithmetic.
+// nn_cuda_attention_forward/backward at the end choose between these and
+// the tensor-core kernels (attention_mma.cu, attention_wmma.cu).
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdlib.h>
@@ -245,27 +247,46 @@ static void backward_d(float *dq, float *dk, float *dv, const float *delta, cons
 	attention_dkv_kernel<D><<<gk, THREADS>>>(dk, dv, dout, delta, lse, q, k, v, seq_start, seq_end, T, NH, NKV);
 }
 
-static int use_wmma(int D)
+// Which kernels run: mma (attention_mma.cu, the default) for head_dim 16 to 128, wmma
+// (attention_wmma.cu) with CA_CUDA_ATTENTION=wmma for 64 and 128, else the fp32 kernels here.
+enum { KIND_FP32, KIND_WMMA, KIND_MMA };
+
+static int kind_for(int D)
 {
-	static int chosen = -1;
-	if (chosen < 0) {
+	static int asked = -1;
+	if (asked < 0) {
 		const char *e = getenv("CA_CUDA_ATTENTION");
-		chosen = !(e && strcmp(e, "fp32") == 0);
+		asked = e && strcmp(e, "fp32") == 0 ? KIND_FP32 : e && strcmp(e, "wmma") == 0 ? KIND_WMMA : KIND_MMA;
 	}
-	return chosen && (D == 64 || D == 128);
+	if (asked == KIND_MMA && (D == 16 || D == 32 || D == 64 || D == 128))
+		return KIND_MMA;
+	if (asked != KIND_FP32 && (D == 64 || D == 128))
+		return KIND_WMMA;
+	return KIND_FP32;
 }
 
 const char *nn_cuda_attention_kind(int D)
 {
-	return use_wmma(D) ? "wmma" : "fp32";
+	static const char *const names[] = {"fp32", "wmma", "mma"};
+	return names[kind_for(D)];
 }
 
-int nn_cuda_attention_forward(bf16 *out, float *lse, const float *q, const float *k, const float *v,
+int nn_cuda_attention_forward(bf16 *out, float *lse, const float *q, const float *k, const float *v, bf16 *scratch,
 			      const int *seq_start, int T, int NH, int NKV, int D)
 {
-	if (use_wmma(D))
+	int kind = kind_for(D);
+	if (kind == KIND_MMA) {
+		size_t nq = (size_t)T * NH * D, nk = (size_t)T * NKV * D;
+		bf16 *qb = scratch, *kb = qb + nq, *vb = kb + nk;
+		nn_cuda_to_bf16(qb, q, nq);
+		nn_cuda_to_bf16(kb, k, nk);
+		nn_cuda_to_bf16(vb, v, nk);
+		return nn_cuda_attention_forward_mma(out, lse, qb, kb, vb, seq_start, T, NH, NKV, D);
+	}
+	if (kind == KIND_WMMA)
 		return nn_cuda_attention_forward_wmma(out, lse, q, k, v, seq_start, T, NH, NKV, D);
 	switch (D) {
+	case 16: forward_d<16>(out, lse, q, k, v, seq_start, T, NH, NKV); return 0;
 	case 32: forward_d<32>(out, lse, q, k, v, seq_start, T, NH, NKV); return 0;
 	case 64: forward_d<64>(out, lse, q, k, v, seq_start, T, NH, NKV); return 0;
 	case 128: forward_d<128>(out, lse, q, k, v, seq_start, T, NH, NKV); return 0;
@@ -274,17 +295,28 @@ int nn_cuda_attention_forward(bf16 *out, float *lse, const float *q, const float
 	}
 }
 
-int nn_cuda_attention_backward(float *dq, float *dk, float *dv, float *dkh, float *dvh, float *delta,
+int nn_cuda_attention_backward(float *dq, float *dk, float *dv, float *dkh, float *dvh, float *delta, bf16 *scratch,
 			       const float *dout, const bf16 *out,
 			       const float *lse, const float *q, const float *k, const float *v,
 			       const int *seq_start, const int *seq_end, int T, int NH, int NKV, int D)
 {
-	int rows = T * NH;
+	int rows = T * NH, kind = kind_for(D);
 	attention_delta_kernel<<<(unsigned)((rows + 7) / 8), 256>>>(delta, dout, out, rows, D);
-	if (use_wmma(D))
+	if (kind == KIND_MMA) {
+		size_t nq = (size_t)T * NH * D, nk = (size_t)T * NKV * D;
+		bf16 *qb = scratch, *kb = qb + nq, *vb = kb + nk, *dob = vb + nk;
+		nn_cuda_to_bf16(qb, q, nq);
+		nn_cuda_to_bf16(kb, k, nk);
+		nn_cuda_to_bf16(vb, v, nk);
+		nn_cuda_to_bf16(dob, dout, nq);
+		return nn_cuda_attention_backward_mma(dq, dk, dv, delta, dob, lse, qb, kb, vb, seq_start, seq_end, T, NH,
+						      NKV, D);
+	}
+	if (kind == KIND_WMMA)
 		return nn_cuda_attention_backward_wmma(dq, dk, dv, dkh, dvh, delta, dout, lse, q, k, v, seq_start, seq_end,
 						       T, NH, NKV, D);
 	switch (D) {
+	case 16: backward_d<16>(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, T, NH, NKV); return 0;
 	case 32: backward_d<32>(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, T, NH, NKV); return 0;
 	case 64: backward_d<64>(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, T, NH, NKV); return 0;
 	case 128: backward_d<128>(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, T, NH, NKV); return 0;

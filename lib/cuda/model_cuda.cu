@@ -108,7 +108,7 @@ struct cuda_acts {
 	struct layer_acts *layer;
 	float **xin;   // recompute: each layer's input [T, C]; the rest is rebuilt in the backward
 	float *xfinal, *rstdf, *y, *logits;
-	bf16 *lnf, *h, *dlogits;
+	bf16 *lnf, *h, *dlogits, *attb;  // attb: bf16 copies of attention's inputs
 	int *tokens, *targets, *seq_start, *seq_end, *pos;
 	float *lp, *ent, *val, *dlp, *dent, *dval;
 	// backward scratch (train only)
@@ -209,6 +209,7 @@ static struct cuda_acts *acts_new(const struct ca_model_config *c, int T, int tr
 		a->xin[l] = F32(t * C);
 	a->xfinal = F32(t * C); a->rstdf = F32(t); a->y = F32(t * C); a->lnf = B16(t * C); a->h = B16(t * F);
 	a->logits = F32((size_t)a->chunk * V);
+	a->attb = B16(t * (2 * QD + 2 * KD));
 	a->tokens = I32(t); a->targets = I32(t); a->seq_start = I32(t); a->seq_end = I32(t); a->pos = I32(t);
 	a->lp = F32(t); a->ent = F32(t); a->val = F32(t); a->dlp = F32(t); a->dent = F32(t); a->dval = F32(t);
 	if (train && ok) {
@@ -216,7 +217,10 @@ static struct cuda_acts *acts_new(const struct ca_model_config *c, int T, int tr
 		a->dx = F32(t * C); a->dh = F32(t * F); a->dln = F32(t * C); a->datt = F32(t * QD);
 		size_t tpad = (t + 63) / 64 * 64;  // the tensor-core attention writes whole tiles
 		a->dq = F32(tpad * QD); a->dk = F32(t * KD); a->dv = F32(t * KD); a->delta = F32(t * NH);
-		a->dkh = F32(tpad * QD); a->dvh = F32(tpad * QD);
+		if (strcmp(nn_cuda_attention_kind(c->head_dim), "wmma") == 0) {
+			a->dkh = F32(tpad * QD);
+			a->dvh = F32(tpad * QD);
+		}
 		a->dxb = B16(t * (C > QD ? C : QD)); a->dgate = B16(t * F); a->dup = B16(t * F);
 		a->dqb = B16(t * QD); a->dkb = B16(t * KD); a->dvb = B16(t * KD);
 	}
@@ -294,8 +298,9 @@ static int upload_state(struct ca_cuda_model *g, const struct ca_model *m, char 
 extern "C" struct ca_cuda_model *ca_cuda_model_upload(const struct ca_model *m, char *why)
 {
 	const struct ca_model_config *c = &m->cfg;
-	if (c->head_dim % 16 || (c->head_dim != 32 && c->head_dim != 64 && c->head_dim != 128 && c->head_dim != 256)) {
-		set_why(why, "head_dim %d: the CUDA attention is built for 32, 64, 128 and 256", c->head_dim);
+	int d = c->head_dim;
+	if (d != 16 && d != 32 && d != 64 && d != 128 && d != 256) {
+		set_why(why, "head_dim %d: the CUDA attention is built for 16, 32, 64, 128 and 256", c->head_dim);
 		return NULL;
 	}
 	struct ca_cuda_model *g = (struct ca_cuda_model *)calloc(1, sizeof *g);
@@ -449,7 +454,7 @@ static int layer_forward(struct ca_cuda_model *g, struct cuda_acts *a, struct la
 	nn_cuda_rope(L->q, a->pos, g->rope_cos, g->rope_sin, T, NH, D, 0);
 	nn_cuda_rope(L->k, a->pos, g->rope_cos, g->rope_sin, T, NKV, D, 0);
 	PH(ATTN);
-	if (nn_cuda_attention_forward(L->att, L->lse, L->q, L->k, L->v, a->seq_start, T, NH, NKV, D) < 0)
+	if (nn_cuda_attention_forward(L->att, L->lse, L->q, L->k, L->v, a->attb, a->seq_start, T, NH, NKV, D) < 0)
 		return set_why(why, "head_dim %d is not supported by the CUDA attention", D), -1;
 	PH(MATMUL);
 	if (linear(g, a->y, CUDA_R_32F, L->att, W->wo, T, QD, C, why) < 0)
@@ -657,8 +662,8 @@ static int layer_backward(struct ca_cuda_model *g, struct cuda_acts *a, struct l
 	if (W->bo)
 		nn_cuda_colsum(G(g, o[10]), a->dx, NULL, T, C);
 	PH(ATTN);
-	if (nn_cuda_attention_backward(a->dq, a->dk, a->dv, a->dkh, a->dvh, a->delta, a->datt, L->att, L->lse, L->q, L->k, L->v,
-				       a->seq_start, a->seq_end, T, NH, NKV, D) < 0)
+	if (nn_cuda_attention_backward(a->dq, a->dk, a->dv, a->dkh, a->dvh, a->delta, a->attb, a->datt, L->att, L->lse,
+				       L->q, L->k, L->v, a->seq_start, a->seq_end, T, NH, NKV, D) < 0)
 		return set_why(why, "head_dim %d is not supported by the CUDA attention", D), -1;
 	PH(OTHER);
 	nn_cuda_rope(a->dq, a->pos, g->rope_cos, g->rope_sin, T, NH, D, 1);

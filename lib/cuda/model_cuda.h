@@ -16,9 +16,10 @@
  * or only each layer's input when recomputing (CA_CUDA_RECOMPUTE=1; by
  * default when the model asks for it or the activations would not fit):
  * a third more work, a fraction of the memory, the same numbers.
- * Attention runs on tensor cores (lib/cuda/attention_wmma.cu) for heads
- * of 64 or 128 dims, on the fp32 kernels of attention_cuda.cu for the
- * others or with CA_CUDA_ATTENTION=fp32. CA_CUDA_PROFILE=1 synchronises
+ * Attention runs on tensor cores (lib/cuda/attention_mma.cu, FlashAttention-2's
+ * tiling on mma.sync) for heads of 16 to 128 dims, on the older WMMA kernels
+ * (attention_wmma.cu) with CA_CUDA_ATTENTION=wmma, on the fp32 kernels of
+ * attention_cuda.cu for heads of 256 or with CA_CUDA_ATTENTION=fp32. CA_CUDA_PROFILE=1 synchronises
  * between phases and prints the seconds each took when the model is freed.
  *
  * Every kernel has its CPU reference in lib/nn.c or lib/model.c;

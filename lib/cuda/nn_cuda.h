@@ -70,26 +70,35 @@ void nn_cuda_adamw(float *params, bf16 *params16, const float *grad, float *m, f
  * [T, T] matrix; the forward keeps only lse[T, NH] (log-sum-exp of the
  * scaled scores) for the backward. q [T, NH*D], k, v [T, NKV*D] fp32;
  * out bf16. seq_end[t] is one past the last token of t's sequence.
- * Returns -1 for a head_dim it was not built for (32, 64, 128, 256).
+ * scratch holds bf16 copies of the inputs: T*(NH + 2*NKV)*D entries for
+ * the forward, T*(2*NH + 2*NKV)*D for the backward.
+ * Returns -1 for a head_dim it was not built for (16, 32, 64, 128, 256).
  */
-int nn_cuda_attention_forward(bf16 *out, float *lse, const float *q, const float *k, const float *v,
+int nn_cuda_attention_forward(bf16 *out, float *lse, const float *q, const float *k, const float *v, bf16 *scratch,
 			      const int *seq_start, int T, int NH, int NKV, int D);
 /*
- * dq, dk, dv written; delta is [T, NH] scratch, dkh and dvh [Tpad, NH*D]
- * scratch and dq [Tpad, NH*D] (Tpad: T rounded up to 64). Both directions
- * run on tensor cores (attention_wmma.cu) when D is 64 or 128 unless
- * CA_CUDA_ATTENTION=fp32, else on the fp32 kernels of attention_cuda.cu.
+ * dq, dk, dv written; delta is [T, NH] scratch. Tensor cores by default:
+ * attention_mma.cu (mma.sync, FlashAttention-2's tiling) for head_dim 16,
+ * 32, 64 and 128; CA_CUDA_ATTENTION=wmma the older WMMA kernels of
+ * attention_wmma.cu (64 and 128; they need dkh and dvh [Tpad, NH*D] and
+ * dq [Tpad, NH*D], Tpad: T rounded up to 64); CA_CUDA_ATTENTION=fp32, or
+ * another head_dim, the fp32 kernels of attention_cuda.cu.
  */
-int nn_cuda_attention_backward(float *dq, float *dk, float *dv, float *dkh, float *dvh, float *delta, const float *dout,
-			       const bf16 *out, const float *lse, const float *q, const float *k, const float *v,
-			       const int *seq_start, const int *seq_end, int T, int NH, int NKV, int D);
+int nn_cuda_attention_backward(float *dq, float *dk, float *dv, float *dkh, float *dvh, float *delta, bf16 *scratch,
+			       const float *dout, const bf16 *out, const float *lse, const float *q, const float *k,
+			       const float *v, const int *seq_start, const int *seq_end, int T, int NH, int NKV, int D);
 
+int nn_cuda_attention_forward_mma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+				  const int *seq_start, int T, int NH, int NKV, int D);
+int nn_cuda_attention_backward_mma(float *dq, float *dk, float *dv, const float *delta, const bf16 *dout,
+				   const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int *seq_start,
+				   const int *seq_end, int T, int NH, int NKV, int D);
 int nn_cuda_attention_forward_wmma(bf16 *out, float *lse, const float *q, const float *k, const float *v,
 				   const int *seq_start, int T, int NH, int NKV, int D);
 int nn_cuda_attention_backward_wmma(float *dq, float *dk, float *dv, float *dkh, float *dvh, const float *delta,
 				    const float *dout, const float *lse, const float *q, const float *k, const float *v,
 				    const int *seq_start, const int *seq_end, int T, int NH, int NKV, int D);
-/* Which attention kernels run: "wmma" or "fp32" (for logs and benchmarks). */
+/* Which attention kernels run: "mma", "wmma" or "fp32" (for logs and benchmarks). */
 const char *nn_cuda_attention_kind(int D);
 
 #endif

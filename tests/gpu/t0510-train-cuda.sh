@@ -33,7 +33,13 @@ for cfg in "256 2 4096 1200" "512 1 4096 1200"; do
 		'
 	done
 done
-# The fp32 attention kernels (lib/cuda/attention_cuda.cu; the default is tensor cores) the same way.
+# The older WMMA tensor-core kernels (lib/cuda/attention_wmma.cu; the default is attention_mma.cu).
+expect_success 'CUDA gradients match the CPU with CA_CUDA_ATTENTION=wmma (policy; hidden 256)' '
+	test-model_bench model 256 2 4096 1200 >bench.json &&
+	CA_CUDA_ATTENTION=wmma test-train-cuda model 0.15 0.05 <"$TRASH_BASE/tokens.ndjson" | tee result.json &&
+	CA_CUDA_ATTENTION=wmma test-train-cuda model 0.15 0.05 <"$TRASH_BASE/long.ndjson" | tee -a result.json
+'
+# The fp32 attention kernels (lib/cuda/attention_cuda.cu) the same way.
 for head in policy critic; do
 	expect_success "CUDA gradients match the CPU with CA_CUDA_ATTENTION=fp32 ($head; hidden 256)" '
 		test-model_bench model 256 2 4096 1200 >bench.json &&
@@ -59,6 +65,17 @@ transformers.Qwen2ForCausalLM(c).save_pretrained(\"model\")
 		test-train-cuda model 0.15 0.05 <"$TRASH_BASE/tokens.ndjson" | tee result.json &&
 		test-train-cuda model 0.15 0.05 critic <"$TRASH_BASE/long.ndjson" | tee -a result.json &&
 		CA_CUDA_ATTENTION=fp32 test-train-cuda model 0.15 0.05 <"$TRASH_BASE/long.ndjson" | tee -a result.json
+	'
+	expect_success 'CUDA gradients match the CPU (head_dim 16: 4 heads of 16, 2 key/value heads)' '
+		"$PY" -c "
+import torch, transformers
+torch.manual_seed(0)
+c = transformers.Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, vocab_size=8192, max_position_embeddings=1200, tie_word_embeddings=True)
+transformers.Qwen2ForCausalLM(c).save_pretrained(\"h16\")
+" &&
+		test-train-cuda h16 0.15 0.05 <"$TRASH_BASE/long.ndjson" | tee result.json &&
+		CA_CUDA_ATTENTION=fp32 test-train-cuda h16 0.15 0.05 <"$TRASH_BASE/tokens.ndjson" | tee -a result.json
 	'
 else
 	skip 'CUDA gradients (untied head, head_dim 128)' 'python3 with torch and transformers not found'
