@@ -6,11 +6,14 @@
 # Slurm scripts with the fake sbatch; ca-synth with the GPU workload check;
 # ca-train's stages with every step command on the GPU.
 . "$(dirname "$0")/../test-lib.sh"
-D=$TESTS_DIR/data/agent
-TASKS=$D/kernelbench-tasks.ndjson
+# The problems and their solutions are the ones make demo ships (L1/1 left out).
+KB=$ROOT/examples/kernelbench
+SOL=$KB/solutions
+TASKS=$TRASH_BASE/tasks.ndjson
+jq -c 'select(.id == "kernelbench/L1/14" or .id == "kernelbench/L2/18")' "$KB/tasks.ndjson" >"$TASKS"
 PATH=$TESTS_DIR/fake-slurm:$PATH
 FAKE_SLURM_STATE=$TRASH_BASE/slurm-state
-export D TASKS PATH FAKE_SLURM_STATE
+export TASKS PATH FAKE_SLURM_STATE
 
 if ! has_gpu; then
 	skip 'pipelines on the GPU (ca-eval, ca-rollout, ca-synth, slurm)' 'no GPU here'
@@ -28,10 +31,10 @@ fi
 # and says it is done: one candidate per task. tests/gpu/t0404 runs verify
 # and profile inside the loop; here the pipeline's scoring does them.
 REC=$TRASH_BASE/recording.ndjson
-cp -R "$D/kb-l1-14" "$TRASH_BASE/kb-l1-14" && cp -R "$D/kb-l1-14-v2/." "$TRASH_BASE/kb-l1-14/"
+cp -R "$SOL/L1-14-v1" "$TRASH_BASE/L1-14" && cp -R "$SOL/L1-14-v2/." "$TRASH_BASE/L1-14/"
 {
-	policy-replay --record --id kernelbench/L1/14 --run ca-build "$TRASH_BASE/kb-l1-14"
-	policy-replay --record --id kernelbench/L2/18 --run ca-build "$D/kb-l2-18"
+	policy-replay --record --id kernelbench/L1/14 --run ca-build "$TRASH_BASE/L1-14"
+	policy-replay --record --id kernelbench/L2/18 --run ca-build "$SOL/L2-18"
 } >"$REC"
 export REC
 

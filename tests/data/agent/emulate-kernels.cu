@@ -1,15 +1,16 @@
 // emulate-kernels: run the GPU test's kernels on the CPU (their steps are
 // __host__ __device__) against a double-precision reference, so their
-// indexing is checked where there is no GPU. Built with nvcc as host code.
+// indexing is checked where there is no GPU. Built with nvcc as host code,
+// -I examples/kernelbench/solutions (the shipped solutions are the kernels).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
-#include "kb-l1-14/kernels/triu_matmul.cu"
-#include "kb-l1-14-v2/kernels/triu_blocked.cu"
+#include "L1-14-v1/kernels/triu_matmul.cu"
+#include "L1-14-v2/kernels/triu_blocked.cu"
 #undef THREADS
-#include "kb-l2-18/kernels/linear_sum.cu"
+#include "L2-18/kernels/linear_sum.cu"
 
 static int check_triu(int N)
 {
