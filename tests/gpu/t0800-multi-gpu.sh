@@ -1,27 +1,25 @@
 #!/bin/sh
-# Two GPUs (issue 8): the evaluation pool over --gpus 0,1 and data-parallel
-# training through NCCL. Skips with a message on a machine with fewer than
-# two GPUs; `make check-gpu` on an nvidia-h200-x2 machine runs it.
+# Two GPUs (issue 8): the evaluation pool over --gpus 0,1 (data-parallel
+# training through NCCL is t0801). Skips with a message on a machine with
+# fewer than two GPUs; `make check-gpu` on an nvidia-h200-x2 machine runs it.
 #   - 200 candidate records (honest and adversarial, faults included)
 #     through ca-verify --gpus 0,1 | ca-profile --gpus 0,1: every record
 #     comes out once and in order, each GPU did about half, the honest
 #     candidates pass on both GPUs, and the timings of the same candidate
 #     on GPU 0 and GPU 1 agree within 2% (median over its copies);
-#     throughput against --gpus 0 alone is printed.
-#   - ca-ppo-step --device cuda over two ranks (ca-launch --gpus 0,1)
-#     gives the weights of one rank on the whole batch within bf16 noise;
-#     step throughput for one and two GPUs is printed.
+#     throughput against --gpus 0 alone (on every fourth round, 50
+#     records, so the test fits a 10-minute slot) is printed as records/s.
 . "$(dirname "$0")/../test-lib.sh"
 
 ngpus=0
 has_gpu && ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [ "$ngpus" -lt 2 ]; then
-	skip 'evaluation pool and NCCL training on two GPUs' "needs 2 GPUs, this machine has $ngpus"
+	skip 'evaluation pool on two GPUs' "needs 2 GPUs, this machine has $ngpus"
 	test_done
 	exit
 fi
 if ! has_torch; then
-	skip 'evaluation pool and NCCL training on two GPUs' 'no torch for the Python runner'
+	skip 'evaluation pool on two GPUs' 'no torch for the Python runner'
 	test_done
 	exit
 fi
@@ -62,31 +60,18 @@ expect_success 'the same candidate times alike on GPU 0 and GPU 1 (medians withi
 	jq -s -e "map(select(.profile.ok)) | group_by(.id | sub(\"[.][0-9]+$\"; \"\")) | map(
 		(map(select(.profile.gpu_index == 0) | .profile.candidate_us) | sort | .[length / 2 | floor]) as \$a |
 		(map(select(.profile.gpu_index == 1) | .profile.candidate_us) | sort | .[length / 2 | floor]) as \$b |
-		((\$a - \$b) | fabs) / \$a) | (tostring | stderr) | all(. < 0.02)" "$LOG/pool2.ndjson"
+		((\$a - \$b) | fabs) / \$a) | . as \$d | (\$d | tostring | stderr) | \$d | all(. < 0.02)" "$LOG/pool2.ndjson"
 '
-expect_success 'one GPU alone, for the throughput ratio' '
+expect_success 'one GPU alone, for the throughput ratio (records/s, every fourth round)' '
+	awk "NR % 20 >= 1 && NR % 20 <= 5" "$TRASH_BASE/pool.ndjson" >quarter.ndjson &&
 	s=$(date +%s) &&
-	ca-verify --gpus 0 "$TRASH_BASE/pool.ndjson" | ca-profile --gpus 0 >"$LOG/pool1.ndjson"
+	ca-verify --gpus 0 quarter.ndjson | ca-profile --gpus 0 >"$LOG/pool1.ndjson"
 	t1=$(( $(date +%s) - s )) &&
-	test "$(wc -l <"$LOG/pool1.ndjson")" -eq 200 &&
-	echo "one GPU: 200 records in $t1 s" | tee -a "$LOG/pool-throughput.txt"
-'
-
-# Training: one rank with the whole batch against two ranks with half each.
-awk 'BEGIN { srand(3); for (i = 0; i < 32; i++) { n = 256 + i * 32; t = ""; m = "";
-	for (j = 0; j < n; j++) { t = t (j ? "," : "") int(rand() * 8000); m = m (j ? "," : "") (j < 16 ? 0 : 1) }
-	printf "{\"id\":\"s%d\",\"tokens\":[%s],\"mask\":[%s],\"reward\":%d}\n", i, t, m, i % 4 } }' \
-	>"$TRASH_BASE/tokens.ndjson"
-expect_success 'ca-ppo-step on two GPUs through NCCL gives one GPU'"'"'s weights (bf16 noise)' '
-	test-model_bench m 1024 4 8192 512 >/dev/null &&
-	ca-logprob -m m --device cuda "$TRASH_BASE/tokens.ndjson" |
-		jq -c ".advantages = [.mask[] * (.reward - 1.5)]" >batch &&
-	ca-ppo-step -m m -o one --device cuda --mini-batches 2 --lr 1e-4 batch >one.json &&
-	ca-ppo-step -m m -o again --device cuda --mini-batches 2 --lr 1e-4 batch >again.json &&
-	ca-launch -n 2 --gpus 0,1 -- ca-ppo-step -m m -o two --device cuda --mini-batches 2 --lr 1e-4 batch >two.json &&
-	jq -e ".ranks == 2" two.json &&
-	test-st_compare again one 1 | tail -n 1 | sed "s/^/same GPU step twice: /" | tee -a "$LOG/nccl.txt" &&
-	test-st_compare two one 5e-3 | tail -n 1 | sed "s/^/two ranks vs one: /" | tee -a "$LOG/nccl.txt" &&
-	jq -r "\"update_seconds: \(.update_seconds) with \(.ranks) rank(s)\"" one.json two.json | tee -a "$LOG/nccl.txt"
+	test "$(wc -l <"$LOG/pool1.ndjson")" -eq 50 &&
+	echo "one GPU: 50 records in $t1 s" | tee -a "$LOG/pool-throughput.txt" &&
+	awk "/two GPUs/ { r2 = 200 / \$(NF - 1) } /one GPU/ { r1 = 50 / \$(NF - 1) }
+		END { printf \"records/s: two GPUs %.3f, one GPU %.3f, ratio %.2f\\n\", r2, r1, r2 / r1 }" \
+		"$LOG/pool-throughput.txt" | tee -a "$LOG/pool-throughput.txt"
 '
 test_done
+
