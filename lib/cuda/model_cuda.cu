@@ -72,6 +72,7 @@ static const char *const phase_names[NPHASES] = {"none", "matmul_fwd", "attentio
 static int profiling = -1, phase_now, phase_dir;  // phase_dir: 0 forward, 4 backward
 #define PH(name) phase(PH_##name##_F + phase_dir)
 static double phase_seconds[NPHASES], phase_since;
+static int profile_steps;  // training forwards seen; the first (warm-up: module loading, cuBLAS heuristics) is left out
 
 static double wall(void)
 {
@@ -100,20 +101,21 @@ static void phase(int next)
 
 struct layer_acts {
 	float *x, *rstd1, *q, *k, *v, *lse, *xmid, *rstd2;
-	bf16 *ln1, *att, *ln2, *gate, *up;
+	bf16 *ln1, *att, *ln2, *gu, *h;  // gu: rows of [gate | up], one matmul; h = silu(gate) * up
 };
 
 struct cuda_acts {
 	int cap_T, T, train, nkept, chunk, recompute;
+	int keep_logits, logits_ready;  // logits of every chunk kept from the forward for the backward
 	struct layer_acts *layer;
 	float **xin;   // recompute: each layer's input [T, C]; the rest is rebuilt in the backward
 	float *xfinal, *rstdf, *y, *logits;
-	bf16 *lnf, *h, *dlogits, *attb;  // attb: bf16 copies of attention's inputs
+	bf16 *lnf, *dlogits, *attb;  // attb: bf16 copies of attention's inputs
 	int *tokens, *targets, *seq_start, *seq_end, *pos;
 	float *lp, *ent, *val, *dlp, *dent, *dval;
 	// backward scratch (train only)
 	float *dx, *dh, *dln, *datt, *dq, *dk, *dv, *delta, *dkh, *dvh;
-	bf16 *dxb, *dgate, *dup, *dqb, *dkb, *dvb;
+	bf16 *dxb, *dgu, *dqb, *dkb, *dvb;
 	void **owned;
 	int nowned;
 };
@@ -155,7 +157,7 @@ static size_t layer_bytes(const struct ca_model_config *c, int T)
 {
 	size_t C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size, NH = (size_t)c->num_heads;
 	size_t QD = NH * c->head_dim, KD = (size_t)c->num_kv_heads * c->head_dim;
-	return (size_t)T * (4 * (2 * C + QD + 2 * KD + NH + 2) + 2 * (2 * C + QD + 2 * F));
+	return (size_t)T * (4 * (2 * C + QD + 2 * KD + NH + 2) + 2 * (2 * C + QD + 3 * F));
 }
 
 /*
@@ -174,6 +176,22 @@ static int want_recompute(const struct ca_model_config *c, int T, int model_asks
 	if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess)
 		return 0;
 	return (double)layer_bytes(c, T) * c->num_layers > 0.7 * (double)free_bytes;
+}
+
+/*
+ * Keeping the forward's logits spares the backward one head matmul per
+ * chunk: CA_CUDA_KEEP_LOGITS=1 always when training, 0 never; unset, when
+ * they take less than a quarter of the free device memory.
+ */
+static int want_kept_logits(size_t bytes)
+{
+	const char *e = getenv("CA_CUDA_KEEP_LOGITS");
+	if (e && *e)
+		return strcmp(e, "0") != 0;
+	size_t free_bytes = 0, total = 0;
+	if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess)
+		return 0;
+	return (double)bytes < 0.25 * (double)free_bytes;
 }
 
 static struct cuda_acts *acts_new(const struct ca_model_config *c, int T, int train, int recompute)
@@ -203,12 +221,14 @@ static struct cuda_acts *acts_new(const struct ca_model_config *c, int T, int tr
 		struct layer_acts *L = &a->layer[l];
 		L->x = F32(t * C); L->rstd1 = F32(t); L->q = F32(t * QD); L->k = F32(t * KD); L->v = F32(t * KD);
 		L->lse = F32(t * NH); L->xmid = F32(t * C); L->rstd2 = F32(t);
-		L->ln1 = B16(t * C); L->att = B16(t * QD); L->ln2 = B16(t * C); L->gate = B16(t * F); L->up = B16(t * F);
+		L->ln1 = B16(t * C); L->att = B16(t * QD); L->ln2 = B16(t * C); L->gu = B16(t * 2 * F);
+		L->h = B16(t * F);
 	}
 	for (int l = 0; a->recompute && l < c->num_layers && ok; l++)
 		a->xin[l] = F32(t * C);
-	a->xfinal = F32(t * C); a->rstdf = F32(t); a->y = F32(t * C); a->lnf = B16(t * C); a->h = B16(t * F);
-	a->logits = F32((size_t)a->chunk * V);
+	a->xfinal = F32(t * C); a->rstdf = F32(t); a->y = F32(t * C); a->lnf = B16(t * C);
+	a->keep_logits = train && !a->recompute && !c->critic && want_kept_logits(t * V * sizeof(float));
+	a->logits = F32(a->keep_logits ? t * V : (size_t)a->chunk * V);
 	a->attb = B16(t * (2 * QD + 2 * KD));
 	a->tokens = I32(t); a->targets = I32(t); a->seq_start = I32(t); a->seq_end = I32(t); a->pos = I32(t);
 	a->lp = F32(t); a->ent = F32(t); a->val = F32(t); a->dlp = F32(t); a->dent = F32(t); a->dval = F32(t);
@@ -221,7 +241,7 @@ static struct cuda_acts *acts_new(const struct ca_model_config *c, int T, int tr
 			a->dkh = F32(tpad * QD);
 			a->dvh = F32(tpad * QD);
 		}
-		a->dxb = B16(t * (C > QD ? C : QD)); a->dgate = B16(t * F); a->dup = B16(t * F);
+		a->dxb = B16(t * (C > QD ? C : QD)); a->dgu = B16(t * 2 * F);
 		a->dqb = B16(t * QD); a->dkb = B16(t * KD); a->dvb = B16(t * KD);
 	}
 #undef F32
@@ -241,9 +261,11 @@ extern "C" void ca_cuda_model_free(struct ca_cuda_model *g)
 	if (!g)
 		return;
 	if (profiling > 0) {
-		fprintf(stderr, "model_cuda: seconds by phase:");
+		int n = profile_steps > 1 ? profile_steps - 1 : 1;
+		fprintf(stderr, "model_cuda: seconds per step by phase (mean of %d step%s%s):", n, n > 1 ? "s" : "",
+			profile_steps > 1 ? " after the first" : "");
 		for (int i = 1; i < NPHASES; i++)
-			fprintf(stderr, " %s %.4f", phase_names[i], phase_seconds[i]);
+			fprintf(stderr, " %s %.4f", phase_names[i], phase_seconds[i] / n);
 		fprintf(stderr, "\n");
 	}
 	acts_free(g->acts);
@@ -346,6 +368,11 @@ extern "C" struct ca_cuda_model *ca_cuda_model_upload(const struct ca_model *m, 
 				      L->bq, L->bk, L->bv, L->bo, L->ln1, L->ln2};
 		for (int i = 0; i < 13; i++)
 			W->off[i] = offset_of(m, p[i]);
+		if (W->off[5] != W->off[4] + (size_t)c->intermediate_size * c->hidden_size) {
+			set_why(why, "layer %d: up_proj does not follow gate_proj in the parameters", l);
+			ca_cuda_model_free(g);
+			return NULL;
+		}
 		W->wq = view16(g, W->off[0]); W->wk = view16(g, W->off[1]); W->wv = view16(g, W->off[2]);
 		W->wo = view16(g, W->off[3]); W->wgate = view16(g, W->off[4]); W->wup = view16(g, W->off[5]);
 		W->wdown = view16(g, W->off[6]);
@@ -465,13 +492,13 @@ static int layer_forward(struct ca_cuda_model *g, struct cuda_acts *a, struct la
 	nn_cuda_add(L->xmid, L->x, a->y, TC);
 	nn_cuda_rmsnorm_forward(L->ln2, L->rstd2, L->xmid, W->ln2, c->rms_norm_eps, T, C);
 	PH(MATMUL);
-	if (linear(g, L->gate, CUDA_R_16BF, L->ln2, W->wgate, T, C, F, why) < 0 ||
-	    linear(g, L->up, CUDA_R_16BF, L->ln2, W->wup, T, C, F, why) < 0)
+	// up_proj's weight follows gate_proj's (lib/model.c's layout, checked at upload): one [2F, C] matrix.
+	if (linear(g, L->gu, CUDA_R_16BF, L->ln2, W->wgate, T, C, 2 * F, why) < 0)
 		return -1;
 	PH(OTHER);
-	nn_cuda_swiglu_forward(a->h, L->gate, L->up, (size_t)T * F);
+	nn_cuda_swiglu_forward(L->h, L->gu, T, F);
 	PH(MATMUL);
-	if (linear(g, a->y, CUDA_R_32F, a->h, W->wdown, T, F, C, why) < 0)
+	if (linear(g, a->y, CUDA_R_32F, L->h, W->wdown, T, F, C, why) < 0)
 		return -1;
 	PH(OTHER);
 	nn_cuda_add(next, L->xmid, a->y, TC);
@@ -514,6 +541,7 @@ static int forward(struct ca_cuda_model *g, const struct ca_batch *b, const int 
 			return set_why(why, "no GPU memory for the activations of %d tokens", T), -1;
 	}
 	a->T = T;
+	a->logits_ready = 0;
 	int *host = (int *)malloc(sizeof(int) * 4 * (size_t)T);
 	if (!host)
 		return set_why(why, "out of memory"), -1;
@@ -563,10 +591,12 @@ static int forward(struct ca_cuda_model *g, const struct ca_batch *b, const int 
 	} else if (logprobs || entropy) {
 		for (int t0 = 0; t0 < T; t0 += a->chunk) {
 			int n = T - t0 < a->chunk ? T - t0 : a->chunk;
-			if (linear(g, a->logits, CUDA_R_32F, a->lnf + (size_t)t0 * C, g->lm_head, n, C, V, why) < 0)
+			float *z = a->logits + (a->keep_logits ? (size_t)t0 * V : 0);
+			if (linear(g, z, CUDA_R_32F, a->lnf + (size_t)t0 * C, g->lm_head, n, C, V, why) < 0)
 				return -1;
-			nn_cuda_logprob_forward(a->lp + t0, a->ent + t0, a->logits, a->targets + t0, n, V);
+			nn_cuda_logprob_forward(a->lp + t0, a->ent + t0, z, a->targets + t0, n, V);
 		}
+		a->logits_ready = a->keep_logits;
 	}
 	phase(PH_NONE);
 	CUDA_TRY(cudaGetLastError());
@@ -592,6 +622,9 @@ extern "C" int ca_cuda_model_forward(struct ca_cuda_model *g, const struct ca_ba
 extern "C" int ca_cuda_model_forward_train(struct ca_cuda_model *g, const struct ca_batch *b, const int *targets,
 					   float *logprobs, float *entropy, float *values, char *why)
 {
+	phase(PH_NONE);
+	if (profiling > 0 && ++profile_steps == 2)
+		memset(phase_seconds, 0, sizeof phase_seconds);
 	int r = forward(g, b, targets, logprobs, entropy, values, 1, why);
 	if (g->acts)
 		g->acts->train = r == 0 ? 2 : 1;  // 2: a training forward is waiting for its backward
@@ -632,28 +665,22 @@ static int layer_backward(struct ca_cuda_model *g, struct cuda_acts *a, struct l
 	const struct ca_model_config *c = &g->cfg;
 	int T = a->T, C = c->hidden_size, F = c->intermediate_size;
 	int NH = c->num_heads, NKV = c->num_kv_heads, D = c->head_dim, QD = NH * D, KD = NKV * D;
-	size_t TC = (size_t)T * C, TF = (size_t)T * F;
 	const size_t *o = W->off;
 	// MLP: out = xmid + down(silu(gate) * up); dx flows on to xmid.
-	PH(OTHER);
-	nn_cuda_to_bf16(a->dxb, a->dx, TC);
-	nn_cuda_swiglu_forward(a->h, L->gate, L->up, TF);
+	// a->dxb holds dx as bf16 (the rmsnorm backward after this layer wrote both).
 	PH(MATMUL);
-	if (linear_dw(g, G(g, o[6]), a->dxb, a->h, T, F, C, why) < 0 ||
+	if (linear_dw(g, G(g, o[6]), a->dxb, L->h, T, F, C, why) < 0 ||
 	    linear_dx(g, a->dh, a->dxb, W->wdown, T, F, C, 0.0f, why) < 0)
 		return -1;
 	PH(OTHER);
-	nn_cuda_swiglu_backward(a->dgate, a->dup, a->dh, L->gate, L->up, TF);
+	nn_cuda_swiglu_backward(a->dgu, a->dh, L->gu, T, F);
 	PH(MATMUL);
-	if (linear_dw(g, G(g, o[4]), a->dgate, L->ln2, T, C, F, why) < 0 ||
-	    linear_dw(g, G(g, o[5]), a->dup, L->ln2, T, C, F, why) < 0 ||
-	    linear_dx(g, a->dln, a->dgate, W->wgate, T, C, F, 0.0f, why) < 0 ||
-	    linear_dx(g, a->dln, a->dup, W->wup, T, C, F, 1.0f, why) < 0)
+	if (linear_dw(g, G(g, o[4]), a->dgu, L->ln2, T, C, 2 * F, why) < 0 ||
+	    linear_dx(g, a->dln, a->dgu, W->wgate, T, C, 2 * F, 0.0f, why) < 0)
 		return -1;
 	PH(OTHER);
-	nn_cuda_rmsnorm_backward(a->dx, G(g, o[12]), a->dln, L->xmid, W->ln2, L->rstd2, T, C);
+	nn_cuda_rmsnorm_backward(a->dx, a->dxb, G(g, o[12]), a->dln, L->xmid, W->ln2, L->rstd2, T, C);
 	// Attention: xmid = x + o_proj(att).
-	nn_cuda_to_bf16(a->dxb, a->dx, TC);
 	PH(MATMUL);
 	if (linear_dw(g, G(g, o[3]), a->dxb, L->att, T, QD, C, why) < 0 ||
 	    linear_dx(g, a->datt, a->dxb, W->wo, T, QD, C, 0.0f, why) < 0)
@@ -686,7 +713,7 @@ static int layer_backward(struct ca_cuda_model *g, struct cuda_acts *a, struct l
 	    linear_dx(g, a->dln, a->dvb, W->wv, T, C, KD, 1.0f, why) < 0)
 		return -1;
 	PH(OTHER);
-	nn_cuda_rmsnorm_backward(a->dx, G(g, o[11]), a->dln, L->x, W->ln1, L->rstd1, T, C);
+	nn_cuda_rmsnorm_backward(a->dx, a->dxb, G(g, o[11]), a->dln, L->x, W->ln1, L->rstd1, T, C);
 	return 0;
 }
 
@@ -735,9 +762,10 @@ extern "C" int ca_cuda_model_backward(struct ca_cuda_model *g, const float *dlog
 			if (!need_lp && !need_ent)
 				continue;
 			const bf16 *x = a->lnf + (size_t)t0 * C;
-			if (linear(g, a->logits, CUDA_R_32F, x, g->lm_head, n, C, V, why) < 0)
+			const float *z = a->logits + (a->logits_ready ? (size_t)t0 * V : 0);
+			if (!a->logits_ready && linear(g, a->logits, CUDA_R_32F, x, g->lm_head, n, C, V, why) < 0)
 				return -1;
-			nn_cuda_logprob_backward(a->dlogits, a->logits, a->targets + t0, need_lp ? a->dlp + t0 : NULL,
+			nn_cuda_logprob_backward(a->dlogits, z, a->targets + t0, need_lp ? a->dlp + t0 : NULL,
 						 need_ent ? a->dent + t0 : NULL, n, V);
 			if (linear_dx(g, a->dln + (size_t)t0 * C, a->dlogits, g->lm_head, n, C, V, 0.0f, why) < 0 ||
 			    linear_dw(g, G(g, g->off_lm_head), a->dlogits, x, n, C, V, why) < 0)
@@ -746,7 +774,7 @@ extern "C" int ca_cuda_model_backward(struct ca_cuda_model *g, const float *dlog
 	}
 	PH(OTHER);
 	CUDA_TRY(cudaMemset(a->dx, 0, sizeof(float) * TC));
-	nn_cuda_rmsnorm_backward(a->dx, G(g, g->off_norm), a->dln, a->xfinal, g->norm, a->rstdf, T, C);
+	nn_cuda_rmsnorm_backward(a->dx, a->dxb, G(g, g->off_norm), a->dln, a->xfinal, g->norm, a->rstdf, T, C);
 	for (int l = c->num_layers - 1; l >= 0; l--) {
 		struct layer_acts *L = &a->layer[a->recompute ? 0 : l];
 		if (a->recompute) {

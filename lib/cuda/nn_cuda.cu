@@ -55,8 +55,8 @@ void nn_cuda_rmsnorm_forward(bf16 *out, float *rstd, const float *x, const float
 	rmsnorm_forward_kernel<<<T, 256>>>(out, rstd, x, w, eps, C);
 }
 
-__global__ static void rmsnorm_backward_kernel(float *dx, const float *dout, const float *x, const float *w,
-					       const float *rstd, int C)
+__global__ static void rmsnorm_backward_kernel(float *dx, bf16 *dxb, const float *dout, const float *x,
+					       const float *w, const float *rstd, int C)
 {
 	__shared__ float shared[32];
 	size_t row = (size_t)blockIdx.x * C;
@@ -65,8 +65,12 @@ __global__ static void rmsnorm_backward_kernel(float *dx, const float *dout, con
 		dot += dout[row + i] * w[i] * x[row + i];
 	dot = block_sum(dot, shared);
 	float k = dot * r * r * r / (float)C;
-	for (int i = threadIdx.x; i < C; i += blockDim.x)
-		dx[row + i] += dout[row + i] * w[i] * r - k * x[row + i];
+	for (int i = threadIdx.x; i < C; i += blockDim.x) {
+		float d = dx[row + i] + (dout[row + i] * w[i] * r - k * x[row + i]);
+		dx[row + i] = d;
+		if (dxb)
+			dxb[row + i] = __float2bfloat16(d);
+	}
 }
 
 // out[c] += sum_t a[t,c] * b[t,c] * s[t] (b, s optional): a 32x8 block per 32
@@ -101,10 +105,10 @@ static dim3 colsum_grid(int T, int C)
 	return dim3(blocks_for((size_t)C, 32), rows < 128 ? rows : 128);
 }
 
-void nn_cuda_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+void nn_cuda_rmsnorm_backward(float *dx, bf16 *dxb, float *dw, const float *dout, const float *x, const float *w,
 			      const float *rstd, int T, int C)
 {
-	rmsnorm_backward_kernel<<<T, 256>>>(dx, dout, x, w, rstd, C);
+	rmsnorm_backward_kernel<<<T, 256>>>(dx, dxb, dout, x, w, rstd, C);
 	colsum_kernel<float><<<colsum_grid(T, C), dim3(32, 8)>>>(dw, dout, x, rstd, T, C);
 }
 
@@ -155,35 +159,39 @@ void nn_cuda_rope(float *x, const int *pos, const float *cos_t, const float *sin
 
 // ---- SwiGLU (ca_nn_swiglu_forward, ca_nn_swiglu_backward) ----
 
-__global__ static void swiglu_forward_kernel(bf16 *h, const bf16 *gate, const bf16 *up, size_t n)
+// One thread per (t, j): gate at gu[t, j], up at gu[t, F + j].
+__global__ static void swiglu_forward_kernel(bf16 *h, const bf16 *gu, int F, size_t n)
 {
 	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < n) {
-		float g = __bfloat162float(gate[i]);
-		h[i] = __float2bfloat16(g / (1.0f + expf(-g)) * __bfloat162float(up[i]));
+		size_t t = i / (unsigned)F, j = i - t * F, at = t * 2 * F + j;
+		float g = __bfloat162float(gu[at]);
+		h[i] = __float2bfloat16(g / (1.0f + expf(-g)) * __bfloat162float(gu[at + F]));
 	}
 }
 
-void nn_cuda_swiglu_forward(bf16 *h, const bf16 *gate, const bf16 *up, size_t n)
+void nn_cuda_swiglu_forward(bf16 *h, const bf16 *gu, int T, int F)
 {
-	swiglu_forward_kernel<<<blocks_for(n, 256), 256>>>(h, gate, up, n);
+	size_t n = (size_t)T * F;
+	swiglu_forward_kernel<<<blocks_for(n, 256), 256>>>(h, gu, F, n);
 }
 
-__global__ static void swiglu_backward_kernel(bf16 *dgate, bf16 *dup, const float *dh, const bf16 *gate,
-					      const bf16 *up, size_t n)
+__global__ static void swiglu_backward_kernel(bf16 *dgu, const float *dh, const bf16 *gu, int F, size_t n)
 {
 	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < n) {
-		float g = __bfloat162float(gate[i]), u = __bfloat162float(up[i]), d = dh[i];
+		size_t t = i / (unsigned)F, j = i - t * F, at = t * 2 * F + j;
+		float g = __bfloat162float(gu[at]), u = __bfloat162float(gu[at + F]), d = dh[i];
 		float sig = 1.0f / (1.0f + expf(-g));
-		dup[i] = __float2bfloat16(d * g * sig);
-		dgate[i] = __float2bfloat16(d * u * sig * (1.0f + g * (1.0f - sig)));
+		dgu[at + F] = __float2bfloat16(d * g * sig);
+		dgu[at] = __float2bfloat16(d * u * sig * (1.0f + g * (1.0f - sig)));
 	}
 }
 
-void nn_cuda_swiglu_backward(bf16 *dgate, bf16 *dup, const float *dh, const bf16 *gate, const bf16 *up, size_t n)
+void nn_cuda_swiglu_backward(bf16 *dgu, const float *dh, const bf16 *gu, int T, int F)
 {
-	swiglu_backward_kernel<<<blocks_for(n, 256), 256>>>(dgate, dup, dh, gate, up, n);
+	size_t n = (size_t)T * F;
+	swiglu_backward_kernel<<<blocks_for(n, 256), 256>>>(dgu, dh, gu, F, n);
 }
 
 __global__ static void add_kernel(float *out, const float *a, const float *b, size_t n)

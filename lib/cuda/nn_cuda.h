@@ -20,8 +20,11 @@ void nn_cuda_embed_backward(float *dembed, const float *dx, const int *tokens, i
 
 /* out = w * x * rstd (bf16), rstd kept when not NULL (ca_nn_rmsnorm_forward). */
 void nn_cuda_rmsnorm_forward(bf16 *out, float *rstd, const float *x, const float *w, float eps, int T, int C);
-/* dx += d(norm)/dx dout; dw += sum_t dout * x * rstd (ca_nn_rmsnorm_backward). */
-void nn_cuda_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+/*
+ * dx += d(norm)/dx dout, and dxb (when not NULL) = the new dx as bf16 for
+ * the matmuls before; dw += sum_t dout * x * rstd (ca_nn_rmsnorm_backward).
+ */
+void nn_cuda_rmsnorm_backward(float *dx, bf16 *dxb, float *dw, const float *dout, const float *x, const float *w,
 			      const float *rstd, int T, int C);
 
 /* y[T,O] += bias[O]. */
@@ -34,10 +37,12 @@ void nn_cuda_colsum_bf16(float *out, const bf16 *a, const float *rowscale, int T
 void nn_cuda_rope(float *x, const int *pos, const float *cos_t, const float *sin_t, int T, int H, int D,
 		  int inverse);
 
-/* h = silu(gate) * up, and its backward (dgate, dup written, not added). */
-void nn_cuda_swiglu_forward(bf16 *h, const bf16 *gate, const bf16 *up, size_t n);
-void nn_cuda_swiglu_backward(bf16 *dgate, bf16 *dup, const float *dh, const bf16 *gate, const bf16 *up,
-			     size_t n);
+/*
+ * h[T, F] = silu(gate) * up where gu[T, 2F] holds rows of [gate | up] (one
+ * matmul makes both); the backward writes dgu (not added) the same way.
+ */
+void nn_cuda_swiglu_forward(bf16 *h, const bf16 *gu, int T, int F);
+void nn_cuda_swiglu_backward(bf16 *dgu, const float *dh, const bf16 *gu, int T, int F);
 
 /* out = a + b; out may be a. */
 void nn_cuda_add(float *out, const float *a, const float *b, size_t n);
