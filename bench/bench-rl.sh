@@ -12,10 +12,12 @@
 # and values from ca-logprob and advantages from ca-gae, then --repeat
 # updates of each step. Prints per step: updates/s and tokens/s of ca (its
 # update_seconds: forward, backward, optimizer) and of PyTorch, their ratio,
-# and peak memory (ca: the process's max RSS; PyTorch on a GPU: peak
-# allocated). ca runs on the backend its engine has (CPU fp32 as of this
-# writing), so a GPU run compares that with PyTorch on the GPU. The records
-# go to DIR/bench-rl.ndjson.
+# and peak memory (ca: the process's max RSS, and with --device cuda the
+# engine's peak GPU allocation, device_peak_bytes; PyTorch on a GPU: peak
+# allocated). Both sides run on --device: on cuda, ca's bf16 engine with
+# fp32 master weights against PyTorch under autocast(bfloat16) with fp32
+# parameters (one untimed PyTorch update first; ca's update_seconds leave
+# out loading). The records go to DIR/bench-rl.ndjson.
 set -eu
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -44,6 +46,8 @@ if ! "$PY" -c 'import torch, transformers' 2>/dev/null; then
 	echo "bench-rl: $PY lacks torch or transformers (make deps)" >&2
 	exit 4
 fi
+autocast=
+[ "$device" = cpu ] || autocast=--autocast
 mkdir -p "$out"
 if [ ! -f "$out/$shape/actor/config.json" ]; then
 	"$PY" lib/py/ca_rl_ref.py init "$out/$shape/actor" --shape "$shape" 2>/dev/null
@@ -61,7 +65,8 @@ awk -v n=$((tokens / seq)) -v len="$seq" -v vocab="$vocab" 'BEGIN {
 		for (i = 0; i < len; i++) printf "%s%d", (i ? "," : ""), (i >= 32)
 		print "]}"
 	}
-}' | ca-logprob -m "$out/$shape/actor" | ca-logprob -m "$out/$shape/critic" | ca-gae >"$out/batch.ndjson"
+}' | ca-logprob -m "$out/$shape/actor" --device "$device" | ca-logprob -m "$out/$shape/critic" --device "$device" |
+	ca-gae >"$out/batch.ndjson"
 
 rss() { # command...: run it, print its max RSS in KiB to fd 3
 	if command -v /usr/bin/time >/dev/null 2>&1; then
@@ -79,13 +84,14 @@ for kind in sft value ppo; do
 	[ $kind = ppo ] && opts="--whiten"
 	for _ in $(seq "$repeat"); do
 		# shellcheck disable=SC2086
-		rss ca-$kind-step -m "$model" -o "$out/scratch" --lr 1e-6 $opts <"$out/batch.ndjson" \
+		rss ca-$kind-step -m "$model" -o "$out/scratch" --lr 1e-6 --device "$device" $opts <"$out/batch.ndjson" \
 			3>>"$out/rss.$kind" >>"$out/ca.$kind"
 	done
 	rm -rf "$out/scratch"
 done
 "$PY" lib/py/ca_rl_ref.py sft,value,ppo "$out/$shape/actor" "$out/batch.ndjson" \
-	--critic "$out/$shape/critic" --repeat "$repeat" --lr 1e-6 --device "$device" >"$out/torch" 2>/dev/null
+	--critic "$out/$shape/critic" --repeat "$repeat" --lr 1e-6 --device "$device" $autocast >"$out/torch" 2>"$out/torch.err" ||
+	{ tail -5 "$out/torch.err" >&2; exit 1; }
 
 for kind in sft value ppo; do
 	torch_line=$(jq -c "select(.kind == \"$kind\")" "$out/torch")
@@ -94,11 +100,11 @@ for kind in sft value ppo; do
 		(map(.update_seconds) | add / length) as $s |
 		{kind: $kind, shape: $shape, torch_device: $device, tokens: .[0].tokens_total,
 		 ca_update_s: $s, ca_updates_per_s: (1 / $s), ca_tokens_per_s: (.[0].tokens_total / $s),
-		 ca_max_rss_kb: $rss,
+		 ca_max_rss_kb: $rss, ca_device_peak_bytes: (map(.device_peak_bytes) | max),
 		 torch_update_s: $t.seconds_per_step, torch_tokens_per_s: $t.tokens_per_s,
 		 torch_peak_memory_bytes: $t.peak_memory_bytes,
 		 ratio_ca_over_torch: ($t.seconds_per_step / $s)}' "$out/ca.$kind" >>"$out/bench-rl.ndjson"
 done
 rm -f "$out"/ca.* "$out"/rss* "$out/torch"
-jq -r '"\(.kind)-step  \(.tokens) tokens  ca \(.ca_tokens_per_s | floor) tok/s (\(.ca_update_s * 1000 | floor) ms/update, max RSS \(.ca_max_rss_kb) KiB)  torch[\(.torch_device)] \(.torch_tokens_per_s | floor) tok/s  ratio \(.ratio_ca_over_torch * 100 | floor / 100)x"' \
+jq -r '"\(.kind)-step  \(.tokens) tokens  ca \(.ca_tokens_per_s | floor) tok/s (\(.ca_update_s * 1000 | floor) ms/update, max RSS \(.ca_max_rss_kb) KiB\(if .ca_device_peak_bytes then ", GPU peak \(.ca_device_peak_bytes / 1048576 | floor) MiB" else "" end))  torch[\(.torch_device)] \(.torch_tokens_per_s | floor) tok/s\(if .torch_peak_memory_bytes then " (GPU peak \(.torch_peak_memory_bytes / 1048576 | floor) MiB)" else "" end)  ratio \(.ratio_ca_over_torch * 100 | floor / 100)x"' \
 	"$out/bench-rl.ndjson"

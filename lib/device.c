@@ -67,6 +67,7 @@ const struct ca_cuda_api *ca_device_cuda(char why[CA_MODEL_WHY])
 	LOOK_UP(h, api.model_adamw_step, "ca_cuda_model_adamw_step");
 	LOOK_UP(h, api.model_download, "ca_cuda_model_download");
 	LOOK_UP(h, api.model_grad_buffer, "ca_cuda_model_grad_buffer");
+	LOOK_UP(h, api.peak_bytes, "ca_cuda_model_peak_bytes");
 	opened = 1;
 	return &api;
 }

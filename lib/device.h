@@ -44,6 +44,8 @@ struct ca_cuda_api {
 	int (*model_download)(struct ca_cuda_model *g, struct ca_model *m, int grad, char why[CA_MODEL_WHY]);
 	/* Data-parallel training: the fp32 gradient on the device, n floats (backward finished). */
 	float *(*model_grad_buffer)(struct ca_cuda_model *g, size_t *n, char why[CA_MODEL_WHY]);
+	/* Most bytes the backend's own allocations held at once in this process. */
+	size_t (*peak_bytes)(void);
 };
 
 /* Open the CUDA backend (once; later calls return the same table), or NULL with why set. */

@@ -695,6 +695,8 @@ double ca_train_epochs(struct ca_train_engine *e, const struct ca_train_data *d,
 int ca_train_finish(struct ca_train_engine *e, const struct ca_train_opts *o, struct ca_train_data *d, jv r,
 	double update_seconds, double t0)
 {
+	if (e->api && e->api->peak_bytes)
+		r = jv_object_set(r, jv_string("device_peak_bytes"), jv_number((double)e->api->peak_bytes()));
 	ca_train_engine_close(e);
 	int status = d->status, rank = e->dist.rank;
 	/* Every rank holds the same weights: rank 0 alone writes them and the record. */
