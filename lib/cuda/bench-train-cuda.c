@@ -15,7 +15,12 @@
  * step, model FLOPs per step (matmuls 6 N T, causal attention 12 D NH
  * layers sum L(L+1)/2, no recomputation), MFU against the H200's 989
  * dense bf16 TFLOP/s, peak device memory held by the backend.
+ *
+ * With CA_CUPTI_LIB naming $(BIN)/libca-cupti.so, the timed steps run
+ * under CUPTI kernel tracing and stderr gets one line per kernel, most
+ * time first: "kernel MS_PER_STEP CALLS_PER_STEP NAME".
  */
+#include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,6 +38,55 @@ static double now(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// lib/cupti.h's functions, looked up in the library CA_CUPTI_LIB names.
+struct tracer {
+	int (*init)(void), (*start)(void), (*stop)(void), (*count)(void);
+	const char *(*name)(int);
+	unsigned long long (*calls)(int), (*total_ns)(int);
+};
+
+static int tracer_open(struct tracer *t)
+{
+	const char *path = getenv("CA_CUPTI_LIB");
+	if (!path || !*path)
+		return -1;
+	void *h = dlopen(path, RTLD_NOW);
+	if (!h) {
+		fprintf(stderr, "bench-train-cuda: %s\n", dlerror());
+		return -1;
+	}
+	*(void **)&t->init = dlsym(h, "ca_cupti_init");
+	*(void **)&t->start = dlsym(h, "ca_cupti_start");
+	*(void **)&t->stop = dlsym(h, "ca_cupti_stop");
+	*(void **)&t->count = dlsym(h, "ca_cupti_count");
+	*(void **)&t->name = dlsym(h, "ca_cupti_name");
+	*(void **)&t->calls = dlsym(h, "ca_cupti_calls");
+	*(void **)&t->total_ns = dlsym(h, "ca_cupti_total_ns");
+	if (!t->init || !t->start || !t->stop || !t->count || !t->name || !t->calls || !t->total_ns || t->init() < 0) {
+		fprintf(stderr, "bench-train-cuda: %s: no kernel tracing\n", path);
+		return -1;
+	}
+	return 0;
+}
+
+static void tracer_report(struct tracer *t, int steps)
+{
+	int n = t->count();
+	int *order = ca_xmalloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+	for (int i = 0; i < n; i++)
+		order[i] = i;
+	for (int i = 1; i < n; i++)  // insertion sort, most time first
+		for (int j = i; j > 0 && t->total_ns(order[j]) > t->total_ns(order[j - 1]); j--) {
+			int x = order[j];
+			order[j] = order[j - 1];
+			order[j - 1] = x;
+		}
+	for (int i = 0; i < n; i++)
+		fprintf(stderr, "kernel %.3f %.0f %.150s\n", 1e-6 * (double)t->total_ns(order[i]) / steps,
+			(double)t->calls(order[i]) / steps, t->name(order[i]));
+	free(order);
 }
 
 int main(int argc, char **argv)
@@ -83,7 +137,11 @@ int main(int argc, char **argv)
 	struct ca_adamw opt = {.lr = 1e-6, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01,
 			       .max_grad_norm = 1};
 	double fb_s = 0, fwd_s = 0, step_s = 0, gn = 0, loss = 0;
+	struct tracer tr = {0};
+	int tracing = tracer_open(&tr) == 0;
 	for (int i = 0; i <= steps; i++) {
+		if (i == 1 && tracing)
+			tracing = tr.start() == 0;
 		double a = now();
 		if (ca_cuda_model_zero_grad(g, why) < 0 ||
 		    ca_cuda_model_forward_train(g, &b, targets, logp, NULL, NULL, why) < 0)
@@ -104,6 +162,8 @@ int main(int argc, char **argv)
 		for (int t = 0; t < T; t++)
 			loss += dlogp[t] * logp[t];
 	}
+	if (tracing && tr.stop() == 0)
+		tracer_report(&tr, steps);
 	fb_s /= steps;
 	fwd_s /= steps;
 	step_s /= steps;
