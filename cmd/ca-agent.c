@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "file.h"
 #include "json.h"
 #include "ndjson.h"
 #include "opt.h"
@@ -71,51 +72,6 @@ static jv obj_get(jv obj, const char *key)
 	return v;
 }
 
-static char *read_text_file(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	size_t cap = 4096, n = 0;
-	char *d = ca_xmalloc(cap);
-	size_t r;
-	while ((r = fread(d + n, 1, cap - n - 1, f)) > 0) {
-		n += r;
-		if (n + 1 == cap) {
-			cap *= 2;
-			d = ca_xrealloc(d, cap);
-		}
-	}
-	fclose(f);
-	d[n] = '\0';
-	if (len)
-		*len = n;
-	return d;
-}
-
-static int write_text_file(const char *path, const char *text, size_t len, mode_t mode)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
-	if (fd < 0)
-		return -1;
-	size_t done = 0;
-	while (done < len) {
-		ssize_t w = write(fd, text + done, len - done);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0) {
-			close(fd);
-			return -1;
-		}
-		done += (size_t)w;
-	}
-	if (fchmod(fd, mode) != 0) {
-		close(fd);
-		return -1;
-	}
-	return close(fd);
-}
-
 /* Copy the template tree src into dst (regular files and directories only). */
 static int copy_tree(const char *src, const char *dst)
 {
@@ -139,11 +95,11 @@ static int copy_tree(const char *src, const char *dst)
 			rc = copy_tree(s, t);
 		} else if (S_ISREG(st.st_mode)) {
 			size_t len;
-			char *text = read_text_file(s, &len);
+			char *text = ca_file_read(s, 0, 0, &len);
 			if (!text)
 				rc = -1;
 			else
-				rc = write_text_file(t, text, len, (st.st_mode & 0111) ? 0755 : 0644);
+				rc = ca_file_write(t, text, len, (st.st_mode & 0111) ? 0755 : 0644);
 			free(text);
 		}
 	}
@@ -325,7 +281,7 @@ static int materialize(const char *dir, jv files, const char *model_code)
 		return -1;
 	char path[PATH_MAX * 2];
 	snprintf(path, sizeof path, "%s/model.py", dir);
-	if (write_text_file(path, model_code, strlen(model_code), 0644) != 0)
+	if (ca_file_write(path, model_code, strlen(model_code), 0644) != 0)
 		return -1;
 	int rc = 0;
 	jv_object_foreach(jv_copy(files), key, value) {
@@ -337,7 +293,7 @@ static int materialize(const char *dir, jv files, const char *model_code)
 			if (ca_paths_mkdirs(path, 0755) != 0)
 				rc = -1;
 			*slash = '/';
-			if (rc == 0 && write_text_file(path, jv_string_value(value),
+			if (rc == 0 && ca_file_write(path, jv_string_value(value),
 					(size_t)jv_string_length_bytes(jv_copy(value)), 0644) != 0)
 				rc = -1;
 		}
@@ -946,16 +902,16 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 	if (!stop) {
 		snprintf(path, sizeof path, "%s/SKILL.md", cfg->skill);
 		size_t len;
-		skill_text = read_text_file(path, &len);
+		skill_text = ca_file_read(path, 0, 0, &len);
 		snprintf(path, sizeof path, "%s/workdir", cfg->skill);
 		if (!skill_text || copy_tree(path, s.ws) != 0 || ca_paths_mkdirs(s.state, 0700) != 0) {
 			stop = "setup_error";
 			detail = ca_xstrdup("cannot prepare the workspace from the skill directory");
 		} else {
 			snprintf(path, sizeof path, "%s/model.py", s.ws);
-			int rc = write_text_file(path, s.code, strlen(s.code), 0444);
+			int rc = ca_file_write(path, s.code, strlen(s.code), 0444);
 			snprintf(path, sizeof path, "%s/SKILL.md", s.ws);
-			rc |= write_text_file(path, skill_text, len, 0444);
+			rc |= ca_file_write(path, skill_text, len, 0444);
 			if (rc != 0) {
 				stop = "setup_error";
 				detail = ca_xstrdup(strerror(errno));
@@ -1208,7 +1164,7 @@ static noreturn void child_main(const struct config *cfg, struct slot *slot, lon
 	char path[PATH_MAX + 32];
 	snprintf(path, sizeof path, "%s/record.json", slot->dir);
 	jv text = jv_dump_string(out, 0);
-	if (write_text_file(path, jv_string_value(text), (size_t)jv_string_length_bytes(jv_copy(text)), 0600) != 0)
+	if (ca_file_write(path, jv_string_value(text), (size_t)jv_string_length_bytes(jv_copy(text)), 0600) != 0)
 		status = CA_EXIT_SYSTEM;
 	jv_free(text);
 	_exit(status);
@@ -1226,7 +1182,7 @@ static int emit(const struct config *cfg, struct slot *slot)
 	char path[PATH_MAX + 32];
 	snprintf(path, sizeof path, "%s/record.json", slot->dir);
 	size_t len;
-	char *text = read_text_file(path, &len);
+	char *text = ca_file_read(path, 0, 0, &len);
 	if (text && len > 0) {
 		if (ca_ndjson_write_raw(text, len) != 0)
 			status = CA_EXIT_SYSTEM;

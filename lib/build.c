@@ -13,6 +13,7 @@
 
 #include "build.h"
 #include "err.h"
+#include "file.h"
 #include "hash.h"
 #include "paths.h"
 #include "proc.h"
@@ -37,71 +38,13 @@ struct sources {
 
 /* ---- small file helpers ---- */
 
-static char *read_small_file(const char *path, size_t *len, size_t max)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0)
-		return NULL;
-	size_t cap = 4096, n = 0;
-	char *buf = ca_xmalloc(cap + 1);
-	for (;;) {
-		if (n == cap)
-			buf = ca_xrealloc(buf, (cap *= 2) + 1);
-		ssize_t r = read(fd, buf + n, cap - n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			int e = errno;
-			close(fd);
-			free(buf);
-			errno = e;
-			return NULL;
-		}
-		if (r == 0)
-			break;
-		n += (size_t)r;
-		if (n > max) {
-			close(fd);
-			free(buf);
-			errno = EFBIG;
-			return NULL;
-		}
-	}
-	close(fd);
-	buf[n] = '\0';
-	if (len)
-		*len = n;
-	return buf;
-}
-
-static int write_whole_file(const char *path, const char *data, size_t len, int mode)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
-	if (fd < 0)
-		return -1;
-	size_t off = 0;
-	while (off < len) {
-		ssize_t w = write(fd, data + off, len - off);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0) {
-			int e = errno;
-			close(fd);
-			errno = e;
-			return -1;
-		}
-		off += (size_t)w;
-	}
-	return close(fd);
-}
-
 static int copy_file(const char *from, const char *to, int mode)
 {
 	size_t len;
-	char *data = read_small_file(from, &len, (size_t)1 << 30);
+	char *data = ca_file_read(from, CA_FILE_NOFOLLOW, (size_t)1 << 30, &len);
 	if (!data)
 		return -1;
-	int r = write_whole_file(to, data, len, mode);
+	int r = ca_file_write(to, data, len, mode);
 	free(data);
 	return r;
 }
@@ -179,7 +122,7 @@ static int add_source(struct sources *s, const char *root, const char *rel)
 		return -1;
 	}
 	size_t len;
-	char *data = read_small_file(path, &len, max_total_bytes);
+	char *data = ca_file_read(path, CA_FILE_NOFOLLOW, max_total_bytes, &len);
 	if (!data) {
 		snprintf(s->why, sizeof s->why, "%s: %s", rel, strerror(errno));
 		return -1;
@@ -363,7 +306,7 @@ static char *cached_value(const char *cache, const char *name, const char *key_t
 	char hex[65], path[PATH_MAX];
 	ca_sha256_hex(key_text, strlen(key_text), hex);
 	snprintf(path, sizeof path, "%s/%s-%.16s", cache, name, hex);
-	return read_small_file(path, NULL, 1 << 20);
+	return ca_file_read(path, CA_FILE_NOFOLLOW, 1 << 20, NULL);
 }
 
 static void store_value(const char *cache, const char *name, const char *key_text, const char *value)
@@ -372,7 +315,7 @@ static void store_value(const char *cache, const char *name, const char *key_tex
 	ca_sha256_hex(key_text, strlen(key_text), hex);
 	snprintf(path, sizeof path, "%s/%s-%.16s", cache, name, hex);
 	snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
-	if (write_whole_file(tmp, value, strlen(value), 0644) == 0)
+	if (ca_file_write(tmp, value, strlen(value), 0644) == 0)
 		rename(tmp, path);
 	else
 		unlink(tmp);
@@ -407,7 +350,7 @@ const char *ca_build_default_arch(void)
 	if (arch[0])
 		return arch;
 	char *cache = cache_root(NULL);
-	char *boot = read_small_file("/proc/sys/kernel/random/boot_id", NULL, 256);
+	char *boot = ca_file_read("/proc/sys/kernel/random/boot_id", CA_FILE_NOFOLLOW, 256, NULL);
 	const char *visible = getenv("CUDA_VISIBLE_DEVICES");
 	snprintf(boot_key, sizeof boot_key, "%s %s", boot ? boot : "", visible ? visible : "");
 	free(boot);
@@ -811,7 +754,7 @@ static int load_cached(const char *entry, const char *libname, struct ca_build_r
 {
 	char path[PATH_MAX];
 	snprintf(path, sizeof path, "%s/result.json", entry);
-	char *text = read_small_file(path, NULL, 1 << 24);
+	char *text = ca_file_read(path, CA_FILE_NOFOLLOW, 1 << 24, NULL);
 	if (!text)
 		return -1;
 	jv j = jv_parse(text);
@@ -862,10 +805,10 @@ static void store_cached(const char *cache, const char *build, const char *libna
 		}
 	}
 	snprintf(path, sizeof path, "%s/build.log", tmp);
-	write_whole_file(path, full_log, strlen(full_log), 0644);
+	ca_file_write(path, full_log, strlen(full_log), 0644);
 	char *text = result_text(res);
 	snprintf(path, sizeof path, "%s/result.json", tmp);
-	write_whole_file(path, text, strlen(text), 0644);
+	ca_file_write(path, text, strlen(text), 0644);
 	free(text);
 	if (rename(tmp, entry) != 0)
 		remove_tree(tmp);  /* someone else stored the same build first: theirs is as good */
@@ -1069,7 +1012,7 @@ int ca_build_workspace(const char *dir, const struct ca_build_options *opt, stru
 	char path[PATH_MAX * 2];
 	for (size_t i = 0; i < src.n; i++) {
 		snprintf(path, sizeof path, "%s/%s", build, src.v[i].rel);
-		if (mkdirs_for(path) != 0 || write_whole_file(path, src.v[i].data, src.v[i].len, 0644) != 0) {
+		if (mkdirs_for(path) != 0 || ca_file_write(path, src.v[i].data, src.v[i].len, 0644) != 0) {
 			set_result(res, 0, CA_EXIT_SYSTEM, "cannot write %s: %s", path, strerror(errno));
 			goto done;
 		}
@@ -1166,7 +1109,7 @@ int ca_build_workspace(const char *dir, const struct ca_build_options *opt, stru
 		if (!lp[0])
 			continue;
 		size_t n;
-		char *text = read_small_file(lp, &n, max_log_bytes);
+		char *text = ca_file_read(lp, CA_FILE_NOFOLLOW, max_log_bytes, &n);
 		if (text) {
 			if (log_len + n < max_log_bytes)
 				append(&full, &log_len, &log_cap, text, n);

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "err.h"
+#include "file.h"
 #include "model.h"
 #include "nn.h"
 #include "paths.h"
@@ -23,26 +24,6 @@ static void set_why(char why[CA_MODEL_WHY], const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(why, CA_MODEL_WHY, fmt, ap);
 	va_end(ap);
-}
-
-static char *read_text(const char *path, size_t *len)
-{
-	FILE *fp = fopen(path, "rb");
-	if (!fp)
-		return NULL;
-	size_t cap = 4096, n = 0, got;
-	char *buf = ca_xmalloc(cap);
-	while ((got = fread(buf + n, 1, cap - n, fp)) > 0)
-		if ((n += got) == cap)
-			buf = ca_xrealloc(buf, cap *= 2);
-	int bad = ferror(fp);
-	fclose(fp);
-	if (bad) {
-		free(buf);
-		return NULL;
-	}
-	*len = n;
-	return buf;
 }
 
 /* Integer field of the config; def when absent; -1 with why when invalid. */
@@ -294,7 +275,7 @@ struct ca_model *ca_model_load(const char *dir, char why[CA_MODEL_WHY])
 	char path[PATH_MAX];
 	snprintf(path, sizeof path, "%s/config.json", dir);
 	size_t len;
-	char *text = read_text(path, &len);
+	char *text = ca_file_read(path, 0, 0, &len);
 	if (!text) {
 		set_why(why, "%s: %s", path, strerror(errno));
 		return NULL;
@@ -378,13 +359,10 @@ struct ca_model *ca_model_load(const char *dir, char why[CA_MODEL_WHY])
 static int copy_file(const char *from, const char *to)
 {
 	size_t len;
-	char *text = read_text(from, &len);
+	char *text = ca_file_read(from, 0, 0, &len);
 	if (!text)
 		return errno == ENOENT ? 0 : -1;
-	FILE *fp = fopen(to, "wb");
-	int rc = fp && fwrite(text, 1, len, fp) == len ? 0 : -1;
-	if (fp && fclose(fp) != 0)
-		rc = -1;
+	int rc = ca_file_write(to, text, len, 0644);
 	free(text);
 	return rc;
 }

@@ -13,6 +13,7 @@
 #include <jv.h>
 
 #include "err.h"
+#include "file.h"
 #include "safetensors.h"
 
 static void set_why(char why[CA_ST_WHY], const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -335,36 +336,13 @@ void ca_st_dir_close(struct ca_st_dir *d)
 	free(d);
 }
 
-static char *read_small_file(const char *path, size_t *len)
-{
-	FILE *fp = fopen(path, "rb");
-	if (!fp)
-		return NULL;
-	size_t cap = 4096, n = 0;
-	char *buf = ca_xmalloc(cap);
-	size_t got;
-	while ((got = fread(buf + n, 1, cap - n, fp)) > 0) {
-		n += got;
-		if (n == cap)
-			buf = ca_xrealloc(buf, cap *= 2);
-	}
-	int err = ferror(fp);
-	fclose(fp);
-	if (err) {
-		free(buf);
-		return NULL;
-	}
-	*len = n;
-	return buf;
-}
-
 struct ca_st_dir *ca_st_dir_open(const char *dir, char why[CA_ST_WHY])
 {
 	char path[PATH_MAX];
 	struct ca_st_dir *d = ca_xcalloc(1, sizeof *d);
 	snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
 	size_t len;
-	char *text = read_small_file(path, &len);
+	char *text = ca_file_read(path, 0, 0, &len);
 	if (!text) {
 		snprintf(path, sizeof path, "%s/model.safetensors", dir);
 		struct ca_st_file *f = ca_st_open(path, why);

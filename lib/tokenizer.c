@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "err.h"
+#include "file.h"
 #include "tokenizer.h"
 #include "tokenizer_nfc.h"
 #include "tokenizer_unicode.h"
@@ -637,26 +638,6 @@ void ca_tokenizer_free(struct ca_tokenizer *t)
 
 /* ---- loading ---- */
 
-static char *read_file(const char *path, size_t *len)
-{
-	FILE *fp = fopen(path, "rb");
-	if (!fp)
-		return NULL;
-	size_t cap = 1 << 16, n = 0, got;
-	char *buf = ca_xmalloc(cap);
-	while ((got = fread(buf + n, 1, cap - n, fp)) > 0)
-		if ((n += got) == cap)
-			buf = ca_xrealloc(buf, cap *= 2);
-	int bad = ferror(fp);
-	fclose(fp);
-	if (bad) {
-		free(buf);
-		return NULL;
-	}
-	*len = n;
-	return buf;
-}
-
 /* The normalizer: none, or NFC (alone or in a Sequence); anything else is refused. Consumes norm. */
 static int check_normalizer(struct ca_tokenizer *t, jv norm, char why[CA_TOKENIZER_WHY])
 {
@@ -775,7 +756,7 @@ struct ca_tokenizer *ca_tokenizer_load(const char *path, char why[CA_TOKENIZER_W
 	else
 		snprintf(file, sizeof file, "%s", path);
 	size_t len;
-	char *text = read_file(file, &len);
+	char *text = ca_file_read(file, 0, 0, &len);
 	if (!text) {
 		set_why(why, "%s: %s", file, strerror(errno));
 		return NULL;

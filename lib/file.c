@@ -1,0 +1,74 @@
+/* file: whole-file reads and writes; see file.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "file.h"
+
+char *ca_file_read(const char *path, int flags, size_t max, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | (flags & CA_FILE_NOFOLLOW ? O_NOFOLLOW : 0));
+	if (fd < 0)
+		return NULL;
+	size_t cap = 4096, n = 0;
+	char *buf = ca_xmalloc(cap + 1);
+	for (;;) {
+		if (n == cap)
+			buf = ca_xrealloc(buf, (cap *= 2) + 1);
+		ssize_t r = read(fd, buf + n, cap - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			int e = errno;
+			close(fd);
+			free(buf);
+			errno = e;
+			return NULL;
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+		if (max && n > max) {
+			close(fd);
+			free(buf);
+			errno = EFBIG;
+			return NULL;
+		}
+	}
+	close(fd);
+	buf[n] = '\0';
+	if (len)
+		*len = n;
+	return buf;
+}
+
+int ca_file_write(const char *path, const void *data, size_t len, int mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+	if (fd < 0)
+		return -1;
+	const char *p = data;
+	size_t done = 0;
+	while (done < len) {
+		ssize_t w = write(fd, p + done, len - done);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			int e = w < 0 ? errno : EIO;
+			close(fd);
+			errno = e;
+			return -1;
+		}
+		done += (size_t)w;
+	}
+	if (fchmod(fd, (mode_t)mode) != 0) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return close(fd);
+}
