@@ -112,7 +112,7 @@ struct cuda_acts {
 	float *xfinal, *rstdf, *y, *logits;
 	bf16 *lnf, *dlogits, *attb;  // attb: bf16 copies of attention's inputs
 	int *tokens, *targets, *seq_start, *seq_end, *pos;
-	float *lp, *ent, *val, *dlp, *dent, *dval;
+	float *lp, *ent, *hlse, *val, *dlp, *dent, *dval;  // hlse: the head's log-sum-exp per token
 	// backward scratch (train only)
 	float *dx, *dh, *dln, *datt, *dq, *dk, *dv, *delta, *dkh, *dvh;
 	bf16 *dxb, *dgu, *dqb, *dkb, *dvb;
@@ -231,7 +231,7 @@ static struct cuda_acts *acts_new(const struct ca_model_config *c, int T, int tr
 	a->logits = F32(a->keep_logits ? t * V : (size_t)a->chunk * V);
 	a->attb = B16(t * (2 * QD + 2 * KD));
 	a->tokens = I32(t); a->targets = I32(t); a->seq_start = I32(t); a->seq_end = I32(t); a->pos = I32(t);
-	a->lp = F32(t); a->ent = F32(t); a->val = F32(t); a->dlp = F32(t); a->dent = F32(t); a->dval = F32(t);
+	a->lp = F32(t); a->ent = F32(t); a->hlse = F32(t); a->val = F32(t); a->dlp = F32(t); a->dent = F32(t); a->dval = F32(t);
 	if (train && ok) {
 		a->dlogits = B16((size_t)a->chunk * V);
 		a->dx = F32(t * C); a->dh = F32(t * F); a->dln = F32(t * C); a->datt = F32(t * QD);
@@ -594,7 +594,7 @@ static int forward(struct ca_cuda_model *g, const struct ca_batch *b, const int 
 			float *z = a->logits + (a->keep_logits ? (size_t)t0 * V : 0);
 			if (linear(g, z, CUDA_R_32F, a->lnf + (size_t)t0 * C, g->lm_head, n, C, V, why) < 0)
 				return -1;
-			nn_cuda_logprob_forward(a->lp + t0, a->ent + t0, z, a->targets + t0, n, V);
+			nn_cuda_logprob_forward(a->lp + t0, a->ent + t0, a->hlse + t0, z, a->targets + t0, n, V);
 		}
 		a->logits_ready = a->keep_logits;
 	}
@@ -765,8 +765,10 @@ extern "C" int ca_cuda_model_backward(struct ca_cuda_model *g, const float *dlog
 			const float *z = a->logits + (a->logits_ready ? (size_t)t0 * V : 0);
 			if (!a->logits_ready && linear(g, a->logits, CUDA_R_32F, x, g->lm_head, n, C, V, why) < 0)
 				return -1;
+			// Kept logits come with their log-sum-exp and entropy: one pass over them.
 			nn_cuda_logprob_backward(a->dlogits, z, a->targets + t0, need_lp ? a->dlp + t0 : NULL,
-						 need_ent ? a->dent + t0 : NULL, n, V);
+						 need_ent ? a->dent + t0 : NULL, a->logits_ready ? a->hlse + t0 : NULL,
+						 a->logits_ready ? a->ent + t0 : NULL, n, V);
 			if (linear_dx(g, a->dln + (size_t)t0 * C, a->dlogits, g->lm_head, n, C, V, 0.0f, why) < 0 ||
 			    linear_dw(g, G(g, g->off_lm_head), a->dlogits, x, n, C, V, why) < 0)
 				return -1;

@@ -220,58 +220,72 @@ void nn_cuda_to_bf16(bf16 *out, const float *x, size_t n)
 
 // ---- language-model head (ca_nn_logprob_row, ca_nn_logprob_row_backward) ----
 
-__global__ static void logprob_forward_kernel(float *logprob, float *entropy, const float *logits,
+// Log-sum-exp and entropy of a row in one pass: each thread keeps a running
+// max m, s = sum exp(z - m) and sz = sum exp(z - m) (z - m), rescaled when m
+// grows; the block then merges them at the block's max. Every thread gets both.
+__device__ static void row_stats(const float *z, int V, float *shared, float *lse, float *entropy)
+{
+	float m = -INFINITY, s = 0.0f, sz = 0.0f;
+	for (int j = threadIdx.x; j < V; j += blockDim.x) {
+		float x = z[j];
+		if (x > m) {
+			if (s > 0.0f) {
+				float c = expf(m - x);
+				sz = c * (sz + s * (m - x));
+				s *= c;
+			}
+			m = x;
+		}
+		float e = expf(x - m);
+		s += e;
+		sz += e * (x - m);
+	}
+	float M = block_max(m, shared), c = s > 0.0f ? expf(m - M) : 0.0f;
+	float se = block_sum(s * c, shared);
+	float sez = block_sum(s > 0.0f ? c * (sz + s * (m - M)) : 0.0f, shared);
+	*lse = M + logf(se);
+	*entropy = logf(se) - sez / se;
+}
+
+__global__ static void logprob_forward_kernel(float *logprob, float *entropy, float *row_lse, const float *logits,
 					      const int *targets, int V)
 {
 	__shared__ float shared[32];
 	const float *z = logits + (size_t)blockIdx.x * V;
-	float mx = -INFINITY;
-	for (int j = threadIdx.x; j < V; j += blockDim.x)
-		mx = fmaxf(mx, z[j]);
-	mx = block_max(mx, shared);
-	float se = 0.0f, sez = 0.0f;
-	for (int j = threadIdx.x; j < V; j += blockDim.x) {
-		float e = expf(z[j] - mx);
-		se += e;
-		sez += e * (z[j] - mx);
-	}
-	se = block_sum(se, shared);
-	sez = block_sum(sez, shared);
+	float lse, H;
+	row_stats(z, V, shared, &lse, &H);
 	if (threadIdx.x == 0) {
-		float lse = mx + logf(se);
 		int tg = targets[blockIdx.x];
 		if (logprob)
 			logprob[blockIdx.x] = tg >= 0 && tg < V ? z[tg] - lse : 0.0f;
 		if (entropy)
-			entropy[blockIdx.x] = logf(se) - sez / se;
+			entropy[blockIdx.x] = H;
+		if (row_lse)
+			row_lse[blockIdx.x] = lse;
 	}
 }
 
-void nn_cuda_logprob_forward(float *logprob, float *entropy, const float *logits, const int *targets, int n, int V)
+void nn_cuda_logprob_forward(float *logprob, float *entropy, float *row_lse, const float *logits, const int *targets,
+			     int n, int V)
 {
-	logprob_forward_kernel<<<n, 1024>>>(logprob, entropy, logits, targets, V);
+	logprob_forward_kernel<<<n, 1024>>>(logprob, entropy, row_lse, logits, targets, V);
 }
 
 __global__ static void logprob_backward_kernel(bf16 *dlogits, const float *logits, const int *targets,
-					       const float *dlogp, const float *dentropy, int V)
+					       const float *dlogp, const float *dentropy, const float *row_lse,
+					       const float *row_entropy, int V)
 {
 	__shared__ float shared[32];
 	size_t row = (size_t)blockIdx.x * V;
 	const float *z = logits + row;
 	float gl = dlogp ? dlogp[blockIdx.x] : 0.0f, ge = dentropy ? dentropy[blockIdx.x] : 0.0f;
-	float mx = -INFINITY;
-	for (int j = threadIdx.x; j < V; j += blockDim.x)
-		mx = fmaxf(mx, z[j]);
-	mx = block_max(mx, shared);
-	float se = 0.0f, sez = 0.0f;
-	for (int j = threadIdx.x; j < V; j += blockDim.x) {
-		float e = expf(z[j] - mx);
-		se += e;
-		sez += e * (z[j] - mx);
+	float lse, H;
+	if (row_lse) {
+		lse = row_lse[blockIdx.x];
+		H = row_entropy[blockIdx.x];
+	} else {
+		row_stats(z, V, shared, &lse, &H);
 	}
-	se = block_sum(se, shared);
-	sez = block_sum(sez, shared);
-	float lse = mx + logf(se), H = logf(se) - sez / se;
 	int tg = targets[blockIdx.x];
 	for (int j = threadIdx.x; j < V; j += blockDim.x) {
 		float logp = z[j] - lse, p = expf(logp);
@@ -283,9 +297,9 @@ __global__ static void logprob_backward_kernel(bf16 *dlogits, const float *logit
 }
 
 void nn_cuda_logprob_backward(bf16 *dlogits, const float *logits, const int *targets, const float *dlogp,
-			      const float *dentropy, int n, int V)
+			      const float *dentropy, const float *row_lse, const float *row_entropy, int n, int V)
 {
-	logprob_backward_kernel<<<n, 1024>>>(dlogits, logits, targets, dlogp, dentropy, V);
+	logprob_backward_kernel<<<n, 1024>>>(dlogits, logits, targets, dlogp, dentropy, row_lse, row_entropy, V);
 }
 
 // ---- value head ----

@@ -48,12 +48,19 @@ void nn_cuda_swiglu_backward(bf16 *dgu, const float *dh, const bf16 *gu, int T, 
 void nn_cuda_add(float *out, const float *a, const float *b, size_t n);
 void nn_cuda_to_bf16(bf16 *out, const float *x, size_t n);
 
-/* Per row of logits[n, V]: log p(target) (0 when target < 0) and entropy (either may be NULL). */
-void nn_cuda_logprob_forward(float *logprob, float *entropy, const float *logits, const int *targets, int n,
-			     int V);
-/* dlogits (bf16) = dlogp (onehot - p) - dentropy p (log p + H) per row (ca_nn_logprob_row_backward). */
+/*
+ * Per row of logits[n, V], in one pass over it: log p(target) (0 when
+ * target < 0), entropy and log-sum-exp (each may be NULL).
+ */
+void nn_cuda_logprob_forward(float *logprob, float *entropy, float *row_lse, const float *logits, const int *targets,
+			     int n, int V);
+/*
+ * dlogits (bf16) = dlogp (onehot - p) - dentropy p (log p + H) per row
+ * (ca_nn_logprob_row_backward); with row_lse and row_entropy from the
+ * forward on the same logits one pass over them, else two.
+ */
 void nn_cuda_logprob_backward(bf16 *dlogits, const float *logits, const int *targets, const float *dlogp,
-			      const float *dentropy, int n, int V);
+			      const float *dentropy, const float *row_lse, const float *row_entropy, int n, int V);
 
 /* values[t] = x[t] . w + b; backward: dx[t] = dvalue[t] w (written). */
 void nn_cuda_value_forward(float *values, const bf16 *x, const bf16 *w, const float *b, int T, int C);
