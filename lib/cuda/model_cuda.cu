@@ -275,6 +275,7 @@ extern "C" void ca_cuda_model_free(struct ca_cuda_model *g)
 	free(g->layers);
 	if (g->blas)
 		cublasDestroy(g->blas);
+	ca_cuda_release(g->blas_workspace);
 	free(g);
 }
 
@@ -335,6 +336,13 @@ extern "C" struct ca_cuda_model *ca_cuda_model_upload(const struct ca_model *m, 
 		set_why(why, "cublasCreate failed (no usable GPU?)");
 		free(g);
 		return NULL;
+	}
+	// cuBLAS's own default workspace is smaller than what its best Hopper kernels use.
+	const size_t workspace = (size_t)32 << 20;
+	if ((g->blas_workspace = ca_cuda_alloc(workspace)) &&
+	    cublasSetWorkspace(g->blas, g->blas_workspace, workspace) != CUBLAS_STATUS_SUCCESS) {
+		ca_cuda_release(g->blas_workspace);
+		g->blas_workspace = NULL;
 	}
 	g->nparams = m->nparams;
 	g->recompute = m->recompute;

@@ -26,6 +26,7 @@ struct cuda_acts;
 struct ca_cuda_model {
 	struct ca_model_config cfg;
 	cublasHandle_t blas;
+	void *blas_workspace;            /* cuBLAS's workspace (32 MiB, as Hopper's kernels want) */
 	size_t nparams;
 	float *params;
 	bf16 *params16;
