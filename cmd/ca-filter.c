@@ -10,6 +10,7 @@
  * limit. A worker that crashes or runs out of time is killed with its whole
  * process group and restarted; the task gets the reason, never lost.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -173,7 +174,93 @@ static int listed(const char *s, size_t n, const char *const *list)
 	return 0;
 }
 
-/* Name of a random operator in the class (modules anywhere, calls in forward), or NULL. */
+/* The next space-separated token at *p: its start, length in *n, *p moved past it. */
+static const char *next_token(const char **p, size_t *n)
+{
+	while (**p == ' ')
+		(*p)++;
+	const char *t = *p;
+	while (**p && **p != ' ')
+		(*p)++;
+	*n = (size_t)(*p - t);
+	return *n ? t : NULL;
+}
+
+static int is_token(const char *t, size_t n, const char *want)
+{
+	return t && strlen(want) == n && !memcmp(t, want, n);
+}
+
+/* A numeric literal equal to zero (0, 0.0, 0., .0, 0e0). */
+static int zero_literal(const char *t, size_t n)
+{
+	if (!t || n == 0 || n > 30 || !(isdigit((unsigned char)t[0]) || t[0] == '.'))
+		return 0;
+	char buf[32], *end;
+	memcpy(buf, t, n);
+	buf[n] = 0;
+	double v = strtod(buf, &end);
+	return *end == 0 && v == 0.0;
+}
+
+/*
+ * A dropout that cannot drop: the call whose arguments start at p (a
+ * fingerprint with literals kept) passes p=0 (as a keyword, or as the
+ * positional argument at index pos_p), or training=False. nn.Dropout(0.0)
+ * is common in KernelBench level 3 and is the identity. p is just past
+ * the operator's name (name, namen).
+ */
+static int inert_dropout(const char *name, size_t namen, const char *p, int pos_p)
+{
+	size_t n;
+	const char *t = next_token(&p, &n);
+	/* The fingerprint repeats an API name to weigh it: step over the copies. */
+	while (t && n == namen && !memcmp(t, name, n))
+		t = next_token(&p, &n);
+	if (!is_token(t, n, "("))
+		return 0;
+	int depth = 1, arg = 0, arg_tokens = 0, inert = 0;
+	const char *first = NULL, *kw = NULL;
+	size_t firstn = 0, kwn = 0;
+	while ((t = next_token(&p, &n)) && depth > 0) {
+		if (is_token(t, n, "(") || is_token(t, n, "[") || is_token(t, n, "{"))
+			depth++;
+		else if (is_token(t, n, ")") || is_token(t, n, "]") || is_token(t, n, "}"))
+			depth--;
+		int at_end = depth == 0 || (depth == 1 && is_token(t, n, ","));
+		if (at_end) {
+			/* One argument ended: a lone zero literal in p's place, or p=0 / training=False. */
+			if (kw && (is_token(kw, kwn, "p") && zero_literal(first, firstn) && arg_tokens == 1))
+				inert = 1;
+			else if (kw && is_token(kw, kwn, "training") && is_token(first, firstn, "False") && arg_tokens == 1)
+				inert = 1;
+			else if (!kw && arg == pos_p && arg_tokens == 1 && zero_literal(first, firstn))
+				inert = 1;
+			if (!kw)
+				arg++;
+			kw = first = NULL;
+			arg_tokens = 0;
+			continue;
+		}
+		if (depth == 1 && is_token(t, n, "=") && arg_tokens == 1 && first) {
+			kw = first;
+			kwn = firstn;
+			first = NULL;
+			arg_tokens = 0;
+			continue;
+		}
+		if (arg_tokens++ == 0) {
+			first = t;
+			firstn = n;
+		}
+	}
+	return inert;
+}
+
+/*
+ * Name of a random operator in the class (modules anywhere, calls in
+ * forward), or NULL; fp keeps literals, so a dropout with p=0 is passed over.
+ */
 static char *stochastic_op(const char *fp)
 {
 	static char found[64];
@@ -198,8 +285,9 @@ static char *stochastic_op(const char *fp)
 			depth++;
 		if (in_forward && n == 1 && *p == '}' && --depth == 0)
 			in_forward = 0;
-		if (prev && prevn == 1 && *prev == '.' &&
-		    (listed(p, n, stochastic_modules) || (in_forward && listed(p, n, stochastic_calls)))) {
+		int module = listed(p, n, stochastic_modules), call = in_forward && listed(p, n, stochastic_calls);
+		if (prev && prevn == 1 && *prev == '.' && (module || call) &&
+		    !(memmem(p, n, "ropout", 6) && inert_dropout(p, n, e, module ? 0 : 1))) {
 			snprintf(found, sizeof found, "%.*s", (int)n, p);
 			return found;
 		}
@@ -845,7 +933,9 @@ static void handle(jv record)
 			f = jv_object_set(f, jv_string("max_sim"), jv_null());
 			f = add_skipped(f, refs_why ? refs_why : "no reference set");
 		}
-		const char *op = stochastic_op(fp);
+		char *lit = ca_pylex_fingerprint(code, strlen(code), CA_PYLEX_KEEP_LITERALS, &why);
+		const char *op = stochastic_op(lit ? lit : fp);
+		free(lit);
 		if (op) {
 			char reason[160];
 			snprintf(reason, sizeof reason, "stochastic: the model uses %s", op);

@@ -33,6 +33,13 @@ expect_success 'a sound task is accepted; the workload check is skipped with a r
 		and (.filter.nearest | test(\"kernelbench\")) and .filter.device == \"cpu\" and (.filter.torch | length > 0)" "'"$out"'"'
 expect_success 'stochastic tasks are rejected (module and call)' '
 	reason dropout | grep -q "^stochastic: the model uses Dropout" && reason randn | grep -q "randn_like"'
+expect_success 'a dropout that cannot drop (p=0, training=False) is not rejected as stochastic; p=0.1 is' '
+	for d in "nn.Dropout(p=0.0)" "nn.Dropout(0.1)"; do
+		printf "import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.d = %s\n    def forward(self, x):\n        return torch.nn.functional.dropout(self.d(x).cumsum(0), p=0.5, training=False)\ndef get_inputs():\n    return [torch.randn(64, 64)]\ndef get_init_inputs():\n    return []\n" "$d" |
+			jq -Rsc --arg id "$d" "{id: \$id, code: .}"
+	done | ca-filter -j 1 --timeout 40 --no-compile --max-sim 1 >drop.ndjson &&
+	jq -se ".[0].filter.checks.deterministic == true and (.[0].filter.reasons | map(test(\"stochastic\")) | any | not)
+		and .[1].filter.checks.deterministic == false and (.[1].filter.reasons[0] | test(\"^stochastic: the model uses Dropout\"))" drop.ndjson'
 expect_success 'a constant output is rejected' 'reason constant | grep -q "degenerate: output is constant"'
 expect_success 'a single number (a loss) is not constant by itself: judged by its dependence on the inputs' '
 	jq -se ".[] | select(.id == \"scalar\") | .filter.checks.non_degenerate and .filter.ok" "'"$out"'"'
