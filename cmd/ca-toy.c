@@ -28,6 +28,7 @@
 #include "opt.h"
 #include "paths.h"
 #include "safetensors.h"
+#include "splitmix.h"
 
 static const char usage_text[] =
 	"usage: ca-toy init [--critic] [--hidden N] [--layers N] [--seed N] DIR\n"
@@ -38,22 +39,10 @@ static const char usage_text[] =
 enum { TOY_BOS = 0, TOY_FIRST_SYMBOL = 2, TOY_VOCAB = 16, TOY_STARTS = 4 };
 #define TOY_SYMBOLS (TOY_VOCAB - TOY_FIRST_SYMBOL)
 
-static uint64_t rng;
-static uint64_t next_random(void)
-{
-	/* splitmix64: tiny, and the same numbers everywhere */
-	uint64_t z = (rng += 0x9e3779b97f4a7c15ULL);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
-static double uniform(void)
-{
-	return (double)(next_random() >> 11) / 9007199254740992.0;
-}
+static uint64_t rng;  /* splitmix64 state: the same numbers everywhere */
 static double normal(void)
 {
-	double u = uniform(), v = uniform();
+	double u = ca_splitmix_unit(&rng), v = ca_splitmix_unit(&rng);
 	return sqrt(-2 * log(u + 1e-300)) * cos(2 * M_PI * v);
 }
 
@@ -159,7 +148,7 @@ static int cmd_prompts(long n, uint64_t seed)
 {
 	rng = seed;
 	for (long i = 0; i < n; i++) {
-		int s = TOY_FIRST_SYMBOL + (int)(next_random() % TOY_STARTS);
+		int s = TOY_FIRST_SYMBOL + (int)(ca_splitmix_next(&rng) % TOY_STARTS);
 		printf("{\"id\":\"toy-%ld\",\"prompt_tokens\":[%d,%d]}\n", i, TOY_BOS, s);
 	}
 	return ca_err_finish(CA_EXIT_OK);

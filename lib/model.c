@@ -14,6 +14,7 @@
 #include "nn.h"
 #include "paths.h"
 #include "safetensors.h"
+#include "splitmix.h"
 
 void ca_model_acts_free(struct ca_model_acts *a);  /* model_forward.c */
 
@@ -461,11 +462,7 @@ void ca_model_to_critic(struct ca_model *m, uint64_t seed)
 		/* Box-Muller over splitmix64. */
 		double u[2];
 		for (int k = 0; k < 2; k++) {
-			uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-			z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-			z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-			z ^= z >> 31;
-			u[k] = ((double)(z >> 11) + 0.5) / 9007199254740992.0;
+			u[k] = ((double)(ca_splitmix_next(&s) >> 11) + 0.5) / 9007199254740992.0;
 		}
 		w[i] = (float)(std * sqrt(-2.0 * log(u[0])) * cos(2.0 * M_PI * u[1]));
 	}

@@ -12,6 +12,7 @@
 #include "err.h"
 #include "model.h"
 #include "nn.h"
+#include "splitmix.h"
 
 struct kv_cache {
 	int cap;
@@ -25,20 +26,6 @@ static void set_why(char why[CA_MODEL_WHY], const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(why, CA_MODEL_WHY, fmt, ap);
 	va_end(ap);
-}
-
-/* splitmix64: small, seedable, good enough for sampling. */
-static uint64_t next_random(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static double uniform01(uint64_t *s)
-{
-	return (double)(next_random(s) >> 11) * (1.0 / 9007199254740992.0);
 }
 
 /*
@@ -165,7 +152,7 @@ static int pick(float *logits, int V, const struct ca_sample_params *p, uint64_t
 		for (int j = 0; j < keep; j++)
 			kept += scratch[j].p;
 	}
-	double u = uniform01(rng) * kept, acc = 0;
+	double u = ca_splitmix_unit(rng) * kept, acc = 0;
 	int chosen = scratch[keep - 1].i;
 	float chosen_p = scratch[keep - 1].p;
 	for (int j = 0; j < keep; j++) {

@@ -6,22 +6,15 @@
 #include <string.h>
 
 #include "err.h"
+#include "splitmix.h"
 #include "synth.h"
 
 /* ---------------------------------------------------------------- random */
 
-static uint64_t splitmix(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 void ca_synth_rng_seed(struct ca_synth_rng *r, uint64_t seed)
 {
 	for (int i = 0; i < 4; i++)
-		r->s[i] = splitmix(&seed);
+		r->s[i] = ca_splitmix_next(&seed);
 }
 
 static uint64_t rotl(uint64_t x, int k)

@@ -16,6 +16,7 @@ extern "C" {
 }
 #include "cuda/cuda_util.h"
 #include "cuda/model_cuda_sample.h"
+#include "splitmix.h"
 
 // Matrices and what feeds a matrix product are bf16, or fp32 in exact mode;
 // void pointers below point to one or the other.
@@ -646,20 +647,6 @@ static int run_step(struct ca_cuda_sampler *s, int n, int nsel, int one_token_ro
 	return 0;
 }
 
-// splitmix64, as lib/model_sample.c draws.
-static uint64_t next_random(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static double uniform01(uint64_t *s)
-{
-	return (double)(next_random(s) >> 11) * (1.0 / 9007199254740992.0);
-}
-
 struct slot_state {
 	int req;        // request index, -1 when free
 	int cached;     // positions already in the cache
@@ -748,7 +735,7 @@ extern "C" int ca_cuda_sampler_generate(struct ca_cuda_sampler *s, struct ca_sam
 			sel[nsel] = n - 1;
 			temp[nsel] = (float)r->params.temperature;
 			top_p[nsel] = (float)r->params.top_p;
-			u[nsel] = r->params.temperature > 0 ? (float)uniform01(&q->rng) : 0.0f;
+			u[nsel] = r->params.temperature > 0 ? (float)ca_splitmix_unit(&q->rng) : 0.0f;
 			order[nsel++] = i;
 		}
 		if (nsel == 0)
