@@ -19,14 +19,7 @@ import json
 import sys
 import time
 
-
-def opt(args, name, default=None, kind=str):
-    if name in args:
-        i = args.index(name)
-        value = args[i + 1]
-        del args[i:i + 2]
-        return kind(value)
-    return default
+from ca_hf import opt  # this script's directory is first on sys.path
 
 
 def device():
