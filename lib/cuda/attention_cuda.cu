@@ -272,7 +272,7 @@ const char *nn_cuda_attention_kind(int D)
 }
 
 int nn_cuda_attention_forward(bf16 *out, float *lse, const float *q, const float *k, const float *v, bf16 *scratch,
-			      const int *seq_start, int T, int NH, int NKV, int D)
+			      const int *seq_start, const int *tile_order, int T, int NH, int NKV, int D)
 {
 	int kind = kind_for(D);
 	if (kind == KIND_MMA) {
@@ -281,7 +281,7 @@ int nn_cuda_attention_forward(bf16 *out, float *lse, const float *q, const float
 		nn_cuda_to_bf16(qb, q, nq);
 		nn_cuda_to_bf16(kb, k, nk);
 		nn_cuda_to_bf16(vb, v, nk);
-		return nn_cuda_attention_forward_mma(out, lse, qb, kb, vb, seq_start, T, NH, NKV, D);
+		return nn_cuda_attention_forward_mma(out, lse, qb, kb, vb, seq_start, tile_order, T, NH, NKV, D);
 	}
 	if (kind == KIND_WMMA)
 		return nn_cuda_attention_forward_wmma(out, lse, q, k, v, seq_start, T, NH, NKV, D);
@@ -298,7 +298,8 @@ int nn_cuda_attention_forward(bf16 *out, float *lse, const float *q, const float
 int nn_cuda_attention_backward(float *dq, float *dk, float *dv, float *dkh, float *dvh, float *delta, bf16 *scratch,
 			       const float *dout, const bf16 *out,
 			       const float *lse, const float *q, const float *k, const float *v,
-			       const int *seq_start, const int *seq_end, int T, int NH, int NKV, int D)
+			       const int *seq_start, const int *seq_end, const int *tile_order, int T, int NH, int NKV,
+			       int D)
 {
 	int rows = T * NH, kind = kind_for(D);
 	attention_delta_kernel<<<(unsigned)((rows + 7) / 8), 256>>>(delta, dout, out, rows, D);
@@ -309,8 +310,8 @@ int nn_cuda_attention_backward(float *dq, float *dk, float *dv, float *dkh, floa
 		nn_cuda_to_bf16(kb, k, nk);
 		nn_cuda_to_bf16(vb, v, nk);
 		nn_cuda_to_bf16(dob, dout, nq);
-		return nn_cuda_attention_backward_mma(dq, dk, dv, delta, dob, lse, qb, kb, vb, seq_start, seq_end, T, NH,
-						      NKV, D);
+		return nn_cuda_attention_backward_mma(dq, dk, dv, delta, dob, lse, qb, kb, vb, seq_start, seq_end,
+						      tile_order, T, NH, NKV, D);
 	}
 	if (kind == KIND_WMMA)
 		return nn_cuda_attention_backward_wmma(dq, dk, dv, dkh, dvh, delta, dout, lse, q, k, v, seq_start, seq_end,

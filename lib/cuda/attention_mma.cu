@@ -13,6 +13,10 @@
 //        and every query tile that can see its keys: S^T = K Q^T, dP^T = V dO^T,
 //        dV += P^T dO, dK += dS^T Q; dK and dV are written once, summed over the group.
 // Inputs are bf16 [T, heads * D] (the caller converts), dq/dk/dv fp32.
+// order, when not NULL, holds 2 * ceil(T / 64) tile numbers: the query tiles,
+// then the key tiles, in the order their blocks should start (most work
+// first: a causal tile's work depends on where it sits in its sequence, and
+// the heaviest blocks started last would leave the GPU idle at the end).
 // The default attention for head_dim 16, 32, 64 and 128; checked against the
 // CPU like every kernel (test-train-cuda, tests/gpu/t0510).
 #include <cuda_runtime.h>
@@ -153,14 +157,14 @@ __device__ __forceinline__ static void warp_accumulate(float acc[D / 8][4], cons
 
 template <int D, int BK>
 __global__ static void __launch_bounds__(MMA_THREADS)
-mma_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int *seq_start, int T,
-		   int NH, int NKV)
+mma_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int *seq_start,
+		   const int *order, int T, int NH, int NKV)
 {
 	constexpr int LD = D + 8, NT = BK / 8;
 	extern __shared__ __align__(128) unsigned char smem[];
 	bf16 *Qs = (bf16 *)smem, *Ks = Qs + MMA_ROWS * LD, *Vs = Ks + 2 * BK * LD;
 	int h = blockIdx.y, g = h / (NH / NKV);
-	int q0 = (gridDim.x - 1 - blockIdx.x) * MMA_ROWS;  // the longest rows of a sequence first
+	int q0 = (order ? order[blockIdx.x] : gridDim.x - 1 - blockIdx.x) * MMA_ROWS;  // the longest rows first
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int nq = min(MMA_ROWS, T - q0), qlast = q0 + nq - 1;
 	size_t qs = (size_t)NH * D, ks = (size_t)NKV * D;
@@ -250,13 +254,13 @@ mma_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf
 template <int D, int BK>
 __global__ static void __launch_bounds__(MMA_THREADS)
 mma_dq_kernel(float *dq, const bf16 *dout, const float *delta, const float *lse, const bf16 *q, const bf16 *k,
-	      const bf16 *v, const int *seq_start, int T, int NH, int NKV)
+	      const bf16 *v, const int *seq_start, const int *order, int T, int NH, int NKV)
 {
 	constexpr int LD = D + 8, NT = BK / 8;
 	extern __shared__ __align__(128) unsigned char smem[];
 	bf16 *Qs = (bf16 *)smem, *dOs = Qs + MMA_ROWS * LD, *Ks = dOs + MMA_ROWS * LD, *Vs = Ks + 2 * BK * LD;
 	int h = blockIdx.y, g = h / (NH / NKV);
-	int q0 = (gridDim.x - 1 - blockIdx.x) * MMA_ROWS;
+	int q0 = (order ? order[blockIdx.x] : gridDim.x - 1 - blockIdx.x) * MMA_ROWS;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int nq = min(MMA_ROWS, T - q0), qlast = q0 + nq - 1;
 	size_t qs = (size_t)NH * D, ks = (size_t)NKV * D;
@@ -323,14 +327,16 @@ mma_dq_kernel(float *dq, const bf16 *dout, const float *delta, const float *lse,
 template <int D, int BQ>
 __global__ static void __launch_bounds__(MMA_THREADS)
 mma_dkv_kernel(float *dk, float *dv, const bf16 *dout, const float *delta, const float *lse, const bf16 *q,
-	       const bf16 *k, const bf16 *v, const int *seq_start, const int *seq_end, int T, int NH, int NKV)
+	       const bf16 *k, const bf16 *v, const int *seq_start, const int *seq_end, const int *order, int T, int NH,
+	       int NKV)
 {
 	constexpr int LD = D + 8, NT = BQ / 8;
 	extern __shared__ __align__(128) unsigned char smem[];
 	bf16 *Ks = (bf16 *)smem, *Vs = Ks + MMA_ROWS * LD, *Qs = Vs + MMA_ROWS * LD, *dOs = Qs + 2 * BQ * LD;
 	float *L2s = (float *)(dOs + 2 * BQ * LD), *Ds = L2s + 2 * BQ;
 	int *Ss = (int *)(Ds + 2 * BQ);
-	int g = blockIdx.y, group = NH / NKV, k0 = blockIdx.x * MMA_ROWS;  // the longest columns first
+	int g = blockIdx.y, group = NH / NKV;
+	int k0 = (order ? order[gridDim.x + blockIdx.x] : blockIdx.x) * MMA_ROWS;  // the longest columns first
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	int nk = min(MMA_ROWS, T - k0), qend = seq_end[k0 + nk - 1];
 	size_t qs = (size_t)NH * D, ks = (size_t)NKV * D;
@@ -417,22 +423,22 @@ static int allow_smem(K kernel, size_t bytes)
 #define INNER(D) ((D) >= 128 ? 32 : 64)
 
 template <int D>
-static int forward_d(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int *seq_start, int T,
-		     int NH, int NKV)
+static int forward_d(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int *seq_start,
+		     const int *order, int T, int NH, int NKV)
 {
 	constexpr int BK = 64;
 	size_t bytes = (size_t)(MMA_ROWS + 4 * BK) * (D + 8) * sizeof(bf16);
 	if (allow_smem(mma_forward_kernel<D, BK>, bytes) < 0)
 		return -1;
 	dim3 grid((unsigned)((T + MMA_ROWS - 1) / MMA_ROWS), (unsigned)NH);
-	mma_forward_kernel<D, BK><<<grid, MMA_THREADS, bytes>>>(out, lse, q, k, v, seq_start, T, NH, NKV);
+	mma_forward_kernel<D, BK><<<grid, MMA_THREADS, bytes>>>(out, lse, q, k, v, seq_start, order, T, NH, NKV);
 	return 0;
 }
 
 template <int D>
 static int backward_d(float *dq, float *dk, float *dv, const float *delta, const bf16 *dout, const float *lse,
-		      const bf16 *q, const bf16 *k, const bf16 *v, const int *seq_start, const int *seq_end, int T,
-		      int NH, int NKV)
+		      const bf16 *q, const bf16 *k, const bf16 *v, const int *seq_start, const int *seq_end,
+		      const int *order, int T, int NH, int NKV)
 {
 	constexpr int B = INNER(D);
 	size_t b1 = (size_t)(2 * MMA_ROWS + 4 * B) * (D + 8) * sizeof(bf16);
@@ -440,34 +446,34 @@ static int backward_d(float *dq, float *dk, float *dv, const float *delta, const
 	if (allow_smem(mma_dq_kernel<D, B>, b1) < 0 || allow_smem(mma_dkv_kernel<D, B>, b2) < 0)
 		return -1;
 	unsigned tiles = (unsigned)((T + MMA_ROWS - 1) / MMA_ROWS);
-	mma_dq_kernel<D, B><<<dim3(tiles, (unsigned)NH), MMA_THREADS, b1>>>(dq, dout, delta, lse, q, k, v, seq_start, T,
-									   NH, NKV);
+	mma_dq_kernel<D, B><<<dim3(tiles, (unsigned)NH), MMA_THREADS, b1>>>(dq, dout, delta, lse, q, k, v, seq_start,
+									   order, T, NH, NKV);
 	mma_dkv_kernel<D, B><<<dim3(tiles, (unsigned)NKV), MMA_THREADS, b2>>>(dk, dv, dout, delta, lse, q, k, v,
-									     seq_start, seq_end, T, NH, NKV);
+									     seq_start, seq_end, order, T, NH, NKV);
 	return 0;
 }
 
 int nn_cuda_attention_forward_mma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-				  const int *seq_start, int T, int NH, int NKV, int D)
+				  const int *seq_start, const int *order, int T, int NH, int NKV, int D)
 {
 	switch (D) {
-	case 16: return forward_d<16>(out, lse, q, k, v, seq_start, T, NH, NKV);
-	case 32: return forward_d<32>(out, lse, q, k, v, seq_start, T, NH, NKV);
-	case 64: return forward_d<64>(out, lse, q, k, v, seq_start, T, NH, NKV);
-	case 128: return forward_d<128>(out, lse, q, k, v, seq_start, T, NH, NKV);
+	case 16: return forward_d<16>(out, lse, q, k, v, seq_start, order, T, NH, NKV);
+	case 32: return forward_d<32>(out, lse, q, k, v, seq_start, order, T, NH, NKV);
+	case 64: return forward_d<64>(out, lse, q, k, v, seq_start, order, T, NH, NKV);
+	case 128: return forward_d<128>(out, lse, q, k, v, seq_start, order, T, NH, NKV);
 	default: return -1;
 	}
 }
 
 int nn_cuda_attention_backward_mma(float *dq, float *dk, float *dv, const float *delta, const bf16 *dout,
 				   const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int *seq_start,
-				   const int *seq_end, int T, int NH, int NKV, int D)
+				   const int *seq_end, const int *order, int T, int NH, int NKV, int D)
 {
 	switch (D) {
-	case 16: return backward_d<16>(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, T, NH, NKV);
-	case 32: return backward_d<32>(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, T, NH, NKV);
-	case 64: return backward_d<64>(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, T, NH, NKV);
-	case 128: return backward_d<128>(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, T, NH, NKV);
+	case 16: return backward_d<16>(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, order, T, NH, NKV);
+	case 32: return backward_d<32>(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, order, T, NH, NKV);
+	case 64: return backward_d<64>(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, order, T, NH, NKV);
+	case 128: return backward_d<128>(dq, dk, dv, delta, dout, lse, q, k, v, seq_start, seq_end, order, T, NH, NKV);
 	default: return -1;
 	}
 }

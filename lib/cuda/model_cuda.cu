@@ -112,6 +112,7 @@ struct cuda_acts {
 	float *xfinal, *rstdf, *y, *logits;
 	bf16 *lnf, *dlogits, *attb;  // attb: bf16 copies of attention's inputs
 	int *tokens, *targets, *seq_start, *seq_end, *pos;
+	int *tile_order;  // the attention's tiles of 64, most work first (tile_order_fill)
 	float *lp, *ent, *hlse, *val, *dlp, *dent, *dval;  // hlse: the head's log-sum-exp per token
 	// backward scratch (train only)
 	float *dx, *dh, *dln, *datt, *dq, *dk, *dv, *delta, *dkh, *dvh;
@@ -230,6 +231,7 @@ static struct cuda_acts *acts_new(const struct ca_model_config *c, int T, int tr
 	a->keep_logits = train && !a->recompute && !c->critic && want_kept_logits(t * V * sizeof(float));
 	a->logits = F32(a->keep_logits ? t * V : (size_t)a->chunk * V);
 	a->attb = B16(t * (2 * QD + 2 * KD));
+	a->tile_order = I32(2 * ((t + 63) / 64));
 	a->tokens = I32(t); a->targets = I32(t); a->seq_start = I32(t); a->seq_end = I32(t); a->pos = I32(t);
 	a->lp = F32(t); a->ent = F32(t); a->hlse = F32(t); a->val = F32(t); a->dlp = F32(t); a->dent = F32(t); a->dval = F32(t);
 	if (train && ok) {
@@ -489,7 +491,8 @@ static int layer_forward(struct ca_cuda_model *g, struct cuda_acts *a, struct la
 	nn_cuda_rope(L->q, a->pos, g->rope_cos, g->rope_sin, T, NH, D, 0);
 	nn_cuda_rope(L->k, a->pos, g->rope_cos, g->rope_sin, T, NKV, D, 0);
 	PH(ATTN);
-	if (nn_cuda_attention_forward(L->att, L->lse, L->q, L->k, L->v, a->attb, a->seq_start, T, NH, NKV, D) < 0)
+	if (nn_cuda_attention_forward(L->att, L->lse, L->q, L->k, L->v, a->attb, a->seq_start, a->tile_order, T, NH, NKV,
+				      D) < 0)
 		return set_why(why, "head_dim %d is not supported by the CUDA attention", D), -1;
 	PH(MATMUL);
 	if (linear(g, a->y, CUDA_R_32F, L->att, W->wo, T, QD, C, why) < 0)
@@ -510,6 +513,44 @@ static int layer_forward(struct ca_cuda_model *g, struct cuda_acts *a, struct la
 		return -1;
 	PH(OTHER);
 	nn_cuda_add(next, L->xmid, a->y, TC);
+	return 0;
+}
+
+struct tile_work {
+	long work;
+	int tile;
+};
+
+static int by_work(const void *x, const void *y)
+{
+	const struct tile_work *a = (const struct tile_work *)x, *b = (const struct tile_work *)y;
+	if (a->work != b->work)
+		return a->work > b->work ? -1 : 1;
+	return a->tile - b->tile;
+}
+
+/*
+ * The order in which the attention starts its tiles of 64 (attention_mma.cu):
+ * query tiles (forward, dq) by the keys they see, then key tiles (dk, dv) by
+ * the queries that see them, most first, so that no long tile starts last.
+ */
+static int tile_order_fill(int *order, const int *start, const int *end, int T)
+{
+	int n = (T + 63) / 64;
+	struct tile_work *w = (struct tile_work *)malloc(sizeof *w * (size_t)n);
+	if (!w)
+		return -1;
+	for (int pass = 0; pass < 2; pass++) {
+		for (int j = 0; j < n; j++) {
+			int first = 64 * j, last = (T < first + 64 ? T : first + 64) - 1;
+			w[j].work = pass == 0 ? (long)last - start[first] + 1 : (long)end[last] - first;
+			w[j].tile = j;
+		}
+		qsort(w, (size_t)n, sizeof *w, by_work);
+		for (int j = 0; j < n; j++)
+			order[pass * n + j] = w[j].tile;
+	}
+	free(w);
 	return 0;
 }
 
@@ -550,7 +591,8 @@ static int forward(struct ca_cuda_model *g, const struct ca_batch *b, const int 
 	}
 	a->T = T;
 	a->logits_ready = 0;
-	int *host = (int *)malloc(sizeof(int) * 4 * (size_t)T);
+	int ntiles = (T + 63) / 64;
+	int *host = (int *)malloc(sizeof(int) * (4 * (size_t)T + 2 * (size_t)ntiles));
 	if (!host)
 		return set_why(why, "out of memory"), -1;
 	int *hstart = host, *hend = host + T, *hpos = host + 2 * T, *htarget = host + 3 * T;
@@ -562,6 +604,11 @@ static int forward(struct ca_cuda_model *g, const struct ca_batch *b, const int 
 		}
 	for (int t = 0; t < T; t++)
 		htarget[t] = targets ? targets[t] : -1;
+	int *horder = host + 4 * T;
+	if (tile_order_fill(horder, hstart, hend, T) < 0) {
+		free(host);
+		return set_why(why, "out of memory"), -1;
+	}
 	size_t nb = sizeof(int) * (size_t)T;
 	cudaError_t e = cudaMemcpy(a->tokens, b->tokens, nb, cudaMemcpyHostToDevice);
 	if (e == cudaSuccess)
@@ -572,6 +619,8 @@ static int forward(struct ca_cuda_model *g, const struct ca_batch *b, const int 
 		e = cudaMemcpy(a->pos, hpos, nb, cudaMemcpyHostToDevice);
 	if (e == cudaSuccess)
 		e = cudaMemcpy(a->targets, htarget, nb, cudaMemcpyHostToDevice);
+	if (e == cudaSuccess)
+		e = cudaMemcpy(a->tile_order, horder, sizeof(int) * 2 * (size_t)ntiles, cudaMemcpyHostToDevice);
 	free(host);
 	CUDA_TRY(e);
 
@@ -698,7 +747,7 @@ static int layer_backward(struct ca_cuda_model *g, struct cuda_acts *a, struct l
 		nn_cuda_colsum(G(g, o[10]), a->dx, NULL, T, C);
 	PH(ATTN);
 	if (nn_cuda_attention_backward(a->dq, a->dk, a->dv, a->dkh, a->dvh, a->delta, a->attb, a->datt, L->att, L->lse,
-				       L->q, L->k, L->v, a->seq_start, a->seq_end, T, NH, NKV, D) < 0)
+				       L->q, L->k, L->v, a->seq_start, a->seq_end, a->tile_order, T, NH, NKV, D) < 0)
 		return set_why(why, "head_dim %d is not supported by the CUDA attention", D), -1;
 	PH(OTHER);
 	nn_cuda_rope(a->dq, a->pos, g->rope_cos, g->rope_sin, T, NH, D, 1);

@@ -83,11 +83,13 @@ void nn_cuda_adamw(float *params, bf16 *params16, const float *grad, float *m, f
  * scaled scores) for the backward. q [T, NH*D], k, v [T, NKV*D] fp32;
  * out bf16. seq_end[t] is one past the last token of t's sequence.
  * scratch holds bf16 copies of the inputs: T*(NH + 2*NKV)*D entries for
- * the forward, T*(2*NH + 2*NKV)*D for the backward.
+ * the forward, T*(2*NH + 2*NKV)*D for the backward. tile_order (device,
+ * may be NULL): the order in which the tensor-core kernels start their
+ * tiles of 64 (attention_mma.cu).
  * Returns -1 for a head_dim it was not built for (16, 32, 64, 128, 256).
  */
 int nn_cuda_attention_forward(bf16 *out, float *lse, const float *q, const float *k, const float *v, bf16 *scratch,
-			      const int *seq_start, int T, int NH, int NKV, int D);
+			      const int *seq_start, const int *tile_order, int T, int NH, int NKV, int D);
 /*
  * dq, dk, dv written; delta is [T, NH] scratch. Tensor cores by default:
  * attention_mma.cu (mma.sync, FlashAttention-2's tiling) for head_dim 16,
@@ -98,13 +100,14 @@ int nn_cuda_attention_forward(bf16 *out, float *lse, const float *q, const float
  */
 int nn_cuda_attention_backward(float *dq, float *dk, float *dv, float *dkh, float *dvh, float *delta, bf16 *scratch,
 			       const float *dout, const bf16 *out, const float *lse, const float *q, const float *k,
-			       const float *v, const int *seq_start, const int *seq_end, int T, int NH, int NKV, int D);
+			       const float *v, const int *seq_start, const int *seq_end, const int *tile_order, int T,
+			       int NH, int NKV, int D);
 
 int nn_cuda_attention_forward_mma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-				  const int *seq_start, int T, int NH, int NKV, int D);
+				  const int *seq_start, const int *tile_order, int T, int NH, int NKV, int D);
 int nn_cuda_attention_backward_mma(float *dq, float *dk, float *dv, const float *delta, const bf16 *dout,
 				   const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int *seq_start,
-				   const int *seq_end, int T, int NH, int NKV, int D);
+				   const int *seq_end, const int *tile_order, int T, int NH, int NKV, int D);
 int nn_cuda_attention_forward_wmma(bf16 *out, float *lse, const float *q, const float *k, const float *v,
 				   const int *seq_start, int T, int NH, int NKV, int D);
 int nn_cuda_attention_backward_wmma(float *dq, float *dk, float *dv, float *dkh, float *dvh, const float *delta,
