@@ -488,20 +488,6 @@ def bench(args):
            "sample_tokens_per_s": (g.shape[1] - 32) / gen})
 
 
-def check_checkpoint(args):
-    """Log-probs of transformers on a checkpoint ca wrote, for tokens.ndjson."""
-    import torch
-    model, critic = load(args[0])
-    with torch.no_grad():
-        for rec in read_records():
-            outs, _ = loss_terms(model, critic, rec)
-            res = {k: v.tolist() for k, v in outs.items()}
-            if "logprobs" in res:
-                res["logprobs"][0] = None
-                res["entropy"][0] = None
-            write(res)
-
-
 def main():
     if len(sys.argv) < 2:
         sys.stderr.write(__doc__)
@@ -511,7 +497,7 @@ def main():
              "generate": generate, "train-tokenizer": train_tokenizer, "encode": encode,
              "decode": decode, "unicode-table": unicode_table, "compare": compare,
              "fixture": fixture, "sample-fixture": sample_fixture, "bench": bench,
-             "tokenizer-fixture": lambda a: tokenizer_fixture(a[0], a[1]), "check-checkpoint": check_checkpoint}
+             "tokenizer-fixture": lambda a: tokenizer_fixture(a[0], a[1]), "check-checkpoint": logprob}
     if cmd not in table:
         sys.stderr.write("ca_hf.py: unknown command %s\n" % cmd)
         sys.exit(2)
