@@ -41,18 +41,7 @@ chmod 755 "$FAKE"
 OUTSIDE=$TRASH_BASE/outside
 mkdir -p "$OUTSIDE" && chmod 1777 "$OUTSIDE"
 
-kernel='#include <cuda_runtime.h>
-__global__ void add_kernel(const float *a, const float *b, float *out, long long n)
-{
-	long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-	if (i < n)
-		out[i] = a[i] + b[i];
-}
-extern "C" int add_launcher(const float *a, const float *b, float *out, long long n, cudaStream_t s)
-{
-	add_kernel<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(a, b, out, n);
-	return (int)cudaGetLastError();
-}'
+kernel=$(cat "$TESTS_DIR/data/build/add.cu")  # also the GPU test's (tests/gpu/t0100)
 mkws() { mkdir -p "$1/kernels" && printf '%s\n' "$kernel" >"$1/kernels/add.cu"; }
 
 expect_success 'usage is printed by --help' 'ca-build --help | grep -q "^usage: ca-build"'

@@ -28,20 +28,7 @@ done
 [ -n "$SANDBOX_PY" ] && SANDBOX_PY="--hide /root$SANDBOX_PY"
 
 mkdir -p "$TRASH_BASE/ws/kernels"
-cat >"$TRASH_BASE/ws/kernels/add.cu" <<'EOS'
-#include <cuda_runtime.h>
-__global__ void add_kernel(const float *a, const float *b, float *out, long long n)
-{
-	long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-	if (i < n)
-		out[i] = a[i] + b[i];
-}
-extern "C" int add_launcher(const float *a, const float *b, float *out, long long n, cudaStream_t s)
-{
-	add_kernel<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(a, b, out, n);
-	return (int)cudaGetLastError();
-}
-EOS
+cp "$TESTS_DIR/data/build/add.cu" "$TRASH_BASE/ws/kernels/add.cu"
 cat >"$TRASH_BASE/run_add.py" <<'EOS'
 import ctypes, os, sys, torch
 lib = ctypes.CDLL(os.environ["LIB"])
