@@ -29,6 +29,8 @@
 #define MMA_ROWS 64  // the block's own rows: queries (forward, dq) or keys (dkv)
 #define LOG2E 1.4426950408889634f
 
+// The warp-level primitives; emulate-attention.cpp replaces them to run the kernels on the host.
+#ifndef ATTENTION_MMA_EMULATE
 __device__ __forceinline__ static unsigned smem_u32(const void *p)
 {
 	return (unsigned)__cvta_generic_to_shared(p);
@@ -82,6 +84,8 @@ __device__ __forceinline__ static unsigned pack_bf16(float lo, float hi)
 	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
 	return *(unsigned *)&v;
 }
+
+#endif
 
 // The a operand rows [row0, row0 + 16) x cols [k0, k0 + 16) of a row-major tile.
 __device__ __forceinline__ static void load_a(unsigned a[4], const bf16 *s, int ld, int row0, int k0, int lane)
@@ -412,6 +416,7 @@ mma_dkv_kernel(float *dk, float *dv, const bf16 *dout, const float *delta, const
 	}
 }
 
+#ifndef ATTENTION_MMA_EMULATE
 template <typename K>
 static int allow_smem(K kernel, size_t bytes)
 {
@@ -477,3 +482,4 @@ int nn_cuda_attention_backward_mma(float *dq, float *dk, float *dv, const float 
 	default: return -1;
 	}
 }
+#endif
