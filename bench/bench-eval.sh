@@ -15,7 +15,8 @@
 #      on the same kernel in ca's layout (cold build; cold and cached baselines)
 #      and in CUDA-Agent's layout (built by ca-build);
 #   4. repeatability: three profiles of the matmul candidate, the spread of
-#      their medians, and ca's candidate time beside the sum of the kernel
+#      their medians (and of the host clock's, the method before CUDA
+#      events), and ca's candidate time beside the sum of the kernel
 #      durations CUPTI saw and, when ncu is there, Nsight Compute's.
 # The steps run in the order 1, 3, 2, 4 (the ratio first), the stream last.
 # Results: one JSON object per measurement on stdout and in $CA_BENCH_OUT/bench-eval.ndjson.
@@ -152,7 +153,10 @@ fi
 if want repeat && fits 20 "repeatability"; then
 	# Three profiles of the same candidate, each its own candidate process (eager baseline only).
 	for i in 1 2 3; do cat "$WORK/mm.ndjson"; done | ca-profile --no-compile $O >"$WORK/repeat.ndjson"
-	emit "$(jq -c -s '{bench: "repeatability, 3 profiles of the matmul candidate (4096^2 fp32, cuBLAS)", candidate_us: map(.profile.candidate_us), spread: ((map(.profile.candidate_us) | max) / (map(.profile.candidate_us) | min) - 1), cupti_kernel_us_per_call: map(((.profile.kernels // []) | map(.total_us) | add) / .profile.iterations), cv: map(.profile.cv), target: "spread <= 0.02"}' "$WORK/repeat.ndjson")"
+	emit "$(jq -c -s 'def spread(f): (map(f | numbers)) as $v | if ($v | length) < 2 then null else ($v | max) / ($v | min) - 1 end;
+		{bench: "repeatability, 3 profiles of the matmul candidate (4096^2 fp32, cuBLAS)", ok: map(.profile.ok), candidate_us: map(.profile.candidate_us), spread: spread(.profile.candidate_us),
+		cv: map(.profile.cv), kernel_us: map(.profile.kernel_us), candidate_over_kernel: map(.profile | if (.candidate_us | type) == "number" and (.kernel_us | type) == "number" then .candidate_us / .kernel_us else null end),
+		host_us: map(.profile.host_us), host_spread: spread(.profile.host_us), wall_us: map(.profile.wall_us), method: .[0].profile.method, target: "spread <= 0.02"}' "$WORK/repeat.ndjson")"
 	NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
 	if [ -n "$NCU" ] && want ncu && fits 30 "Nsight Compute"; then
 		cat >"$WORK/ncu.py" <<'EOS'

@@ -81,7 +81,8 @@ void ca_eval_baseline_key(const char *task_sha, const char *gpu, const char *tor
 	struct ca_sha256 s;
 	char num[64];
 	ca_sha256_init(&s);
-	ca_sha256_string(&s, "ca-baseline-1");
+	/* 2: CUDA-event timing (1 was the host clock); old entries are not mixed in. */
+	ca_sha256_string(&s, "ca-baseline-2");
 	ca_sha256_string(&s, task_sha);
 	ca_sha256_string(&s, gpu ? gpu : "cpu");
 	ca_sha256_string(&s, torch_version ? torch_version : "");
@@ -428,13 +429,74 @@ static int worker_send(struct worker *w, jv req, jv *fault)
 }
 
 /*
+ * Our own clock around a worker's timed loop: when its lines
+ * {"timing":"start"}, {"timing":"tick"} (one after each timed call) and
+ * {"timing":"end"} arrived.
+ */
+struct loop_clock {
+	double start, end;
+	double *ticks;
+	int nticks, cap;
+};
+
+static void loop_clock_reset(struct loop_clock *c)
+{
+	c->start = c->end = 0;
+	c->nticks = 0;
+}
+
+static void loop_clock_note(struct loop_clock *c, const char *what)
+{
+	double now = ca_proc_now();
+	if (!strcmp(what, "start")) {
+		loop_clock_reset(c);
+		c->start = now;
+	} else if (!strcmp(what, "end")) {
+		c->end = now;
+	} else if (!strcmp(what, "tick") && c->nticks < 1000000) {
+		if (c->nticks == c->cap) {
+			c->cap = c->cap ? 2 * c->cap : 64;
+			c->ticks = ca_xrealloc(c->ticks, (size_t)c->cap * sizeof *c->ticks);
+		}
+		c->ticks[c->nticks++] = now;
+	}
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median_of(double *v, int n)
+{
+	if (n <= 0)
+		return NAN;
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/*
+ * The seconds each of the first n timed calls took on our clock (from the
+ * previous tick, the first from the start) into out; how many there were.
+ */
+static int loop_clock_calls(const struct loop_clock *c, double *out, int n)
+{
+	if (!(c->start > 0))
+		return 0;
+	int m = c->nticks < n ? c->nticks : n;
+	for (int i = 0; i < m; i++)
+		out[i] = c->ticks[i] - (i ? c->ticks[i - 1] : c->start);
+	return m;
+}
+
+/*
  * Wait for the reply object to a request sent, until the absolute time
  * deadline. On a fault the worker is stopped and *fault gets
- * {"stage","error"}; returns -1. Lines {"timing":"start"} and
- * {"timing":"end"} are noted in marks[0] and marks[1] (marks may be
- * NULL): our own clock around a timed loop.
+ * {"stage","error"}; returns -1. The {"timing": ...} lines of a timed
+ * loop are noted in ours (which may be NULL).
  */
-static int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, double *marks)
+static int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, struct loop_clock *ours)
 {
 	*reply = jv_invalid();
 	if (!w->running) {
@@ -471,8 +533,8 @@ static int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, 
 		if (jv_get_kind(v) == JV_KIND_OBJECT) {
 			jv timing = ca_json_get(v, "timing");
 			int is_timing = jv_get_kind(timing) == JV_KIND_STRING;
-			if (is_timing && marks)
-				marks[strcmp(jv_string_value(timing), "end") == 0] = ca_proc_now();
+			if (is_timing && ours)
+				loop_clock_note(ours, jv_string_value(timing));
 			jv_free(timing);
 			if (is_timing) {
 				jv_free(v);
@@ -493,13 +555,13 @@ static int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, 
 }
 
 /* Send req (consumed) and wait for the reply, at most timeout_s. */
-static int worker_call(struct worker *w, jv req, double timeout_s, jv *reply, jv *fault, double *marks)
+static int worker_call(struct worker *w, jv req, double timeout_s, jv *reply, jv *fault, struct loop_clock *ours)
 {
 	*reply = jv_invalid();
 	w->limit_s = timeout_s;
 	if (worker_send(w, req, fault) != 0)
 		return -1;
-	return worker_recv(w, ca_proc_now() + timeout_s, reply, fault, marks);
+	return worker_recv(w, ca_proc_now() + timeout_s, reply, fault, ours);
 }
 
 /* Start a worker; the ready line goes to w->hello. -1 with *fault on failure. */
@@ -876,10 +938,10 @@ static int reference_call(struct job *j, jv req, double timeout, jv *reply)
 	return 0;
 }
 
-static int candidate_call(struct job *j, jv req, double timeout, jv *reply, double *marks)
+static int candidate_call(struct job *j, jv req, double timeout, jv *reply, struct loop_clock *ours)
 {
 	jv fault;
-	if (worker_call(&j->cand, req, timeout, reply, &fault, marks) != 0) {
+	if (worker_call(&j->cand, req, timeout, reply, &fault, ours) != 0) {
 		job_fault(j, fault, NULL);
 		return -1;
 	}
@@ -1236,6 +1298,23 @@ static int job_prepare(struct job *j, jv record)
 }
 
 /* Top kernels of a kernel list (borrowed), with "forbidden" marked; *nbad counts them. */
+/* The summed total_us of a kernel list (borrows); 0 without one. */
+static double kernel_sum_us(jv kernels)
+{
+	double sum = 0;
+	if (jv_get_kind(kernels) != JV_KIND_ARRAY)
+		return 0;
+	int n = jv_array_length(jv_copy(kernels));
+	for (int i = 0; i < n; i++) {
+		jv k = jv_array_get(jv_copy(kernels), i);
+		double us = 0;
+		if (jv_get_kind(k) == JV_KIND_OBJECT && ca_json_number(k, "total_us", &us) && us > 0)
+			sum += us;
+		jv_free(k);
+	}
+	return sum;
+}
+
 static jv top_kernels(jv kernels, int top, int *nbad, jv *bad_names)
 {
 	jv out = jv_array();
@@ -1593,38 +1672,49 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached)
 	snprintf(prefix, sizeof prefix, "%s/kept-%s-", s->trusted, mode);
 	jv req = time_request(j, mode, prefix, keep_indices(cfg, j->seed));
 	jv reply;
-	double marks[2] = {0, 0};
+	struct loop_clock ours = {0};
 	jv fault;
 	gpu_lock(s, LOCK_EX);
-	int rc = worker_call(&s->reference, req, cfg->timeout_s * 10 + (strcmp(mode, "compile") ? 0 : 600), &reply, &fault, marks);
+	int rc = worker_call(&s->reference, req, cfg->timeout_s * 10 + (strcmp(mode, "compile") ? 0 : 600), &reply, &fault, &ours);
 	gpu_lock(s, LOCK_UN);
 	if (rc != 0) {
+		free(ours.ticks);
 		job_fault(j, fault, "reference: ");
 		j->result = set_str(j->result, "stage", "reference");
 		return -1;
 	}
 	if (ca_json_bool(reply, "ok") != 1) {
+		free(ours.ticks);
 		job_fault(j, reply, "reference: ");
 		j->result = set_str(j->result, "stage", "reference");
 		return -1;
 	}
-	double median = 0, cv = 0, loop = 0;
+	double median = 0, cv = 0;
 	ca_json_number(reply, "median_us", &median);
 	ca_json_number(reply, "cv", &cv);
 	jv times = ca_json_get(reply, "times_us");
+	int ntimes = jv_get_kind(times) == JV_KIND_ARRAY ? jv_array_length(jv_copy(times)) : 0;
 	double sum = 0;
-	for (int i = 0; i < jv_array_length(jv_copy(times)); i++) {
+	double *calls = ca_xcalloc((size_t)cfg->iters + 1, sizeof *calls);
+	int ncalls = loop_clock_calls(&ours, calls, cfg->iters);
+	for (int i = 0; i < ntimes; i++) {
 		jv t = jv_array_get(jv_copy(times), i);
-		sum += jv_number_value(t);
+		double us = jv_get_kind(t) == JV_KIND_NUMBER ? jv_number_value(t) : 0;
+		sum += us;
+		if (i < ncalls)
+			calls[i] -= us * 1e-6;  /* what our clock saw of this call beyond its time */
 		jv_free(t);
 	}
 	jv_free(times);
-	ca_json_number(reply, "loop_s", &loop);
 	jv v = jv_object();
 	v = set_num(v, "median_us", median);
 	v = set_num(v, "cv", cv);
 	/* Our clock around the timed loop minus the reported call times: the per-batch overhead. */
-	v = set_num(v, "overhead_s", marks[0] > 0 && marks[1] > marks[0] ? (marks[1] - marks[0]) - sum * 1e-6 : 0);
+	v = set_num(v, "overhead_s", ours.start > 0 && ours.end > ours.start ? (ours.end - ours.start) - sum * 1e-6 : 0);
+	/* The same per call, the median over the calls: the loop's own work around each call. */
+	v = set_num(v, "overhead_call_s", ncalls == cfg->iters && ntimes == cfg->iters ? median_of(calls, ncalls) : NAN);
+	free(calls);
+	free(ours.ticks);
 	jv kl = ca_json_get(reply, "kernels");
 	int nbad = 0;
 	v = jv_object_set(v, jv_string("kernels"), top_kernels(kl, cfg->top, &nbad, NULL));
@@ -1698,10 +1788,11 @@ static void do_profile(struct job *j)
 		return;
 	}
 	phase(j, "baselines");
-	double eager_us = 0, eager_cv = 0, overhead = 0, compile_us = NAN, compile_cv = NAN;
+	double eager_us = 0, eager_cv = 0, overhead = 0, overhead_call = NAN, compile_us = NAN, compile_cv = NAN;
 	ca_json_number(eager, "median_us", &eager_us);
 	ca_json_number(eager, "cv", &eager_cv);
 	ca_json_number(eager, "overhead_s", &overhead);
+	ca_json_number(eager, "overhead_call_s", &overhead_call);
 	if (jv_get_kind(compiled) == JV_KIND_OBJECT) {
 		ca_json_number(compiled, "median_us", &compile_us);
 		ca_json_number(compiled, "cv", &compile_cv);
@@ -1720,17 +1811,20 @@ static void do_profile(struct job *j)
 	/* The candidate, timed the same way. */
 	char prefix[PATHLEN];
 	snprintf(prefix, sizeof prefix, "%s/kept-", j->io);
-	double marks[2] = {0, 0};
+	struct loop_clock ours = {0};
+	double *calls = ca_xcalloc((size_t)cfg->iters + 1, sizeof *calls);
 	for (;;) {
 		jv req = time_request(j, "candidate", prefix, keep_indices(cfg, j->seed ^ 0x5eed));
-		marks[0] = marks[1] = 0;
+		loop_clock_reset(&ours);
 		gpu_lock(s, LOCK_EX);
-		int rc = candidate_call(j, req, cfg->timeout_s * 10, &reply, marks);
+		int rc = candidate_call(j, req, cfg->timeout_s * 10, &reply, &ours);
 		gpu_lock(s, LOCK_UN);
 		if (rc != 0) {
 			if (jv_get_kind(reply) == JV_KIND_OBJECT)
 				jv_free(reply);
 			jv_free(digests);
+			free(ours.ticks);
+			free(calls);
 			return;
 		}
 		int same = 1;
@@ -1747,32 +1841,53 @@ static void do_profile(struct job *j)
 		j->result = jv_object_set(j->result, jv_string("inputs_shipped"), jv_true());
 		if (profile_sets(j, &digests) != 0) {
 			jv_free(digests);
+			free(ours.ticks);
+			free(calls);
 			return;
 		}
 	}
 	jv_free(digests);
 	phase(j, "candidate");
-	double median = 0, cv = 0;
+	double median = 0, cv = 0, host_us = NAN;
 	ca_json_number(reply, "median_us", &median);
 	ca_json_number(reply, "cv", &cv);
+	ca_json_number(reply, "host_median_us", &host_us);
+	char *clock_kind = ca_json_strdup(reply, "clock");
+	int events = clock_kind && !strcmp(clock_kind, "cuda-events");
+	free(clock_kind);
 	j->result = set_num(j->result, "candidate_us", median);
 	j->result = set_num(j->result, "cv", cv);
+	j->result = set_num(j->result, "host_us", host_us);
 	j->result = jv_object_set(j->result, jv_string("iterations"), jv_number(cfg->iters));
 	j->result = jv_object_set(j->result, jv_string("warmup"), jv_number(cfg->warmup));
 	j->result = jv_object_set(j->result, jv_string("input_sets"), jv_number(cfg->sets));
-	j->result = set_str(j->result, "method", "host clock around call + device synchronize; L2 flushed; inputs refilled per call");
+	j->result = set_str(j->result, "method", events
+		? "CUDA events on the current stream around the call, plus the device-wide synchronize's wait beyond an idle one; L2 flushed; inputs refilled per call"
+		: "host clock around the call; inputs refilled per call");
 	jv kl = ca_json_get(reply, "kernels");
+	/* Device time of every kernel CUPTI saw in the timed calls (the loop's L2 flushes taken out by the worker). */
+	double kernel_us = kernel_sum_us(kl) / cfg->iters;
+	j->result = set_num(j->result, "kernel_us", kernel_us > 0 ? kernel_us : NAN);
 	int nbad = 0;
 	jv bad_names = jv_array();
 	j->result = jv_object_set(j->result, jv_string("kernels"), top_kernels(kl, cfg->top, &nbad, &bad_names));
 	jv_free(kl);
 
-	/* Our own clock: per-call time implied by the batch, less the reference's overhead. */
-	double wall_per_call = NAN;
-	if (marks[0] > 0 && marks[1] > marks[0] && cfg->iters > 0) {
-		wall_per_call = ((marks[1] - marks[0]) - overhead) / cfg->iters * 1e6;
-		j->result = set_num(j->result, "wall_us", wall_per_call);
-	}
+	/*
+	 * Our own clock: per-call time implied by the batch, less the
+	 * reference's overhead; and the median of the calls on our clock (from
+	 * the worker's tick after each), less the reference's median overhead
+	 * per call, which one slow call (an allocation, a page fault) cannot move.
+	 */
+	double wall_per_call = NAN, call_us = NAN;
+	if (ours.start > 0 && ours.end > ours.start && cfg->iters > 0)
+		wall_per_call = ((ours.end - ours.start) - overhead) / cfg->iters * 1e6;
+	int ncalls = loop_clock_calls(&ours, calls, cfg->iters);
+	if (ncalls == cfg->iters && ours.nticks == cfg->iters && isfinite(overhead_call))
+		call_us = (median_of(calls, ncalls) - overhead_call) * 1e6;
+	free(ours.ticks);
+	free(calls);
+	j->result = set_num(j->result, "wall_us", isfinite(call_us) ? call_us : wall_per_call);
 	/* Spot checks of timed calls' outputs. */
 	jv kept = ca_json_get(reply, "kept");
 	int nkept = jv_get_kind(kept) == JV_KIND_ARRAY ? jv_array_length(jv_copy(kept)) : 0;
@@ -1823,6 +1938,31 @@ static void do_profile(struct job *j)
 		char msg[256];
 		snprintf(msg, sizeof msg, "self-reported %.1f us per call, but our clock around the timed calls "
 			"implies at least %.1f us: the timer was tampered with", median, wall_per_call);
+		job_fail(j, "timing", msg);
+		goto out;
+	}
+	if (isfinite(overhead_call) && !isfinite(call_us)) {
+		char msg[256];
+		snprintf(msg, sizeof msg, "the candidate worker marked %d of its %d timed calls", ours.nticks, cfg->iters);
+		job_fail(j, "timing", msg);
+		goto out;
+	}
+	if (isfinite(call_us) && median < 0.5 * call_us - 5) {
+		char msg[256];
+		snprintf(msg, sizeof msg, "self-reported %.1f us per call, but our clock, call by call, "
+			"implies at least %.1f us: the timer was tampered with", median, call_us);
+		job_fail(j, "timing", msg);
+		goto out;
+	}
+	/*
+	 * A second witness, from the device: the kernels CUPTI saw. Kernels on
+	 * several streams may overlap, so their sum can exceed the time of an
+	 * honest call; an eighth of it cannot.
+	 */
+	if (kernel_us > 0 && median < kernel_us / 8 - 20) {
+		char msg[256];
+		snprintf(msg, sizeof msg, "self-reported %.1f us per call, but the GPU kernels of the timed calls "
+			"ran %.1f us per call: the timer was tampered with", median, kernel_us);
 		job_fail(j, "timing", msg);
 		goto out;
 	}

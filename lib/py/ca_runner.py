@@ -20,8 +20,9 @@ and every request gets exactly one reply, {"ok": true, ...} or
     {"ok": false, "stage": "load"|"weights"|"run"|"policy"|"time"|"protocol",
      "error": "one line", "detail": "traceback tail"}
 except "time", which also writes {"timing": "start"} when its timed loop
-begins and {"timing": "end"} when it ends (before the kept outputs are
-written), so the parent can clock the loop with its own wall clock.
+begins, {"timing": "tick"} after each timed call and {"timing": "end"}
+when the loop ends (before the kept outputs are written), so the parent
+can clock the loop and each call with its own wall clock.
 
 Requests (paths are files; tensor files are described in lib/tensor.h):
   {"op": "task", "path": P, "seed": S, "weights_out": P, "init_out": P}
@@ -59,13 +60,19 @@ Requests (paths are files; tensor files are described in lib/tensor.h):
       modes: the input sets are loaded to the device once; before every
       call the working input tensors are refilled from set (call % sets),
       the L2 cache is flushed by writing a buffer twice its size, the
-      device is synchronized; the clock runs from just before the call to
-      after a device-wide synchronize (so work left on side streams is
-      counted). Outputs of timed calls listed in keep are written to
-      keep_prefix + "<i>.ten". Reply adds "times_us" (timed calls),
-      "median_us", "cv", "sets", "kept": [{"index", "set", "path"}],
-      "loop_s", "digests" (one per input set) and, with trace, "kernels"
-      (over the timed calls only).
+      device is synchronized. On a GPU a call's time is the device time
+      between CUDA events recorded on the current stream just before the
+      call and just after it returns, plus its tail: how much longer than
+      on an idle device the device-wide synchronize that follows takes
+      (work left on side streams or running late is counted). On the CPU
+      it is the host clock around the call. Outputs of timed calls listed
+      in keep are written to keep_prefix + "<i>.ten". Reply adds
+      "times_us" (timed calls), "median_us", "cv", "clock"
+      ("cuda-events"|"host"), "host_median_us" (the median on the host
+      clock from just before the call to after the device-wide
+      synchronize), on a GPU "tail_median_us" and "idle_sync_us", "sets",
+      "kept": [{"index", "set", "path"}], "loop_s", "digests" (one per
+      input set) and, with trace, "kernels" (over the timed calls only).
   {"op": "exit"}
       reply and exit 0.
 """
@@ -82,6 +89,15 @@ import traceback
 
 _perf = time.perf_counter
 _proto = None
+# CUDA event methods, bound when the worker starts, before any task or candidate
+# code runs,
+# so patching torch.cuda.Event later does not reach the timing loop.
+_ev_record = _ev_sync = _ev_elapsed = None
+
+
+def _span_us(start, end):
+    """Device time between two recorded events, in microseconds."""
+    return _ev_elapsed(start, end) * 1000.0
 
 # ---------------------------------------------------------------- tensor files
 
@@ -472,6 +488,10 @@ class Worker:
         self._tracer = Tracer(device) if role == "candidate" else None
         self.flush_buffer = None
         if device == "cuda":
+            global _ev_record, _ev_sync, _ev_elapsed
+            _ev_record = torch.cuda.Event.record
+            _ev_sync = torch.cuda.Event.synchronize
+            _ev_elapsed = torch.cuda.Event.elapsed_time
             props = torch.cuda.get_device_properties(0)
             l2 = getattr(props, "L2_cache_size", 50 << 20) or (50 << 20)
             self.flush_buffer = torch.empty(max(2 * l2, 64 << 20) // 4, dtype=torch.int32, device=self.dev)
@@ -707,16 +727,33 @@ class Worker:
         work = [x.clone() if isinstance(x, t.Tensor) else x for x in sets[0]]
         warmup, iters = int(req.get("warmup", 3)), int(req.get("iters", 20))
         keep = set(int(i) for i in req.get("keep", []))
-        times, kept = [], []
+        cuda = self.device == "cuda"
+        if cuda:
+            # The stream the events go on: the current one now, whatever
+            # the candidate makes current later (its work elsewhere is
+            # counted by the tail, below).
+            stream = t.cuda.current_stream()
+            starts = [t.cuda.Event(enable_timing=True) for _ in range(iters)]
+            ends = [t.cuda.Event(enable_timing=True) for _ in range(iters)]
+            spare = (t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True))
+        host, tails, kept = [], [], []
+        flush_kernels = {}
         loop_start = None
+        idle_us = 0.0
         for i in range(warmup + iters):
             timed = i >= warmup
             if i == warmup:
                 self.sync()
+                if cuda:
+                    idle_us = self._idle_sync_us()
+                if req.get("trace"):
+                    # Set up before the parent's clock starts: the first
+                    # start of a tracer is slow, and the parent takes the
+                    # reference's untimed time per loop for overhead.
+                    flush_kernels = self._flush_kernels()
+                    self.tracer.start(timing=True)
                 _send({"timing": "start"})
                 loop_start = _perf()
-                if req.get("trace"):
-                    self.tracer.start(timing=True)
             src = sets[i % len(sets)]
             for w, s in zip(work, src):
                 if isinstance(w, t.Tensor):
@@ -724,34 +761,109 @@ class Worker:
             if self.flush_buffer is not None:
                 self.flush_buffer.zero_()
             self.sync()
-            t0 = _perf()
-            out = self._forward(model, work)
-            self.sync()
-            t1 = _perf()
+            if cuda:
+                # Device clock: events on the stream around the call. The
+                # start event fires at once (the device is idle), so the
+                # launch overhead of the call is in the span, as it is in
+                # the caller's time; the host's wake-up from the final
+                # synchronize is not. Then the tail: a device-wide
+                # synchronize once the stream is done, which takes as long
+                # as work left on other streams keeps the device busy.
+                a, b = (starts[i - warmup], ends[i - warmup]) if timed else spare
+                _ev_record(a, stream)
+                h0 = _perf()
+                out = self._forward(model, work)
+                _ev_record(b, stream)
+                _ev_sync(b)
+                h1 = _perf()
+                self.sync()
+                h2 = _perf()
+                if timed:
+                    host.append((h2 - h0) * 1e6)
+                    tails.append((h2 - h1) * 1e6)
+            else:
+                h0 = _perf()
+                out = self._forward(model, work)
+                h2 = _perf()
+                if timed:
+                    host.append((h2 - h0) * 1e6)
+            if timed and (i - warmup) in keep:
+                # A copy on the device now; files after the clocked loop.
+                kept.append((i - warmup, i % len(sets), _clone_tree(out)))
             if timed:
-                times.append((t1 - t0) * 1e6)
-                if (i - warmup) in keep:
-                    # A copy on the device now; files after the clocked loop.
-                    kept.append((i - warmup, i % len(sets), _clone_tree(out)))
+                # The parent clocks every call from outside with these.
+                _send({"timing": "tick"})
         self.sync()
-        kernels = self.tracer.stop() if req.get("trace") else None
         loop_s = _perf() - loop_start if loop_start is not None else 0.0
         _send({"timing": "end"})
+        kernels = self.tracer.stop() if req.get("trace") else None
+        if kernels is not None:
+            kernels = _without(kernels, flush_kernels, iters)
+        if cuda:
+            times = [_span_us(a, b) + max(0.0, tail - idle_us)
+                     for a, b, tail in zip(starts, ends, tails)]
+        else:
+            times = host
         written = []
         for index, set_index, value in kept:
             path = "%s%d.ten" % (req["keep_prefix"], index)
             write_tensors(path, value)
             written.append({"index": index, "set": set_index, "path": path})
         kept = written
-        s = sorted(times)
-        median = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+        median = _median(times)
         mean = sum(times) / len(times)
         cv = (sum((x - mean) ** 2 for x in times) / len(times)) ** 0.5 / mean if mean > 0 else 0.0
         reply = {"times_us": [round(x, 3) for x in times], "median_us": median, "cv": cv,
-                 "sets": len(sets), "kept": kept, "loop_s": loop_s, "digests": digests}
+                 "host_median_us": _median(host), "sets": len(sets), "kept": kept,
+                 "loop_s": loop_s, "digests": digests,
+                 "clock": "cuda-events" if cuda else "host"}
+        if cuda:
+            reply["tail_median_us"] = _median(tails)
+            reply["idle_sync_us"] = idle_us
         if kernels is not None:
             reply["kernels"] = kernels[:50]
         return reply
+
+    def _flush_kernels(self):
+        """The kernels one L2 flush runs, by name, with their device time:
+        the loop's own work, taken out of the timed calls' kernel list."""
+        if self.flush_buffer is None or self.tracer.kind != "cupti":
+            return {}
+        self.tracer.start(timing=True)
+        self.flush_buffer.zero_()
+        self.sync()
+        return {k["name"]: (k["calls"], k["total_us"]) for k in self.tracer.stop() or []}
+
+    def _idle_sync_us(self):
+        """What a device-wide synchronize costs the host when there is
+        nothing to wait for: the part of a tail that is no work."""
+        samples = []
+        for _ in range(9):
+            h0 = _perf()
+            self.sync()
+            samples.append((_perf() - h0) * 1e6)
+        return _median(samples)
+
+
+def _without(kernels, flush, iters):
+    """kernels less iters L2 flushes (flush as _flush_kernels gives it)."""
+    out = []
+    for k in kernels:
+        if k["name"] in flush:
+            calls, us = flush[k["name"]]
+            k = dict(k, calls=k["calls"] - calls * iters, total_us=max(0.0, k["total_us"] - us * iters))
+            if k["calls"] <= 0:
+                continue
+        out.append(k)
+    return sorted(out, key=lambda k: -k["total_us"])
+
+
+def _median(values):
+    s = sorted(values)
+    if not s:
+        return 0.0
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
 def _clone_tree(value):
