@@ -22,6 +22,8 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda/nn_cuda.h"
 
@@ -328,17 +330,20 @@ mma_dq_kernel(float *dq, const bf16 *dout, const float *delta, const float *lse,
 	}
 }
 
-template <int D, int BQ>
+// With DQ_ATOMIC also dQ, the FlashAttention-2 way: dS^T goes through shared memory and each
+// query tile's dS K is added to dq (zeroed before) with atomics; no separate dq pass then.
+template <int D, int BQ, bool DQ_ATOMIC>
 __global__ static void __launch_bounds__(MMA_THREADS)
-mma_dkv_kernel(float *dk, float *dv, const bf16 *dout, const float *delta, const float *lse, const bf16 *q,
+mma_dkv_kernel(float *dk, float *dv, float *dq, const bf16 *dout, const float *delta, const float *lse, const bf16 *q,
 	       const bf16 *k, const bf16 *v, const int *seq_start, const int *seq_end, const int *order, int T, int NH,
 	       int NKV)
 {
-	constexpr int LD = D + 8, NT = BQ / 8;
+	constexpr int LD = D + 8, NT = BQ / 8, LDS = BQ + 8;
 	extern __shared__ __align__(128) unsigned char smem[];
 	bf16 *Ks = (bf16 *)smem, *Vs = Ks + MMA_ROWS * LD, *Qs = Vs + MMA_ROWS * LD, *dOs = Qs + 2 * BQ * LD;
 	float *L2s = (float *)(dOs + 2 * BQ * LD), *Ds = L2s + 2 * BQ;
 	int *Ss = (int *)(Ds + 2 * BQ);
+	bf16 *dSs = (bf16 *)(Ss + 2 * BQ);  // [64 keys][LDS]: dS^T, DQ_ATOMIC only
 	int g = blockIdx.y, group = NH / NKV;
 	int k0 = (order ? order[gridDim.x + blockIdx.x] : blockIdx.x) * MMA_ROWS;  // the longest columns first
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -401,6 +406,45 @@ mma_dkv_kernel(float *dk, float *dv, const bf16 *dout, const float *delta, const
 			}
 		warp_accumulate<D, NT>(dva, s, dOb, lane);
 		warp_accumulate<D, NT>(dka, dp, Qb, lane);
+		if (DQ_ATOMIC) {
+			for (int n = 0; n < NT; n++) {
+				int col = n * 8 + 2 * (lane & 3);
+				*(unsigned *)(dSs + row[0] * LDS + col) = pack_bf16(dp[n][0], dp[n][1]);
+				*(unsigned *)(dSs + row[1] * LDS + col) = pack_bf16(dp[n][2], dp[n][3]);
+			}
+			__syncthreads();
+			// dQ[BQ x D] = dS K: warp w takes query rows (w % RG) * 16 and D / (4 / RG) of the columns.
+			constexpr int RG = BQ / 16, DC = D / (4 / RG);
+			int r0 = (warp % RG) * 16, c0 = (warp / RG) * DC;
+			float acc[DC / 8][4];
+			for (int n = 0; n < DC / 8; n++)
+				acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+			for (int kk = 0; kk < MMA_ROWS / 16; kk++) {
+				unsigned af[4];  // dS rows r0.. = dS^T read transposed
+				ldsm_x4_trans(af, dSs + (kk * 16 + (lane & 7) + ((lane >> 4) & 1) * 8) * LDS + r0 +
+							  ((lane >> 3) & 1) * 8);
+#pragma unroll
+				for (int n = 0; n < DC / 16; n++) {
+					unsigned bf[4];
+					load_b_kmajor(bf, Ks, LD, kk * 16, c0 + n * 16, lane);
+					mma16816(acc[2 * n], af, bf[0], bf[1]);
+					mma16816(acc[2 * n + 1], af, bf[2], bf[3]);
+				}
+			}
+			int h = g * group + it / ntiles;
+			float scale = rsqrtf((float)D);
+			for (int i = 0; i < 2; i++) {
+				int r = r0 + (lane >> 2) + 8 * i;
+				if (r >= nq)
+					continue;
+				float *dst = dq + ((size_t)(qt + r) * NH + h) * D + c0 + 2 * (lane & 3);
+				for (int n = 0; n < DC / 8; n++) {
+					atomicAdd(dst + n * 8, acc[n][2 * i] * scale);
+					atomicAdd(dst + n * 8 + 1, acc[n][2 * i + 1] * scale);
+				}
+			}
+		}
 		__syncthreads();
 	}
 	cp_async_wait<0>();
@@ -422,6 +466,17 @@ static int allow_smem(K kernel, size_t bytes)
 {
 	return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) == cudaSuccess ? 0
 														      : -1;
+}
+
+// CA_CUDA_ATTENTION_DQ=atomic: dQ added up inside the dk/dv pass (see mma_dkv_kernel) instead of its own pass.
+static bool dq_atomic(void)
+{
+	static int chosen = -1;
+	if (chosen < 0) {
+		const char *e = getenv("CA_CUDA_ATTENTION_DQ");
+		chosen = e && strcmp(e, "atomic") == 0;
+	}
+	return chosen;
 }
 
 // Key (or query) tile of the inner loop: 64, or 32 where D = 128 would need too many registers.
@@ -446,15 +501,24 @@ static int backward_d(float *dq, float *dk, float *dv, const float *delta, const
 		      const int *order, int T, int NH, int NKV)
 {
 	constexpr int B = INNER(D);
-	size_t b1 = (size_t)(2 * MMA_ROWS + 4 * B) * (D + 8) * sizeof(bf16);
-	size_t b2 = (size_t)(2 * MMA_ROWS + 4 * B) * (D + 8) * sizeof(bf16) + 6 * B * sizeof(float);
-	if (allow_smem(mma_dq_kernel<D, B>, b1) < 0 || allow_smem(mma_dkv_kernel<D, B>, b2) < 0)
-		return -1;
 	unsigned tiles = (unsigned)((T + MMA_ROWS - 1) / MMA_ROWS);
+	size_t b2 = (size_t)(2 * MMA_ROWS + 4 * B) * (D + 8) * sizeof(bf16) + 6 * B * sizeof(float);
+	if (dq_atomic()) {
+		size_t b3 = b2 + (size_t)MMA_ROWS * (B + 8) * sizeof(bf16);
+		if (allow_smem(mma_dkv_kernel<D, B, true>, b3) < 0 ||
+		    cudaMemsetAsync(dq, 0, sizeof(float) * (size_t)T * NH * D) != cudaSuccess)
+			return -1;
+		mma_dkv_kernel<D, B, true><<<dim3(tiles, (unsigned)NKV), MMA_THREADS, b3>>>(
+			dk, dv, dq, dout, delta, lse, q, k, v, seq_start, seq_end, order, T, NH, NKV);
+		return 0;
+	}
+	size_t b1 = (size_t)(2 * MMA_ROWS + 4 * B) * (D + 8) * sizeof(bf16);
+	if (allow_smem(mma_dq_kernel<D, B>, b1) < 0 || allow_smem(mma_dkv_kernel<D, B, false>, b2) < 0)
+		return -1;
 	mma_dq_kernel<D, B><<<dim3(tiles, (unsigned)NH), MMA_THREADS, b1>>>(dq, dout, delta, lse, q, k, v, seq_start,
 									   order, T, NH, NKV);
-	mma_dkv_kernel<D, B><<<dim3(tiles, (unsigned)NKV), MMA_THREADS, b2>>>(dk, dv, dout, delta, lse, q, k, v,
-									     seq_start, seq_end, order, T, NH, NKV);
+	mma_dkv_kernel<D, B, false><<<dim3(tiles, (unsigned)NKV), MMA_THREADS, b2>>>(
+		dk, dv, NULL, dout, delta, lse, q, k, v, seq_start, seq_end, order, T, NH, NKV);
 	return 0;
 }
 
