@@ -257,6 +257,170 @@ mma_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf
 	}
 }
 
+// The forward with two m-tiles per warp (128 queries per block): every K and V operand loaded
+// from shared memory feeds two products. CA_CUDA_ATTENTION_FWD=128 selects it.
+template <int D, int NT>
+__device__ __forceinline__ static void warp_scores2(float s[2][NT][4], const bf16 *a, int row0, const bf16 *b, int lane)
+{
+	constexpr int LD = D + 8;
+	for (int mt = 0; mt < 2; mt++)
+		for (int n = 0; n < NT; n++)
+			s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+#pragma unroll
+	for (int kk = 0; kk < D / 16; kk++) {
+		unsigned af[2][4];
+		load_a(af[0], a, LD, row0, kk * 16, lane);
+		load_a(af[1], a, LD, row0 + 16, kk * 16, lane);
+#pragma unroll
+		for (int n = 0; n < NT / 2; n++) {
+			unsigned bf[4];
+			load_b_nmajor(bf, b, LD, n * 16, kk * 16, lane);
+#pragma unroll
+			for (int mt = 0; mt < 2; mt++) {
+				mma16816(s[mt][2 * n], af[mt], bf[0], bf[1]);
+				mma16816(s[mt][2 * n + 1], af[mt], bf[2], bf[3]);
+			}
+		}
+	}
+}
+
+template <int D, int NT>
+__device__ __forceinline__ static void warp_accumulate2(float acc[2][D / 8][4], const float p[2][NT][4], const bf16 *b,
+							int lane)
+{
+	constexpr int LD = D + 8;
+#pragma unroll
+	for (int kk = 0; kk < NT / 2; kk++) {
+		unsigned af[2][4];
+#pragma unroll
+		for (int mt = 0; mt < 2; mt++) {
+			af[mt][0] = pack_bf16(p[mt][2 * kk][0], p[mt][2 * kk][1]);
+			af[mt][1] = pack_bf16(p[mt][2 * kk][2], p[mt][2 * kk][3]);
+			af[mt][2] = pack_bf16(p[mt][2 * kk + 1][0], p[mt][2 * kk + 1][1]);
+			af[mt][3] = pack_bf16(p[mt][2 * kk + 1][2], p[mt][2 * kk + 1][3]);
+		}
+#pragma unroll
+		for (int n = 0; n < D / 16; n++) {
+			unsigned bf[4];
+			load_b_kmajor(bf, b, LD, kk * 16, n * 16, lane);
+#pragma unroll
+			for (int mt = 0; mt < 2; mt++) {
+				mma16816(acc[mt][2 * n], af[mt], bf[0], bf[1]);
+				mma16816(acc[mt][2 * n + 1], af[mt], bf[2], bf[3]);
+			}
+		}
+	}
+}
+
+template <int D, int BK>
+__global__ static void __launch_bounds__(MMA_THREADS)
+mma_forward2_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int *seq_start, int T,
+		    int NH, int NKV)
+{
+	constexpr int LD = D + 8, NT = BK / 8, ROWS = 2 * MMA_ROWS;
+	extern __shared__ __align__(128) unsigned char smem[];
+	bf16 *Qs = (bf16 *)smem, *Ks = Qs + ROWS * LD, *Vs = Ks + 2 * BK * LD;
+	int h = blockIdx.y, g = h / (NH / NKV);
+	int q0 = (gridDim.x - 1 - blockIdx.x) * ROWS;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	int nq = min(ROWS, T - q0), qlast = q0 + nq - 1;
+	size_t qs = (size_t)NH * D, ks = (size_t)NKV * D;
+	const bf16 *kg = k + (size_t)g * D, *vg = v + (size_t)g * D;
+	int kbegin = seq_start[q0], first_of_last = seq_start[qlast];
+	load_rows<D>(Qs, q + (size_t)h * D, qs, q0, nq, ROWS);
+	load_rows<D>(Ks, kg, ks, kbegin, min(BK, qlast - kbegin + 1), BK);
+	load_rows<D>(Vs, vg, ks, kbegin, min(BK, qlast - kbegin + 1), BK);
+	cp_async_commit();
+	// Warp w holds rows w * 32 + mt * 16 + lane / 4 (+ 8): index [mt][i].
+	int tq[2][2], tstart[2][2];
+	bool valid[2][2];
+	for (int mt = 0; mt < 2; mt++)
+		for (int i = 0; i < 2; i++) {
+			int r = warp * 32 + mt * 16 + (lane >> 2) + 8 * i;
+			tq[mt][i] = q0 + r;
+			valid[mt][i] = r < nq;
+			tstart[mt][i] = valid[mt][i] ? seq_start[tq[mt][i]] : T;
+		}
+	float o[2][D / 8][4], m[2][2], l[2][2];
+	for (int mt = 0; mt < 2; mt++) {
+		for (int n = 0; n < D / 8; n++)
+			o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+		m[mt][0] = m[mt][1] = -INFINITY;
+		l[mt][0] = l[mt][1] = 0.0f;
+	}
+	const float sl2 = rsqrtf((float)D) * LOG2E;
+	int buf = 0;
+	for (int kt = kbegin; kt <= qlast; kt += BK, buf ^= 1) {
+		int nk = min(BK, qlast - kt + 1), kn = kt + BK;
+		if (kn <= qlast) {
+			load_rows<D>(Ks + (buf ^ 1) * BK * LD, kg, ks, kn, min(BK, qlast - kn + 1), BK);
+			load_rows<D>(Vs + (buf ^ 1) * BK * LD, vg, ks, kn, min(BK, qlast - kn + 1), BK);
+		}
+		cp_async_commit();
+		cp_async_wait<1>();
+		__syncthreads();
+		const bf16 *Kb = Ks + buf * BK * LD, *Vb = Vs + buf * BK * LD;
+		float s[2][NT][4];
+		warp_scores2<D, NT>(s, Qs, warp * 32, Kb, lane);
+		bool full = nk == BK && kt + BK - 1 <= q0 && kt >= first_of_last;
+		if (!full)
+#pragma unroll
+			for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+				for (int n = 0; n < NT; n++)
+#pragma unroll
+					for (int e = 0; e < 4; e++) {
+						int i = e >> 1, col = n * 8 + 2 * (lane & 3) + (e & 1), key = kt + col;
+						if (!(valid[mt][i] && col < nk && key >= tstart[mt][i] && key <= tq[mt][i]))
+							s[mt][n][e] = -INFINITY;
+					}
+#pragma unroll
+		for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+			for (int i = 0; i < 2; i++) {
+				float mx = -INFINITY;
+				for (int n = 0; n < NT; n++)
+					mx = fmaxf(mx, fmaxf(s[mt][n][2 * i], s[mt][n][2 * i + 1]));
+				mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+				mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+				float mnew = fmaxf(m[mt][i], mx);
+				float base = mnew == -INFINITY ? 0.0f : mnew * sl2;
+				float corr = exp2f(m[mt][i] * sl2 - base), sum = 0.0f;
+				m[mt][i] = mnew;
+				for (int n = 0; n < NT; n++)
+					for (int j = 0; j < 2; j++) {
+						float p = exp2f(s[mt][n][2 * i + j] * sl2 - base);
+						s[mt][n][2 * i + j] = p;
+						sum += p;
+					}
+				l[mt][i] = l[mt][i] * corr + sum;
+				for (int n = 0; n < D / 8; n++) {
+					o[mt][n][2 * i] *= corr;
+					o[mt][n][2 * i + 1] *= corr;
+				}
+			}
+		warp_accumulate2<D, NT>(o, s, Vb, lane);
+		__syncthreads();
+	}
+	cp_async_wait<0>();
+	float scale = rsqrtf((float)D);
+	for (int mt = 0; mt < 2; mt++)
+		for (int i = 0; i < 2; i++) {
+			float li = l[mt][i];
+			li += __shfl_xor_sync(0xffffffffu, li, 1);
+			li += __shfl_xor_sync(0xffffffffu, li, 2);
+			if (!valid[mt][i])
+				continue;
+			float inv = 1.0f / li;
+			bf16 *op = out + ((size_t)tq[mt][i] * NH + h) * D + 2 * (lane & 3);
+			for (int n = 0; n < D / 8; n++)
+				*(__nv_bfloat162 *)(op + n * 8) =
+					__floats2bfloat162_rn(o[mt][n][2 * i] * inv, o[mt][n][2 * i + 1] * inv);
+			if ((lane & 3) == 0)
+				lse[(size_t)tq[mt][i] * NH + h] = m[mt][i] * scale + logf(li);
+		}
+}
+
 template <int D, int BK>
 __global__ static void __launch_bounds__(MMA_THREADS)
 mma_dq_kernel(float *dq, const bf16 *dout, const float *delta, const float *lse, const bf16 *q, const bf16 *k,
@@ -482,11 +646,32 @@ static bool dq_atomic(void)
 // Key (or query) tile of the inner loop: 64, or 32 where D = 128 would need too many registers.
 #define INNER(D) ((D) >= 128 ? 32 : 64)
 
+// CA_CUDA_ATTENTION_FWD=128: the forward with 128 queries per block (mma_forward2_kernel).
+static bool forward_128(void)
+{
+	static int chosen = -1;
+	if (chosen < 0) {
+		const char *e = getenv("CA_CUDA_ATTENTION_FWD");
+		chosen = e && strcmp(e, "128") == 0;
+	}
+	return chosen;
+}
+
 template <int D>
 static int forward_d(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int *seq_start,
 		     const int *order, int T, int NH, int NKV)
 {
 	constexpr int BK = 64;
+	if constexpr (D <= 64) {
+		if (forward_128()) {
+			size_t bytes = (size_t)(2 * MMA_ROWS + 4 * BK) * (D + 8) * sizeof(bf16);
+			if (allow_smem(mma_forward2_kernel<D, BK>, bytes) < 0)
+				return -1;
+			dim3 grid((unsigned)((T + 2 * MMA_ROWS - 1) / (2 * MMA_ROWS)), (unsigned)NH);
+			mma_forward2_kernel<D, BK><<<grid, MMA_THREADS, bytes>>>(out, lse, q, k, v, seq_start, T, NH, NKV);
+			return 0;
+		}
+	}
 	size_t bytes = (size_t)(MMA_ROWS + 4 * BK) * (D + 8) * sizeof(bf16);
 	if (allow_smem(mma_forward_kernel<D, BK>, bytes) < 0)
 		return -1;

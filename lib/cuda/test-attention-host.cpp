@@ -1,8 +1,8 @@
 /*
  * test-attention-host: the tensor-core attention of attention_mma.cu run on
  * the CPU, without a GPU, against a float64 reference (forward out and lse,
- * backward dq, dk, dv, with dq by its own pass and by atomics) on packed
- * sequences, for head_dim 16, 32, 64, 128.
+ * backward dq, dk, dv, with dq by its own pass and by atomics; both
+ * forwards) on packed sequences, for head_dim 16, 32, 64, 128.
  *
  *   g++ -std=c++17 -O2 -Wno-unknown-pragmas -I$CUDA_HOME/include -Ilib -o test-attention-host \
  *       lib/cuda/test-attention-host.cpp
@@ -436,6 +436,17 @@ static int check(int NH, int NKV, std::vector<int> lens, bool ordered)
 	e = max(e, report("dq", dq_ref, [&](size_t i) { return (double)dq2[i]; }));
 	e = max(e, report("dk", dk_ref, [&](size_t i) { return (double)dk2[i]; }));
 	e = max(e, report("dv", dv_ref, [&](size_t i) { return (double)dv2[i]; }));
+	if constexpr (D <= 64) {  // the forward with 128 queries per block (CA_CUDA_ATTENTION_FWD=128)
+		std::vector<bf16> out2(T * QD);
+		std::vector<float> lse2(T * NH, NAN);
+		launch(dim3((T + 127) / 128, NH), [&] {
+			mma_forward2_kernel<D, 64>(out2.data(), lse2.data(), qb.data(), kb.data(), vb.data(), start.data(), T,
+						   NH, NKV);
+		});
+		printf(" forward with 128 queries per block:\n");
+		e = max(e, report("out", out_ref, [&](size_t i) { return (double)__bfloat162float(out2[i]); }));
+		e = max(e, report("lse", lse_ref, [&](size_t i) { return (double)lse2[i]; }));
+	}
 	return e < 0.02 ? 0 : 1;
 }
 
