@@ -1,7 +1,8 @@
 #!/bin/sh
 # ca-profile on the CPU (--device cpu, no torch.compile): the profile
 # fields, the baseline cache, the spot checks of timed calls, the check of
-# the candidate's clock against ours, and records that failed verification.
+# the candidate's clock against ours (whole loop and call by call), and
+# records that failed verification.
 . "$(dirname "$0")/test-lib.sh"
 
 ADV=$TESTS_DIR/adversarial
@@ -15,7 +16,7 @@ if ! has_torch || ! command -v cc >/dev/null 2>&1; then
 fi
 C=$TRASH_BASE/candidates
 mkdir -p "$C"
-for c in honest/relu cheat/timer_patch; do
+for c in honest/relu cheat/timer_patch cheat/tick_drop; do
 	d=$C/$(basename "$c")
 	cp -R "$ADV/$c" "$d" && rm -rf "$d/kernels" && mkdir -p "$d/build" &&
 		cc -O2 -shared -fPIC -o "$d/build/libkernels.so" "$ADV/cpu/relu_cpu.c"
@@ -27,6 +28,7 @@ record() { # id task dir [verify-ok]
 {
 	record honest relu_mid "$C/relu"
 	record timer_patch relu_mid "$C/timer_patch"
+	record tick_drop relu_mid "$C/tick_drop"
 	record failed relu_mid "$C/relu" false
 } >"$TRASH_BASE/in.ndjson"
 export CA_CACHE=$TRASH_BASE/cache
@@ -35,14 +37,17 @@ pick() { jq -c --arg id "$1" 'select(.id == $id)' "$TRASH_BASE/out.ndjson"; }
 
 expect_status 1 'every record is profiled or skipped; exit 1 for the caught cheat' '
 	ca-profile $OPTS "$TRASH_BASE/in.ndjson" >"$TRASH_BASE/out.ndjson"; s=$?
-	test "$(wc -l <"$TRASH_BASE/out.ndjson")" -eq 3 || exit 9
+	test "$(wc -l <"$TRASH_BASE/out.ndjson")" -eq 4 || exit 9
 	exit $s
 '
 expect_success 'an honest candidate gets times, cv, wall clock, and uncached baselines' '
-	pick honest | jq -e ".profile | .ok and .eager_us > 0 and .candidate_us > 0 and .cv >= 0 and .compile_us == null and .iterations == 10 and .wall_us > 0 and (.baseline_cached | not)"
+	pick honest | jq -e ".profile | .ok and .eager_us > 0 and .candidate_us > 0 and .cv >= 0 and .compile_us == null and .iterations == 10 and .wall_us > 0 and (.baseline_cached | not) and .host_us == .candidate_us and .kernel_us == null and (.method | startswith(\"host clock\"))"
 '
 expect_success 'a patched clock is caught against our own' '
 	pick timer_patch | jq -e ".profile | (.ok | not) and .stage == \"timing\""
+'
+expect_success 'calls hidden from our per-call clock are caught' '
+	pick tick_drop | jq -e ".profile | (.ok | not) and .stage == \"timing\" and (.error | test(\"marked 0 of its 10\"))"
 '
 expect_success 'a record that failed verification is not profiled' '
 	pick failed | jq -e ".profile | (.ok | not) and .skipped"
