@@ -482,14 +482,10 @@ static int layer_forward(struct ca_cuda_model *g, struct cuda_acts *a, struct la
 	    linear(g, L->v, CUDA_R_32F, L->ln1, W->wv, T, C, KD, why) < 0)
 		return -1;
 	PH(OTHER);
-	if (W->bq)
-		nn_cuda_bias_forward(L->q, W->bq, T, QD);
-	if (W->bk)
-		nn_cuda_bias_forward(L->k, W->bk, T, KD);
+	nn_cuda_bias_rope(L->q, W->bq, a->pos, g->rope_cos, g->rope_sin, T, NH, D);
+	nn_cuda_bias_rope(L->k, W->bk, a->pos, g->rope_cos, g->rope_sin, T, NKV, D);
 	if (W->bv)
 		nn_cuda_bias_forward(L->v, W->bv, T, KD);
-	nn_cuda_rope(L->q, a->pos, g->rope_cos, g->rope_sin, T, NH, D, 0);
-	nn_cuda_rope(L->k, a->pos, g->rope_cos, g->rope_sin, T, NKV, D, 0);
 	PH(ATTN);
 	if (nn_cuda_attention_forward(L->att, L->lse, L->q, L->k, L->v, a->attb, a->seq_start, a->tile_order, T, NH, NKV,
 				      D) < 0)

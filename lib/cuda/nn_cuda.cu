@@ -137,8 +137,10 @@ void nn_cuda_bias_forward(float *y, const float *bias, int T, int O)
 
 // ---- rotary embedding (ca_nn_rope_forward, ca_nn_rope_backward) ----
 
-__global__ static void rope_kernel(float *x, const int *pos, const float *cos_t, const float *sin_t, int H, int D,
-				   float sign)
+// bias (when not NULL, [H*D]) is added before the rotation: the projection's bias and the rotary
+// embedding in one pass.
+__global__ static void rope_kernel(float *x, const float *bias, const int *pos, const float *cos_t,
+				   const float *sin_t, int H, int D, float sign)
 {
 	int t = blockIdx.x, half = D / 2;
 	const float *c = cos_t + (size_t)pos[t] * half, *s = sin_t + (size_t)pos[t] * half;
@@ -146,6 +148,10 @@ __global__ static void rope_kernel(float *x, const int *pos, const float *cos_t,
 		int h = k / half, i = k % half;
 		float *v = x + ((size_t)t * H + h) * D;
 		float a = v[i], b = v[i + half], sn = sign * s[i];
+		if (bias) {
+			a += bias[h * D + i];
+			b += bias[h * D + i + half];
+		}
 		v[i] = a * c[i] - b * sn;
 		v[i + half] = b * c[i] + a * sn;
 	}
@@ -154,7 +160,13 @@ __global__ static void rope_kernel(float *x, const int *pos, const float *cos_t,
 void nn_cuda_rope(float *x, const int *pos, const float *cos_t, const float *sin_t, int T, int H, int D,
 		  int inverse)
 {
-	rope_kernel<<<T, 256>>>(x, pos, cos_t, sin_t, H, D, inverse ? -1.0f : 1.0f);
+	rope_kernel<<<T, 256>>>(x, NULL, pos, cos_t, sin_t, H, D, inverse ? -1.0f : 1.0f);
+}
+
+void nn_cuda_bias_rope(float *x, const float *bias, const int *pos, const float *cos_t, const float *sin_t, int T,
+		       int H, int D)
+{
+	rope_kernel<<<T, 256>>>(x, bias, pos, cos_t, sin_t, H, D, 1.0f);
 }
 
 // ---- SwiGLU (ca_nn_swiglu_forward, ca_nn_swiglu_backward) ----

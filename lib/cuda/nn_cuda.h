@@ -36,6 +36,9 @@ void nn_cuda_colsum_bf16(float *out, const bf16 *a, const float *rowscale, int T
 /* Rotary embedding in place on x[T, H*D]; inverse set: the backward. */
 void nn_cuda_rope(float *x, const int *pos, const float *cos_t, const float *sin_t, int T, int H, int D,
 		  int inverse);
+/* x = rope(x + bias) (bias [H*D] or NULL): a projection's bias and the forward rotation in one pass. */
+void nn_cuda_bias_rope(float *x, const float *bias, const int *pos, const float *cos_t, const float *sin_t, int T,
+		       int H, int D);
 
 /*
  * h[T, F] = silu(gate) * up where gu[T, 2F] holds rows of [gate | up] (one
