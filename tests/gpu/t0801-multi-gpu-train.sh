@@ -16,8 +16,9 @@ LOG=${CA_GPU_LOG:-$TRASH_BASE}
 mkdir -p "$LOG"
 export NCCL_NVLS_ENABLE=0
 
-# Training: one rank with the whole batch against two ranks with half each.
-awk 'BEGIN { srand(3); for (i = 0; i < 32; i++) { n = 256 + i * 32; t = ""; m = "";
+# Training: one rank with the whole batch against two ranks with half each
+# (32 sequences of 128 to 500 tokens; the checkpoint takes 512 positions).
+awk 'BEGIN { srand(3); for (i = 0; i < 32; i++) { n = 128 + i * 12; t = ""; m = "";
 	for (j = 0; j < n; j++) { t = t (j ? "," : "") int(rand() * 8000); m = m (j ? "," : "") (j < 16 ? 0 : 1) }
 	printf "{\"id\":\"s%d\",\"tokens\":[%s],\"mask\":[%s],\"reward\":%d}\n", i, t, m, i % 4 } }' \
 	>"$TRASH_BASE/tokens.ndjson"
