@@ -171,39 +171,82 @@ void nn_cuda_bias_rope(float *x, const float *bias, const int *pos, const float 
 
 // ---- SwiGLU (ca_nn_swiglu_forward, ca_nn_swiglu_backward) ----
 
-// One thread per (t, j): gate at gu[t, j], up at gu[t, F + j].
-__global__ static void swiglu_forward_kernel(bf16 *h, const bf16 *gu, int F, size_t n)
+// A thread per pair of columns (j, j + 1) of a row, rows strided over the grid's y: gate at
+// gu[t, j], up at gu[t, F + j]. An odd F leaves one last column, done alone.
+static dim3 swiglu_grid(int T, int F)
 {
-	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-	if (i < n) {
-		size_t t = i / (unsigned)F, j = i - t * F, at = t * 2 * F + j;
-		float g = __bfloat162float(gu[at]);
-		h[i] = __float2bfloat16(g / (1.0f + expf(-g)) * __bfloat162float(gu[at + F]));
+	return dim3(blocks_for((size_t)(F + 1) / 2, 256), (unsigned)(T < 65535 ? T : 65535));
+}
+
+__device__ static inline float silu(float g)
+{
+	return g / (1.0f + expf(-g));
+}
+
+__global__ static void swiglu_forward_kernel(bf16 *h, const bf16 *gu, int T, int F)
+{
+	int j = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
+	if (j >= F)
+		return;
+	for (int t = blockIdx.y; t < T; t += gridDim.y) {
+		const bf16 *row = gu + (size_t)t * 2 * F;
+		bf16 *out = h + (size_t)t * F;
+		if (j + 1 < F && F % 2 == 0) {
+			float2 g = __bfloat1622float2(*(const __nv_bfloat162 *)(row + j));
+			float2 u = __bfloat1622float2(*(const __nv_bfloat162 *)(row + F + j));
+			*(__nv_bfloat162 *)(out + j) = __floats2bfloat162_rn(silu(g.x) * u.x, silu(g.y) * u.y);
+		} else {
+			for (int c = j; c < j + 2 && c < F; c++)
+				out[c] = __float2bfloat16(silu(__bfloat162float(row[c])) * __bfloat162float(row[F + c]));
+		}
 	}
 }
 
 void nn_cuda_swiglu_forward(bf16 *h, const bf16 *gu, int T, int F)
 {
-	size_t n = (size_t)T * F;
-	swiglu_forward_kernel<<<blocks_for(n, 256), 256>>>(h, gu, F, n);
+	swiglu_forward_kernel<<<swiglu_grid(T, F), 256>>>(h, gu, T, F);
 }
 
-__global__ static void swiglu_backward_kernel(bf16 *dgu, const float *dh, const bf16 *gu, int F, size_t n)
+// d/dgate silu(g) u = u sig (1 + g (1 - sig)), d/dup = silu(g).
+__device__ static inline void swiglu_grad(float d, float g, float u, float *dg, float *du)
 {
-	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-	if (i < n) {
-		size_t t = i / (unsigned)F, j = i - t * F, at = t * 2 * F + j;
-		float g = __bfloat162float(gu[at]), u = __bfloat162float(gu[at + F]), d = dh[i];
-		float sig = 1.0f / (1.0f + expf(-g));
-		dgu[at + F] = __float2bfloat16(d * g * sig);
-		dgu[at] = __float2bfloat16(d * u * sig * (1.0f + g * (1.0f - sig)));
+	float sig = 1.0f / (1.0f + expf(-g));
+	*du = d * g * sig;
+	*dg = d * u * sig * (1.0f + g * (1.0f - sig));
+}
+
+__global__ static void swiglu_backward_kernel(bf16 *dgu, const float *dh, const bf16 *gu, int T, int F)
+{
+	int j = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
+	if (j >= F)
+		return;
+	for (int t = blockIdx.y; t < T; t += gridDim.y) {
+		const bf16 *row = gu + (size_t)t * 2 * F;
+		const float *d = dh + (size_t)t * F;
+		bf16 *out = dgu + (size_t)t * 2 * F;
+		if (j + 1 < F && F % 2 == 0) {
+			float2 g = __bfloat1622float2(*(const __nv_bfloat162 *)(row + j));
+			float2 u = __bfloat1622float2(*(const __nv_bfloat162 *)(row + F + j));
+			float2 dd = *(const float2 *)(d + j);
+			float dg0, du0, dg1, du1;
+			swiglu_grad(dd.x, g.x, u.x, &dg0, &du0);
+			swiglu_grad(dd.y, g.y, u.y, &dg1, &du1);
+			*(__nv_bfloat162 *)(out + j) = __floats2bfloat162_rn(dg0, dg1);
+			*(__nv_bfloat162 *)(out + F + j) = __floats2bfloat162_rn(du0, du1);
+		} else {
+			for (int c = j; c < j + 2 && c < F; c++) {
+				float dg, du;
+				swiglu_grad(d[c], __bfloat162float(row[c]), __bfloat162float(row[F + c]), &dg, &du);
+				out[c] = __float2bfloat16(dg);
+				out[F + c] = __float2bfloat16(du);
+			}
+		}
 	}
 }
 
 void nn_cuda_swiglu_backward(bf16 *dgu, const float *dh, const bf16 *gu, int T, int F)
 {
-	size_t n = (size_t)T * F;
-	swiglu_backward_kernel<<<blocks_for(n, 256), 256>>>(dgu, dh, gu, F, n);
+	swiglu_backward_kernel<<<swiglu_grid(T, F), 256>>>(dgu, dh, gu, T, F);
 }
 
 __global__ static void add_kernel(float *out, const float *a, const float *b, size_t n)
