@@ -55,22 +55,38 @@ void nn_cuda_rmsnorm_forward(bf16 *out, float *rstd, const float *x, const float
 	rmsnorm_forward_kernel<<<T, 256>>>(out, rstd, x, w, eps, C);
 }
 
-__global__ static void rmsnorm_backward_kernel(float *dx, bf16 *dxb, const float *dout, const float *x,
-					       const float *w, const float *rstd, int C)
+// A block takes RMSNORM_ROWS rows one after another, adding each row's part of dw into shared
+// memory (a column per thread, no conflicts), and then into dw with one atomic per column: dout
+// and x are read once for both gradients.
+#define RMSNORM_ROWS 32
+
+__global__ static void rmsnorm_backward_kernel(float *dx, bf16 *dxb, float *dw, const float *dout, const float *x,
+					       const float *w, const float *rstd, int T, int C)
 {
 	__shared__ float shared[32];
-	size_t row = (size_t)blockIdx.x * C;
-	float r = rstd[blockIdx.x], dot = 0;
-	for (int i = threadIdx.x; i < C; i += blockDim.x)
-		dot += dout[row + i] * w[i] * x[row + i];
-	dot = block_sum(dot, shared);
-	float k = dot * r * r * r / (float)C;
-	for (int i = threadIdx.x; i < C; i += blockDim.x) {
-		float d = dx[row + i] + (dout[row + i] * w[i] * r - k * x[row + i]);
-		dx[row + i] = d;
-		if (dxb)
-			dxb[row + i] = __float2bfloat16(d);
+	extern __shared__ float dw_part[];  // none when dw is NULL: the caller sums dw itself
+	for (int i = threadIdx.x; dw && i < C; i += blockDim.x)
+		dw_part[i] = 0.0f;
+	int t1 = min(T, (int)(blockIdx.x + 1) * RMSNORM_ROWS);
+	for (int t = blockIdx.x * RMSNORM_ROWS; t < t1; t++) {
+		size_t row = (size_t)t * C;
+		float r = rstd[t], dot = 0;
+		for (int i = threadIdx.x; i < C; i += blockDim.x)
+			dot += dout[row + i] * w[i] * x[row + i];
+		dot = block_sum(dot, shared);
+		float k = dot * r * r * r / (float)C;
+		for (int i = threadIdx.x; i < C; i += blockDim.x) {
+			float g = dout[row + i], xi = x[row + i];
+			float d = dx[row + i] + (g * w[i] * r - k * xi);
+			dx[row + i] = d;
+			if (dxb)
+				dxb[row + i] = __float2bfloat16(d);
+			if (dw)
+				dw_part[i] += g * xi * r;
+		}
 	}
+	for (int i = threadIdx.x; dw && i < C; i += blockDim.x)
+		atomicAdd(&dw[i], dw_part[i]);
 }
 
 // out[c] += sum_t a[t,c] * b[t,c] * s[t] (b, s optional): a 32x8 block per 32
@@ -108,8 +124,14 @@ static dim3 colsum_grid(int T, int C)
 void nn_cuda_rmsnorm_backward(float *dx, bf16 *dxb, float *dw, const float *dout, const float *x, const float *w,
 			      const float *rstd, int T, int C)
 {
-	rmsnorm_backward_kernel<<<T, 256>>>(dx, dxb, dout, x, w, rstd, C);
-	colsum_kernel<float><<<colsum_grid(T, C), dim3(32, 8)>>>(dw, dout, x, rstd, T, C);
+	unsigned blocks = (unsigned)((T + RMSNORM_ROWS - 1) / RMSNORM_ROWS);
+	size_t bytes = sizeof(float) * (size_t)C;
+	if (bytes <= 48 * 1024) {
+		rmsnorm_backward_kernel<<<blocks, 256, bytes>>>(dx, dxb, dw, dout, x, w, rstd, T, C);
+	} else {  // wider than the default shared memory: dw by its own pass
+		rmsnorm_backward_kernel<<<blocks, 256>>>(dx, dxb, NULL, dout, x, w, rstd, T, C);
+		colsum_kernel<float><<<colsum_grid(T, C), dim3(32, 8)>>>(dw, dout, x, rstd, T, C);
+	}
 }
 
 void nn_cuda_colsum(float *out, const float *a, const float *rowscale, int T, int C)
