@@ -300,22 +300,36 @@ void nn_cuda_to_bf16(bf16 *out, const float *x, size_t n)
 // Log-sum-exp and entropy of a row in one pass: each thread keeps a running
 // max m, s = sum exp(z - m) and sz = sum exp(z - m) (z - m), rescaled when m
 // grows; the block then merges them at the block's max. Every thread gets both.
+__device__ static inline void stats_add(float x, float &m, float &s, float &sz)
+{
+	if (x > m) {
+		if (s > 0.0f) {
+			float c = expf(m - x);
+			sz = c * (sz + s * (m - x));
+			s *= c;
+		}
+		m = x;
+	}
+	float e = expf(x - m);
+	s += e;
+	sz += e * (x - m);
+}
+
+// Rows of a length divisible by 4 are read as float4 (16-byte aligned then).
 __device__ static void row_stats(const float *z, int V, float *shared, float *lse, float *entropy)
 {
 	float m = -INFINITY, s = 0.0f, sz = 0.0f;
-	for (int j = threadIdx.x; j < V; j += blockDim.x) {
-		float x = z[j];
-		if (x > m) {
-			if (s > 0.0f) {
-				float c = expf(m - x);
-				sz = c * (sz + s * (m - x));
-				s *= c;
-			}
-			m = x;
+	if (V % 4 == 0) {
+		for (int j = threadIdx.x; j < V / 4; j += blockDim.x) {
+			float4 x = ((const float4 *)z)[j];
+			stats_add(x.x, m, s, sz);
+			stats_add(x.y, m, s, sz);
+			stats_add(x.z, m, s, sz);
+			stats_add(x.w, m, s, sz);
 		}
-		float e = expf(x - m);
-		s += e;
-		sz += e * (x - m);
+	} else {
+		for (int j = threadIdx.x; j < V; j += blockDim.x)
+			stats_add(z[j], m, s, sz);
 	}
 	float M = block_max(m, shared), c = s > 0.0f ? expf(m - M) : 0.0f;
 	float se = block_sum(s * c, shared);
@@ -348,6 +362,14 @@ void nn_cuda_logprob_forward(float *logprob, float *entropy, float *row_lse, con
 	logprob_forward_kernel<<<n, 1024>>>(logprob, entropy, row_lse, logits, targets, V);
 }
 
+// d/dz of gl log p(target) + ge H at one logit z.
+__device__ static inline float logprob_grad(float z, float lse, float H, float gl, float ge, bool target)
+{
+	float logp = z - lse, p = expf(logp);
+	float d = -gl * p + (ge != 0.0f ? -ge * p * (logp + H) : 0.0f);
+	return target ? d + gl : d;
+}
+
 __global__ static void logprob_backward_kernel(bf16 *dlogits, const float *logits, const int *targets,
 					       const float *dlogp, const float *dentropy, const float *row_lse,
 					       const float *row_entropy, int V)
@@ -364,12 +386,19 @@ __global__ static void logprob_backward_kernel(bf16 *dlogits, const float *logit
 		row_stats(z, V, shared, &lse, &H);
 	}
 	int tg = targets[blockIdx.x];
-	for (int j = threadIdx.x; j < V; j += blockDim.x) {
-		float logp = z[j] - lse, p = expf(logp);
-		float d = -gl * p + (ge != 0.0f ? -ge * p * (logp + H) : 0.0f);
-		if (j == tg)
-			d += gl;
-		dlogits[row + j] = __float2bfloat16(d);
+	if (V % 4 == 0) {
+		for (int j = threadIdx.x; j < V / 4; j += blockDim.x) {
+			float4 x = ((const float4 *)z)[j];
+			float d[4] = {x.x, x.y, x.z, x.w};
+			for (int c = 0; c < 4; c++)
+				d[c] = logprob_grad(d[c], lse, H, gl, ge, 4 * j + c == tg);
+			__nv_bfloat162 *out = (__nv_bfloat162 *)(dlogits + row) + 2 * j;
+			out[0] = __floats2bfloat162_rn(d[0], d[1]);
+			out[1] = __floats2bfloat162_rn(d[2], d[3]);
+		}
+	} else {
+		for (int j = threadIdx.x; j < V; j += blockDim.x)
+			dlogits[row + j] = __float2bfloat16(logprob_grad(z[j], lse, H, gl, ge, j == tg));
 	}
 }
 
