@@ -89,18 +89,24 @@ attention_forward_kernel(bf16 *out, float *lse, const float *q, const float *k, 
 }
 
 // delta[t, h] = dout[t, h] . out[t, h]: one warp per row.
-__global__ static void attention_delta_kernel(float *delta, const float *dout, const bf16 *out, int rows, int D)
+template <typename TD>
+__global__ static void attention_delta_kernel(float *delta, const TD *dout, const bf16 *out, int rows, int D)
 {
 	int row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
 	if (row >= rows)
 		return;
 	float s = 0.0f;
 	for (int d = lane; d < D; d += 32)
-		s += dout[(size_t)row * D + d] * __bfloat162float(out[(size_t)row * D + d]);
+		s += to_float(dout[(size_t)row * D + d]) * __bfloat162float(out[(size_t)row * D + d]);
 	for (int o = 16; o > 0; o >>= 1)
 		s += __shfl_xor_sync(0xffffffffu, s, o);
 	if (lane == 0)
 		delta[row] = s;
+}
+
+void nn_cuda_attention_delta_bf16(float *delta, const bf16 *dout, const bf16 *out, int rows, int D)
+{
+	attention_delta_kernel<bf16><<<(unsigned)((rows + 7) / 8), 256>>>(delta, dout, out, rows, D);
 }
 
 // dq: the forward's tiling again, with p recomputed from lse.
@@ -302,7 +308,7 @@ int nn_cuda_attention_backward(float *dq, float *dk, float *dv, float *dkh, floa
 			       int D)
 {
 	int rows = T * NH, kind = kind_for(D);
-	attention_delta_kernel<<<(unsigned)((rows + 7) / 8), 256>>>(delta, dout, out, rows, D);
+	attention_delta_kernel<float><<<(unsigned)((rows + 7) / 8), 256>>>(delta, dout, out, rows, D);
 	if (kind == KIND_MMA) {
 		size_t nq = (size_t)T * NH * D, nk = (size_t)T * NKV * D;
 		bf16 *qb = scratch, *kb = qb + nq, *vb = kb + nk, *dob = vb + nk;

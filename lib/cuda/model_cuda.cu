@@ -102,11 +102,13 @@ static void phase(int next)
 struct layer_acts {
 	float *x, *rstd1, *q, *k, *v, *lse, *xmid, *rstd2;
 	bf16 *ln1, *att, *ln2, *gu, *h;  // gu: rows of [gate | up], one matmul; h = silu(gate) * up
+	bf16 *qkv16;                     // mma attention: q, k, v as bf16 ([T, QD], then [T, KD] twice)
 };
 
 struct cuda_acts {
 	int cap_T, T, train, nkept, chunk, recompute;
 	int keep_logits, logits_ready;  // logits of every chunk kept from the forward for the backward
+	int mma;                        // attention on attention_mma.cu's kernels, which read bf16
 	struct layer_acts *layer;
 	float **xin;   // recompute: each layer's input [T, C]; the rest is rebuilt in the backward
 	float *xfinal, *rstdf, *y, *logits;
@@ -158,7 +160,7 @@ static size_t layer_bytes(const struct ca_model_config *c, int T)
 {
 	size_t C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size, NH = (size_t)c->num_heads;
 	size_t QD = NH * c->head_dim, KD = (size_t)c->num_kv_heads * c->head_dim;
-	return (size_t)T * (4 * (2 * C + QD + 2 * KD + NH + 2) + 2 * (2 * C + QD + 3 * F));
+	return (size_t)T * (4 * (2 * C + QD + 2 * KD + NH + 2) + 2 * (2 * C + 2 * QD + 2 * KD + 3 * F));
 }
 
 /*
@@ -203,6 +205,7 @@ static struct cuda_acts *acts_new(const struct ca_model_config *c, int T, int tr
 	size_t t = (size_t)T, C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size, V = (size_t)c->vocab_size;
 	size_t NH = (size_t)c->num_heads, QD = NH * c->head_dim, KD = (size_t)c->num_kv_heads * c->head_dim;
 	a->cap_T = T;
+	a->mma = strcmp(nn_cuda_attention_kind(c->head_dim), "mma") == 0;
 	a->train = train;
 	a->recompute = train && recompute;
 	a->nkept = train && !a->recompute ? c->num_layers : 1;
@@ -224,6 +227,7 @@ static struct cuda_acts *acts_new(const struct ca_model_config *c, int T, int tr
 		L->lse = F32(t * NH); L->xmid = F32(t * C); L->rstd2 = F32(t);
 		L->ln1 = B16(t * C); L->att = B16(t * QD); L->ln2 = B16(t * C); L->gu = B16(t * 2 * F);
 		L->h = B16(t * F);
+		L->qkv16 = a->mma ? B16(t * (QD + 2 * KD)) : NULL;
 	}
 	for (int l = 0; a->recompute && l < c->num_layers && ok; l++)
 		a->xin[l] = F32(t * C);
@@ -458,6 +462,13 @@ static int linear_dx(struct ca_cuda_model *g, float *dx, const bf16 *dy, const b
 	return gemm(g, CUBLAS_OP_N, CUBLAS_OP_N, I, T, O, w, I, dy, O, dx, CUDA_R_32F, I, beta, why);
 }
 
+// dx[T,I] (bf16) = dy[T,O] W[O,I].
+static int linear_dx_bf16(struct ca_cuda_model *g, bf16 *dx, const bf16 *dy, const bf16 *w, int T, int I, int O,
+			  char *why)
+{
+	return gemm(g, CUBLAS_OP_N, CUBLAS_OP_N, I, T, O, w, I, dy, O, dx, CUDA_R_16BF, I, 0.0f, why);
+}
+
 // dW[O,I] (fp32) += dy[T,O]^T x[T,I].
 static int linear_dw(struct ca_cuda_model *g, float *dw, const bf16 *dy, const bf16 *x, int T, int I, int O,
 		     char *why)
@@ -482,13 +493,20 @@ static int layer_forward(struct ca_cuda_model *g, struct cuda_acts *a, struct la
 	    linear(g, L->v, CUDA_R_32F, L->ln1, W->wv, T, C, KD, why) < 0)
 		return -1;
 	PH(OTHER);
-	nn_cuda_bias_rope(L->q, W->bq, a->pos, g->rope_cos, g->rope_sin, T, NH, D);
-	nn_cuda_bias_rope(L->k, W->bk, a->pos, g->rope_cos, g->rope_sin, T, NKV, D);
+	// The tensor cores' bf16 copies of q, k, v are made here, once, and kept for the backward.
+	bf16 *q16 = L->qkv16, *k16 = q16 ? q16 + (size_t)T * QD : NULL, *v16 = k16 ? k16 + (size_t)T * KD : NULL;
+	nn_cuda_rope(L->q, q16, W->bq, a->pos, g->rope_cos, g->rope_sin, T, NH, D, 0);
+	nn_cuda_rope(L->k, k16, W->bk, a->pos, g->rope_cos, g->rope_sin, T, NKV, D, 0);
 	if (W->bv)
 		nn_cuda_bias_forward(L->v, W->bv, T, KD);
+	if (v16)
+		nn_cuda_to_bf16(v16, L->v, (size_t)T * KD);
 	PH(ATTN);
-	if (nn_cuda_attention_forward(L->att, L->lse, L->q, L->k, L->v, a->attb, a->seq_start, a->tile_order, T, NH, NKV,
-				      D) < 0)
+	int r = a->mma ? nn_cuda_attention_forward_mma(L->att, L->lse, q16, k16, v16, a->seq_start, a->tile_order, T, NH,
+							NKV, D)
+		       : nn_cuda_attention_forward(L->att, L->lse, L->q, L->k, L->v, a->attb, a->seq_start, a->tile_order, T,
+						   NH, NKV, D);
+	if (r < 0)
 		return set_why(why, "head_dim %d is not supported by the CUDA attention", D), -1;
 	PH(MATMUL);
 	if (linear(g, a->y, CUDA_R_32F, L->att, W->wo, T, QD, C, why) < 0)
@@ -734,28 +752,39 @@ static int layer_backward(struct ca_cuda_model *g, struct cuda_acts *a, struct l
 	PH(OTHER);
 	nn_cuda_rmsnorm_backward(a->dx, a->dxb, G(g, o[12]), a->dln, L->xmid, W->ln2, L->rstd2, T, C);
 	// Attention: xmid = x + o_proj(att).
+	// The mma attention reads the output's gradient as bf16: the matmul writes it so.
+	bf16 *dout16 = a->attb;
 	PH(MATMUL);
 	if (linear_dw(g, G(g, o[3]), a->dxb, L->att, T, QD, C, why) < 0 ||
-	    linear_dx(g, a->datt, a->dxb, W->wo, T, QD, C, 0.0f, why) < 0)
+	    (a->mma ? linear_dx_bf16(g, dout16, a->dxb, W->wo, T, QD, C, why)
+		    : linear_dx(g, a->datt, a->dxb, W->wo, T, QD, C, 0.0f, why)) < 0)
 		return -1;
 	PH(OTHER);
 	if (W->bo)
 		nn_cuda_colsum(G(g, o[10]), a->dx, NULL, T, C);
 	PH(ATTN);
-	if (nn_cuda_attention_backward(a->dq, a->dk, a->dv, a->dkh, a->dvh, a->delta, a->attb, a->datt, L->att, L->lse,
-				       L->q, L->k, L->v, a->seq_start, a->seq_end, a->tile_order, T, NH, NKV, D) < 0)
+	int r;
+	if (a->mma) {
+		const bf16 *q16 = L->qkv16, *k16 = q16 + (size_t)T * QD, *v16 = k16 + (size_t)T * KD;
+		nn_cuda_attention_delta_bf16(a->delta, dout16, L->att, T * NH, D);
+		r = nn_cuda_attention_backward_mma(a->dq, a->dk, a->dv, a->delta, dout16, L->lse, q16, k16, v16,
+						   a->seq_start, a->seq_end, a->tile_order, T, NH, NKV, D);
+	} else {
+		r = nn_cuda_attention_backward(a->dq, a->dk, a->dv, a->dkh, a->dvh, a->delta, a->attb, a->datt, L->att,
+					       L->lse, L->q, L->k, L->v, a->seq_start, a->seq_end, a->tile_order, T, NH,
+					       NKV, D);
+	}
+	if (r < 0)
 		return set_why(why, "head_dim %d is not supported by the CUDA attention", D), -1;
 	PH(OTHER);
-	nn_cuda_rope(a->dq, a->pos, g->rope_cos, g->rope_sin, T, NH, D, 1);
-	nn_cuda_rope(a->dk, a->pos, g->rope_cos, g->rope_sin, T, NKV, D, 1);
+	nn_cuda_rope(a->dq, a->dqb, NULL, a->pos, g->rope_cos, g->rope_sin, T, NH, D, 1);
+	nn_cuda_rope(a->dk, a->dkb, NULL, a->pos, g->rope_cos, g->rope_sin, T, NKV, D, 1);
 	if (W->bq)
 		nn_cuda_colsum(G(g, o[7]), a->dq, NULL, T, QD);
 	if (W->bk)
 		nn_cuda_colsum(G(g, o[8]), a->dk, NULL, T, KD);
 	if (W->bv)
 		nn_cuda_colsum(G(g, o[9]), a->dv, NULL, T, KD);
-	nn_cuda_to_bf16(a->dqb, a->dq, (size_t)T * QD);
-	nn_cuda_to_bf16(a->dkb, a->dk, (size_t)T * KD);
 	nn_cuda_to_bf16(a->dvb, a->dv, (size_t)T * KD);
 	PH(MATMUL);
 	if (linear_dw(g, G(g, o[0]), a->dqb, L->ln1, T, C, QD, why) < 0 ||

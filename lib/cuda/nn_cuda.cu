@@ -159,9 +159,9 @@ void nn_cuda_bias_forward(float *y, const float *bias, int T, int O)
 
 // ---- rotary embedding (ca_nn_rope_forward, ca_nn_rope_backward) ----
 
-// bias (when not NULL, [H*D]) is added before the rotation: the projection's bias and the rotary
-// embedding in one pass.
-__global__ static void rope_kernel(float *x, const float *bias, const int *pos, const float *cos_t,
+// bias (when not NULL, [H*D]) is added before the rotation, and copy (when not NULL) gets the result
+// as bf16: the projection's bias, the rotary embedding and the tensor cores' copy in one pass.
+__global__ static void rope_kernel(float *x, bf16 *copy, const float *bias, const int *pos, const float *cos_t,
 				   const float *sin_t, int H, int D, float sign)
 {
 	int t = blockIdx.x, half = D / 2;
@@ -174,21 +174,21 @@ __global__ static void rope_kernel(float *x, const float *bias, const int *pos, 
 			a += bias[h * D + i];
 			b += bias[h * D + i + half];
 		}
-		v[i] = a * c[i] - b * sn;
-		v[i + half] = b * c[i] + a * sn;
+		float lo = a * c[i] - b * sn, hi = b * c[i] + a * sn;
+		v[i] = lo;
+		v[i + half] = hi;
+		if (copy) {
+			bf16 *w = copy + ((size_t)t * H + h) * D;
+			w[i] = __float2bfloat16(lo);
+			w[i + half] = __float2bfloat16(hi);
+		}
 	}
 }
 
-void nn_cuda_rope(float *x, const int *pos, const float *cos_t, const float *sin_t, int T, int H, int D,
-		  int inverse)
+void nn_cuda_rope(float *x, bf16 *copy, const float *bias, const int *pos, const float *cos_t, const float *sin_t,
+		  int T, int H, int D, int inverse)
 {
-	rope_kernel<<<T, 256>>>(x, NULL, pos, cos_t, sin_t, H, D, inverse ? -1.0f : 1.0f);
-}
-
-void nn_cuda_bias_rope(float *x, const float *bias, const int *pos, const float *cos_t, const float *sin_t, int T,
-		       int H, int D)
-{
-	rope_kernel<<<T, 256>>>(x, bias, pos, cos_t, sin_t, H, D, 1.0f);
+	rope_kernel<<<T, 256>>>(x, copy, bias, pos, cos_t, sin_t, H, D, inverse ? -1.0f : 1.0f);
 }
 
 // ---- SwiGLU (ca_nn_swiglu_forward, ca_nn_swiglu_backward) ----

@@ -33,12 +33,13 @@ void nn_cuda_bias_forward(float *y, const float *bias, int T, int O);
 void nn_cuda_colsum(float *out, const float *a, const float *rowscale, int T, int C);
 void nn_cuda_colsum_bf16(float *out, const bf16 *a, const float *rowscale, int T, int C);
 
-/* Rotary embedding in place on x[T, H*D]; inverse set: the backward. */
-void nn_cuda_rope(float *x, const int *pos, const float *cos_t, const float *sin_t, int T, int H, int D,
-		  int inverse);
-/* x = rope(x + bias) (bias [H*D] or NULL): a projection's bias and the forward rotation in one pass. */
-void nn_cuda_bias_rope(float *x, const float *bias, const int *pos, const float *cos_t, const float *sin_t, int T,
-		       int H, int D);
+/*
+ * Rotary embedding in place on x[T, H*D], of x + bias when bias ([H*D])
+ * is not NULL; inverse set: the backward. copy, when not NULL, gets the
+ * result as bf16 too.
+ */
+void nn_cuda_rope(float *x, bf16 *copy, const float *bias, const int *pos, const float *cos_t, const float *sin_t,
+		  int T, int H, int D, int inverse);
 
 /*
  * h[T, F] = silu(gate) * up where gu[T, 2F] holds rows of [gate | up] (one
@@ -118,6 +119,8 @@ int nn_cuda_attention_forward_wmma(bf16 *out, float *lse, const float *q, const 
 int nn_cuda_attention_backward_wmma(float *dq, float *dk, float *dv, float *dkh, float *dvh, const float *delta,
 				    const float *dout, const float *lse, const float *q, const float *k, const float *v,
 				    const int *seq_start, const int *seq_end, int T, int NH, int NKV, int D);
+/* delta[r] = dout[r] . out[r] over rows of D (the backward's first step; bf16 dout: attention_mma's). */
+void nn_cuda_attention_delta_bf16(float *delta, const bf16 *dout, const bf16 *out, int rows, int D);
 /* Which attention kernels run: "mma", "wmma" or "fp32" (for logs and benchmarks). */
 const char *nn_cuda_attention_kind(int D);
 
