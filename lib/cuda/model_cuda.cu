@@ -512,10 +512,7 @@ static int layer_forward(struct ca_cuda_model *g, struct cuda_acts *a, struct la
 	if (linear(g, a->y, CUDA_R_32F, L->att, W->wo, T, QD, C, why) < 0)
 		return -1;
 	PH(OTHER);
-	if (W->bo)
-		nn_cuda_bias_forward(a->y, W->bo, T, C);
-	nn_cuda_add(L->xmid, L->x, a->y, TC);
-	nn_cuda_rmsnorm_forward(L->ln2, L->rstd2, L->xmid, W->ln2, c->rms_norm_eps, T, C);
+	nn_cuda_add_rmsnorm(L->xmid, L->ln2, L->rstd2, L->x, a->y, W->bo, W->ln2, c->rms_norm_eps, T, C);
 	PH(MATMUL);
 	// up_proj's weight follows gate_proj's (lib/model.c's layout, checked at upload): one [2F, C] matrix.
 	if (linear(g, L->gu, CUDA_R_16BF, L->ln2, W->wgate, T, C, 2 * F, why) < 0)

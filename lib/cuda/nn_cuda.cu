@@ -55,6 +55,32 @@ void nn_cuda_rmsnorm_forward(bf16 *out, float *rstd, const float *x, const float
 	rmsnorm_forward_kernel<<<T, 256>>>(out, rstd, x, w, eps, C);
 }
 
+// sum = a + b (+ bias), then the norm of sum: the residual add and the next norm in one pass.
+__global__ static void add_rmsnorm_kernel(float *sum, bf16 *out, float *rstd, const float *a, const float *b,
+					  const float *bias, const float *w, float eps, int C)
+{
+	__shared__ float shared[32];
+	size_t row = (size_t)blockIdx.x * C;
+	float ss = 0;
+	for (int i = threadIdx.x; i < C; i += blockDim.x) {
+		float v = a[row + i] + (bias ? b[row + i] + bias[i] : b[row + i]);
+		sum[row + i] = v;
+		ss += v * v;
+	}
+	ss = block_sum(ss, shared);
+	float r = rsqrtf(ss / (float)C + eps);
+	if (threadIdx.x == 0)
+		rstd[blockIdx.x] = r;
+	for (int i = threadIdx.x; i < C; i += blockDim.x)
+		out[row + i] = __float2bfloat16(w[i] * (sum[row + i] * r));
+}
+
+void nn_cuda_add_rmsnorm(float *sum, bf16 *out, float *rstd, const float *a, const float *b, const float *bias,
+			 const float *w, float eps, int T, int C)
+{
+	add_rmsnorm_kernel<<<T, 256>>>(sum, out, rstd, a, b, bias, w, eps, C);
+}
+
 // A block takes RMSNORM_ROWS rows one after another, adding each row's part of dw into shared
 // memory (a column per thread, no conflicts), and then into dw with one atomic per column: dout
 // and x are read once for both gradients.

@@ -20,6 +20,9 @@ void nn_cuda_embed_backward(float *dembed, const float *dx, const int *tokens, i
 
 /* out = w * x * rstd (bf16), rstd kept when not NULL (ca_nn_rmsnorm_forward). */
 void nn_cuda_rmsnorm_forward(bf16 *out, float *rstd, const float *x, const float *w, float eps, int T, int C);
+/* sum = a + (b + bias) (bias [C] or NULL), then out, rstd = the norm of sum: a residual add and a norm. */
+void nn_cuda_add_rmsnorm(float *sum, bf16 *out, float *rstd, const float *a, const float *b, const float *bias,
+			 const float *w, float eps, int T, int C);
 /*
  * dx += d(norm)/dx dout, and dxb (when not NULL) = the new dx as bf16 for
  * the matmuls before; dw += sum_t dout * x * rstd (ca_nn_rmsnorm_backward).
