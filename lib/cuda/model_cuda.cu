@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +74,7 @@ static int profiling = -1, phase_now, phase_dir;  // phase_dir: 0 forward, 4 bac
 #define PH(name) phase(PH_##name##_F + phase_dir)
 static double phase_seconds[NPHASES], phase_since;
 static int profile_steps;  // training forwards seen; the first (warm-up: module loading, cuBLAS heuristics) is left out
+static void gemm_report(int steps);
 
 static double wall(void)
 {
@@ -85,7 +87,7 @@ static void phase(int next)
 {
 	if (profiling < 0) {
 		const char *e = getenv("CA_CUDA_PROFILE");
-		profiling = e && *e && strcmp(e, "0") != 0;
+		profiling = e && *e && strcmp(e, "0") != 0 ? (strcmp(e, "2") == 0 ? 2 : 1) : 0;
 	}
 	if (!profiling || next == phase_now)
 		return;
@@ -273,6 +275,7 @@ extern "C" void ca_cuda_model_free(struct ca_cuda_model *g)
 		for (int i = 1; i < NPHASES; i++)
 			fprintf(stderr, " %s %.4f", phase_names[i], phase_seconds[i] / n);
 		fprintf(stderr, "\n");
+		gemm_report(n);
 	}
 	acts_free(g->acts);
 	void *bufs[] = {g->params, g->params16, g->grad, g->adam_m, g->adam_v, g->rope_cos, g->rope_sin, g->partial};
@@ -434,13 +437,59 @@ extern "C" int ca_cuda_model_download(struct ca_cuda_model *g, struct ca_model *
 
 // ---- matrix products (row-major [T, features] activations, [out, in] weights) ----
 
+// CA_CUDA_PROFILE=2: every matmul timed with events, by shape (m, n, k, transposes, output type, beta).
+struct gemm_shape {
+	int m, n, k, ta, tb, ct, beta, calls;
+	double ms;
+};
+static struct gemm_shape gemm_shapes[64];
+static int ngemm_shapes;
+static cudaEvent_t gemm_events[2];
+
+static void gemm_timed(int m, int n, int k, int ta, int tb, int ct, float beta, double ms)
+{
+	struct gemm_shape key = {m, n, k, ta, tb, ct, beta != 0.0f, 0, 0.0};
+	int i = 0;
+	while (i < ngemm_shapes && memcmp(&gemm_shapes[i], &key, offsetof(struct gemm_shape, calls)) != 0)
+		i++;
+	if (i == ngemm_shapes) {
+		if (ngemm_shapes == 64)
+			return;
+		gemm_shapes[ngemm_shapes++] = key;
+	}
+	gemm_shapes[i].calls++;
+	gemm_shapes[i].ms += ms;
+}
+
+static void gemm_report(int steps)
+{
+	for (int i = 0; i < ngemm_shapes; i++) {
+		const struct gemm_shape *s = &gemm_shapes[i];
+		double flops = 2.0 * s->m * s->n * s->k * s->calls;
+		fprintf(stderr, "model_cuda: matmul m %d n %d k %d %c%c %s%s: %.1f calls, %.3f ms per step, %.0f TFLOP/s\n",
+			s->m, s->n, s->k, s->ta ? 'T' : 'N', s->tb ? 'T' : 'N', s->ct == CUDA_R_32F ? "fp32" : "bf16",
+			s->beta ? " +=" : "", (double)s->calls / steps, s->ms / steps, flops / (s->ms * 1e-3) / 1e12);
+	}
+}
+
 static int gemm(struct ca_cuda_model *g, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
 		const bf16 *A, int lda, const bf16 *B, int ldb, void *Cm, cudaDataType ct, int ldc, float beta,
 		char *why)
 {
 	const float one = 1.0f;
+	int timed = profiling == 2 && (gemm_events[0] || (cudaEventCreate(&gemm_events[0]) == cudaSuccess &&
+							   cudaEventCreate(&gemm_events[1]) == cudaSuccess));
+	if (timed)
+		cudaEventRecord(gemm_events[0]);
 	cublasStatus_t st = cublasGemmEx(g->blas, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb,
 					 &beta, Cm, ct, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+	if (timed) {
+		float ms = 0;
+		cudaEventRecord(gemm_events[1]);
+		if (cudaEventSynchronize(gemm_events[1]) == cudaSuccess &&
+		    cudaEventElapsedTime(&ms, gemm_events[0], gemm_events[1]) == cudaSuccess)
+			gemm_timed(m, n, k, ta != CUBLAS_OP_N, tb != CUBLAS_OP_N, ct, beta, ms);
+	}
 	if (st != CUBLAS_STATUS_SUCCESS) {
 		set_why(why, "cublasGemmEx failed (status %d)", (int)st);
 		return -1;
@@ -691,8 +740,10 @@ extern "C" int ca_cuda_model_forward_train(struct ca_cuda_model *g, const struct
 					   float *logprobs, float *entropy, float *values, char *why)
 {
 	phase(PH_NONE);
-	if (profiling > 0 && ++profile_steps == 2)
+	if (profiling > 0 && ++profile_steps == 2) {
 		memset(phase_seconds, 0, sizeof phase_seconds);
+		ngemm_shapes = 0;
+	}
 	int r = forward(g, b, targets, logprobs, entropy, values, 1, why);
 	if (g->acts)
 		g->acts->train = r == 0 ? 2 : 1;  // 2: a training forward is waiting for its backward
