@@ -8,19 +8,24 @@
  * fp32 master buffer (same offsets as m->params), a bf16 copy of it that
  * the matmuls read, and, once training starts, fp32 gradients and AdamW
  * moments. Matrix products run in cuBLAS with bf16 inputs and fp32
- * accumulation; the residual stream, norms, softmax, attention and the
+ * accumulation; the residual stream, norms, softmax statistics and the
  * gradients of everything but matmul inputs are fp32. Attention is
- * flash-style (lib/cuda/attention_cuda.cu): no [T, T] matrix exists.
+ * flash-style: no [T, T] matrix exists.
  *
  * A training forward keeps every layer's activations for the backward,
  * or only each layer's input when recomputing (CA_CUDA_RECOMPUTE=1; by
  * default when the model asks for it or the activations would not fit):
- * a third more work, a fraction of the memory, the same numbers.
+ * a third more work, a fraction of the memory, the same numbers. The
+ * head's logits are kept too when they fit in a quarter of the free memory
+ * (CA_CUDA_KEEP_LOGITS=0/1 to decide), else computed again.
  * Attention runs on tensor cores (lib/cuda/attention_mma.cu, FlashAttention-2's
- * tiling on mma.sync) for heads of 16 to 128 dims, on the older WMMA kernels
- * (attention_wmma.cu) with CA_CUDA_ATTENTION=wmma, on the fp32 kernels of
- * attention_cuda.cu for heads of 256 or with CA_CUDA_ATTENTION=fp32. CA_CUDA_PROFILE=1 synchronises
- * between phases and prints the seconds each took when the model is freed.
+ * tiling on mma.sync, bf16 operands) for heads of 16 to 128 dims, on the
+ * older WMMA kernels (attention_wmma.cu) with CA_CUDA_ATTENTION=wmma, on the
+ * fp32 kernels of attention_cuda.cu for heads of 256 or with
+ * CA_CUDA_ATTENTION=fp32; CA_CUDA_ATTENTION_DQ=atomic and
+ * CA_CUDA_ATTENTION_FWD=128 select variants of the mma kernels.
+ * CA_CUDA_PROFILE=1 synchronises between phases and prints the seconds per
+ * step each took when the model is freed; 2 also times every matmul.
  *
  * Every kernel has its CPU reference in lib/nn.c or lib/model.c;
  * test-model-cuda compares the forward, test-train-cuda the gradients per
