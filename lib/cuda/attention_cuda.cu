@@ -104,9 +104,32 @@ __global__ static void attention_delta_kernel(float *delta, const TD *dout, cons
 		delta[row] = s;
 }
 
+// The same with bf16 dout and D a multiple of 8: a thread per row, 16-byte loads (a warp per row of 64
+// spends more time starting than reading).
+__global__ static void attention_delta_rows_kernel(float *delta, const bf16 *dout, const bf16 *out, int rows, int D)
+{
+	int row = blockIdx.x * blockDim.x + threadIdx.x;
+	if (row >= rows)
+		return;
+	const uint4 *a = (const uint4 *)(dout + (size_t)row * D), *b = (const uint4 *)(out + (size_t)row * D);
+	float s = 0.0f;
+	for (int i = 0; i < D / 8; i++) {
+		uint4 x = a[i], y = b[i];
+		const __nv_bfloat162 *xp = (const __nv_bfloat162 *)&x, *yp = (const __nv_bfloat162 *)&y;
+		for (int j = 0; j < 4; j++) {
+			float2 u = __bfloat1622float2(xp[j]), v = __bfloat1622float2(yp[j]);
+			s += u.x * v.x + u.y * v.y;
+		}
+	}
+	delta[row] = s;
+}
+
 void nn_cuda_attention_delta_bf16(float *delta, const bf16 *dout, const bf16 *out, int rows, int D)
 {
-	attention_delta_kernel<bf16><<<(unsigned)((rows + 7) / 8), 256>>>(delta, dout, out, rows, D);
+	if (D % 8 == 0)
+		attention_delta_rows_kernel<<<(unsigned)((rows + 255) / 256), 256>>>(delta, dout, out, rows, D);
+	else
+		attention_delta_kernel<bf16><<<(unsigned)((rows + 7) / 8), 256>>>(delta, dout, out, rows, D);
 }
 
 // dq: the forward's tiling again, with p recomputed from lse.
