@@ -825,15 +825,10 @@ static int layer_backward(struct ca_cuda_model *g, struct cuda_acts *a, struct l
 	if (r < 0)
 		return set_why(why, "head_dim %d is not supported by the CUDA attention", D), -1;
 	PH(OTHER);
-	nn_cuda_rope(a->dq, a->dqb, NULL, a->pos, g->rope_cos, g->rope_sin, T, NH, D, 1);
-	nn_cuda_rope(a->dk, a->dkb, NULL, a->pos, g->rope_cos, g->rope_sin, T, NKV, D, 1);
-	if (W->bq)
-		nn_cuda_colsum(G(g, o[7]), a->dq, NULL, T, QD);
-	if (W->bk)
-		nn_cuda_colsum(G(g, o[8]), a->dk, NULL, T, KD);
-	if (W->bv)
-		nn_cuda_colsum(G(g, o[9]), a->dv, NULL, T, KD);
-	nn_cuda_to_bf16(a->dvb, a->dv, (size_t)T * KD);
+	// Rotated back, as bf16 for the matmuls, with the biases' gradients: one pass each.
+	nn_cuda_rope_backward(a->dqb, G(g, o[7]), a->dq, a->pos, g->rope_cos, g->rope_sin, T, NH, D);
+	nn_cuda_rope_backward(a->dkb, G(g, o[8]), a->dk, a->pos, g->rope_cos, g->rope_sin, T, NKV, D);
+	nn_cuda_rope_backward(a->dvb, G(g, o[9]), a->dv, NULL, NULL, NULL, T, NKV, D);
 	PH(MATMUL);
 	if (linear_dw(g, G(g, o[0]), a->dqb, L->ln1, T, C, QD, why) < 0 ||
 	    linear_dw(g, G(g, o[1]), a->dkb, L->ln1, T, C, KD, why) < 0 ||

@@ -217,6 +217,58 @@ void nn_cuda_rope(float *x, bf16 *copy, const float *bias, const int *pos, const
 	rope_kernel<<<T, 256>>>(x, copy, bias, pos, cos_t, sin_t, H, D, inverse ? -1.0f : 1.0f);
 }
 
+// The backward of bias + rotation for the matmuls before: out = rope^-1(dx) as bf16 (dx itself
+// when pos is NULL), and dbias += its sum over tokens. A block takes ROPE_ROWS tokens; each thread
+// keeps to the same columns, summing them in shared memory, then one atomic per column and block.
+#define ROPE_ROWS 32
+
+__global__ static void rope_backward_kernel(bf16 *out, float *dbias, const float *dx, const int *pos,
+					    const float *cos_t, const float *sin_t, int T, int H, int D)
+{
+	extern __shared__ float part[];  // [H*D] when dbias
+	int half = D / 2, HD = H * D;
+	for (int i = threadIdx.x; dbias && i < HD; i += blockDim.x)
+		part[i] = 0.0f;
+	__syncthreads();
+	int t1 = min(T, (int)(blockIdx.x + 1) * ROPE_ROWS);
+	for (int t = blockIdx.x * ROPE_ROWS; t < t1; t++) {
+		const float *c = pos ? cos_t + (size_t)pos[t] * half : NULL, *s = pos ? sin_t + (size_t)pos[t] * half : NULL;
+		for (int k = threadIdx.x; k < H * half; k += blockDim.x) {
+			int h = k / half, i = k % half;
+			size_t at = ((size_t)t * H + h) * D + i;
+			float lo = dx[at], hi = dx[at + half];
+			if (pos) {
+				float a = lo, b = hi, sn = -s[i];
+				lo = a * c[i] - b * sn;
+				hi = b * c[i] + a * sn;
+			}
+			out[at] = __float2bfloat16(lo);
+			out[at + half] = __float2bfloat16(hi);
+			if (dbias) {
+				part[h * D + i] += lo;
+				part[h * D + i + half] += hi;
+			}
+		}
+	}
+	__syncthreads();
+	for (int i = threadIdx.x; dbias && i < HD; i += blockDim.x)
+		atomicAdd(&dbias[i], part[i]);
+}
+
+void nn_cuda_rope_backward(bf16 *out, float *dbias, const float *dx, const int *pos, const float *cos_t,
+			   const float *sin_t, int T, int H, int D)
+{
+	size_t bytes = dbias ? sizeof(float) * (size_t)H * D : 0;
+	unsigned blocks = (unsigned)((T + ROPE_ROWS - 1) / ROPE_ROWS);
+	if (bytes <= 48 * 1024) {
+		rope_backward_kernel<<<blocks, 256, bytes>>>(out, dbias, dx, pos, cos_t, sin_t, T, H, D);
+	} else {  // a bias wider than the default shared memory: its gradient by its own pass
+		rope_backward_kernel<<<blocks, 256>>>(out, NULL, dx, pos, cos_t, sin_t, T, H, D);
+		nn_cuda_rope(const_cast<float *>(dx), NULL, NULL, pos, cos_t, sin_t, T, H, D, 1);
+		nn_cuda_colsum(dbias, dx, NULL, T, H * D);
+	}
+}
+
 // ---- SwiGLU (ca_nn_swiglu_forward, ca_nn_swiglu_backward) ----
 
 // A thread per pair of columns (j, j + 1) of a row, rows strided over the grid's y: gate at

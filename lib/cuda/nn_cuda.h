@@ -43,6 +43,14 @@ void nn_cuda_colsum_bf16(float *out, const bf16 *a, const float *rowscale, int T
  */
 void nn_cuda_rope(float *x, bf16 *copy, const float *bias, const int *pos, const float *cos_t, const float *sin_t,
 		  int T, int H, int D, int inverse);
+/*
+ * The backward of x = rope(y + bias) for the matmul that made y: out =
+ * rope^-1(dx) as bf16 (dx as is when pos is NULL), dbias (when not NULL)
+ * += its sum over tokens. dx is left alone, except when H*D is too wide
+ * for one pass (then rotated in place).
+ */
+void nn_cuda_rope_backward(bf16 *out, float *dbias, const float *dx, const int *pos, const float *cos_t,
+			   const float *sin_t, int T, int H, int D);
 
 /*
  * h[T, F] = silu(gate) * up where gu[T, 2F] holds rows of [gate | up] (one
