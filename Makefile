@@ -121,7 +121,7 @@ bench-rl: all
 # $(BIN)/test-train-cuda (t0510) and $(BIN)/bench-train-cuda.
 MODEL_CUDA_ARCH ?= sm_90
 MODEL_CUDA_OBJ := $(patsubst lib/cuda/%.cu,$(BUILD)/cuda/%.o,$(wildcard lib/cuda/*.cu))
-MODEL_CUDA_LIBS = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++ -lm
+MODEL_CUDA_LIBS = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++ -lm
 model-cuda: $(BIN)/test-model-cuda $(BIN)/test-train-cuda $(BIN)/bench-train-cuda $(BIN)/libca-model-cuda.so
 $(BUILD)/cuda/%.o: lib/cuda/%.cu $(wildcard lib/cuda/*.h) $(LIB_HDR)
 	@test -n "$(NVCC)" || { echo "model-cuda: nvcc not found" >&2; exit 1; }

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "cuda/cuda_util.h"
+#include "cuda/matmul_lt.h"
 #include "cuda/model_cuda_impl.h"
 
 // ---- device memory with a high-water mark ----
@@ -282,6 +283,7 @@ extern "C" void ca_cuda_model_free(struct ca_cuda_model *g)
 	for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
 		ca_cuda_release(bufs[i]);
 	free(g->layers);
+	matmul_lt_free(g->lt);
 	if (g->blas)
 		cublasDestroy(g->blas);
 	ca_cuda_release(g->blas_workspace);
@@ -353,6 +355,9 @@ extern "C" struct ca_cuda_model *ca_cuda_model_upload(const struct ca_model *m, 
 		ca_cuda_release(g->blas_workspace);
 		g->blas_workspace = NULL;
 	}
+	const char *tune = getenv("CA_CUDA_GEMM_TUNE");
+	if (tune && strcmp(tune, "1") == 0)
+		g->lt = matmul_lt_new(g->blas_workspace, g->blas_workspace ? workspace : 0);
 	g->nparams = m->nparams;
 	g->recompute = m->recompute;
 	size_t rope = (size_t)c->max_positions * (size_t)(c->head_dim / 2);
@@ -481,8 +486,10 @@ static int gemm(struct ca_cuda_model *g, cublasOperation_t ta, cublasOperation_t
 							   cudaEventCreate(&gemm_events[1]) == cudaSuccess));
 	if (timed)
 		cudaEventRecord(gemm_events[0]);
-	cublasStatus_t st = cublasGemmEx(g->blas, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb,
-					 &beta, Cm, ct, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+	cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+	if (!g->lt || matmul_lt(g->lt, ta, tb, m, n, k, A, lda, B, ldb, Cm, ct, ldc, beta) < 0)
+		st = cublasGemmEx(g->blas, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, Cm,
+				  ct, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 	if (timed) {
 		float ms = 0;
 		cudaEventRecord(gemm_events[1]);

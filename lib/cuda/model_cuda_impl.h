@@ -27,6 +27,7 @@ struct ca_cuda_model {
 	struct ca_model_config cfg;
 	cublasHandle_t blas;
 	void *blas_workspace;            /* cuBLAS's workspace (32 MiB, as Hopper's kernels want) */
+	struct matmul_lt *lt;            /* CA_CUDA_GEMM_TUNE=1: matmuls through tuned cuBLASLt */
 	size_t nparams;
 	float *params;
 	bf16 *params16;
