@@ -12,6 +12,8 @@
 //   dkv: block (64 keys, key/value head) over every query head of its group
 //        and every query tile that can see its keys: S^T = K Q^T, dP^T = V dO^T,
 //        dV += P^T dO, dK += dS^T Q; dK and dV are written once, summed over the group.
+// Variants for measuring: CA_CUDA_ATTENTION_DQ=atomic folds the dq pass into the dkv pass
+// (FlashAttention-2's atomics); CA_CUDA_ATTENTION_FWD=128 gives each warp of the forward 32 rows.
 // Inputs are bf16 [T, heads * D] (the caller converts), dq/dk/dv fp32.
 // order, when not NULL, holds 2 * ceil(T / 64) tile numbers: the query tiles,
 // then the key tiles, in the order their blocks should start (most work
