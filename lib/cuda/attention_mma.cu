@@ -13,7 +13,8 @@
 //        and every query tile that can see its keys: S^T = K Q^T, dP^T = V dO^T,
 //        dV += P^T dO, dK += dS^T Q; dK and dV are written once, summed over the group.
 // Variants for measuring: CA_CUDA_ATTENTION_DQ=atomic folds the dq pass into the dkv pass
-// (FlashAttention-2's atomics); CA_CUDA_ATTENTION_FWD=128 gives each warp of the forward 32 rows.
+// (FlashAttention-2's atomics); CA_CUDA_ATTENTION_FWD=128 and CA_CUDA_ATTENTION_DQ=128 give each
+// warp of the forward or of the dq pass 32 rows.
 // Inputs are bf16 [T, heads * D] (the caller converts), dq/dk/dv fp32.
 // order, when not NULL, holds 2 * ceil(T / 64) tile numbers: the query tiles,
 // then the key tiles, in the order their blocks should start (most work
@@ -496,6 +497,87 @@ mma_dq_kernel(float *dq, const bf16 *dout, const float *delta, const float *lse,
 	}
 }
 
+// The dq pass with two m-tiles per warp (128 queries per block, keys 32 at a time): every K and
+// V operand feeds two products. CA_CUDA_ATTENTION_DQ=128 selects it (head_dim up to 64).
+template <int D, int BK>
+__global__ static void __launch_bounds__(MMA_THREADS)
+mma_dq2_kernel(float *dq, const bf16 *dout, const float *delta, const float *lse, const bf16 *q, const bf16 *k,
+	       const bf16 *v, const int *seq_start, int T, int NH, int NKV)
+{
+	constexpr int LD = D + 8, NT = BK / 8, ROWS = 2 * MMA_ROWS;
+	extern __shared__ __align__(128) unsigned char smem[];
+	bf16 *Qs = (bf16 *)smem, *dOs = Qs + ROWS * LD, *Ks = dOs + ROWS * LD, *Vs = Ks + 2 * BK * LD;
+	int h = blockIdx.y, g = h / (NH / NKV);
+	int q0 = (gridDim.x - 1 - blockIdx.x) * ROWS;
+	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	int nq = min(ROWS, T - q0), qlast = q0 + nq - 1;
+	size_t qs = (size_t)NH * D, ks = (size_t)NKV * D;
+	const bf16 *kg = k + (size_t)g * D, *vg = v + (size_t)g * D;
+	int kbegin = seq_start[q0], first_of_last = seq_start[qlast];
+	load_rows<D>(Qs, q + (size_t)h * D, qs, q0, nq, ROWS);
+	load_rows<D>(dOs, dout + (size_t)h * D, qs, q0, nq, ROWS);
+	load_rows<D>(Ks, kg, ks, kbegin, min(BK, qlast - kbegin + 1), BK);
+	load_rows<D>(Vs, vg, ks, kbegin, min(BK, qlast - kbegin + 1), BK);
+	cp_async_commit();
+	// Warp w holds rows w * 32 + mt * 16 + lane / 4 (+ 8): index [mt][i].
+	int tq[2][2], tstart[2][2];
+	bool valid[2][2];
+	float L2[2][2], Dt[2][2];
+	for (int mt = 0; mt < 2; mt++)
+		for (int i = 0; i < 2; i++) {
+			int r = warp * 32 + mt * 16 + (lane >> 2) + 8 * i;
+			tq[mt][i] = q0 + r;
+			valid[mt][i] = r < nq;
+			tstart[mt][i] = valid[mt][i] ? seq_start[tq[mt][i]] : T;
+			L2[mt][i] = valid[mt][i] ? lse[(size_t)tq[mt][i] * NH + h] * LOG2E : 0.0f;
+			Dt[mt][i] = valid[mt][i] ? delta[(size_t)tq[mt][i] * NH + h] : 0.0f;
+		}
+	float acc[2][D / 8][4];
+	for (int mt = 0; mt < 2; mt++)
+		for (int n = 0; n < D / 8; n++)
+			acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.0f;
+	const float sl2 = rsqrtf((float)D) * LOG2E;
+	int buf = 0;
+	for (int kt = kbegin; kt <= qlast; kt += BK, buf ^= 1) {
+		int nk = min(BK, qlast - kt + 1), kn = kt + BK;
+		if (kn <= qlast) {
+			load_rows<D>(Ks + (buf ^ 1) * BK * LD, kg, ks, kn, min(BK, qlast - kn + 1), BK);
+			load_rows<D>(Vs + (buf ^ 1) * BK * LD, vg, ks, kn, min(BK, qlast - kn + 1), BK);
+		}
+		cp_async_commit();
+		cp_async_wait<1>();
+		__syncthreads();
+		const bf16 *Kb = Ks + buf * BK * LD, *Vb = Vs + buf * BK * LD;
+		float s[2][NT][4], dp[2][NT][4];
+		warp_scores2<D, NT>(s, Qs, warp * 32, Kb, lane);
+		warp_scores2<D, NT>(dp, dOs, warp * 32, Vb, lane);
+		bool full = nk == BK && kt + BK - 1 <= q0 && kt >= first_of_last;
+#pragma unroll
+		for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+			for (int n = 0; n < NT; n++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					int i = e >> 1, col = n * 8 + 2 * (lane & 3) + (e & 1), key = kt + col;
+					bool ok = full || (valid[mt][i] && col < nk && key >= tstart[mt][i] && key <= tq[mt][i]);
+					float p = ok ? exp2f(s[mt][n][e] * sl2 - L2[mt][i]) : 0.0f;
+					s[mt][n][e] = p * (dp[mt][n][e] - Dt[mt][i]);
+				}
+		warp_accumulate2<D, NT>(acc, s, Kb, lane);
+		__syncthreads();
+	}
+	cp_async_wait<0>();
+	float scale = rsqrtf((float)D);
+	for (int mt = 0; mt < 2; mt++)
+		for (int i = 0; i < 2; i++) {
+			if (!valid[mt][i])
+				continue;
+			float *op = dq + ((size_t)tq[mt][i] * NH + h) * D + 2 * (lane & 3);
+			for (int n = 0; n < D / 8; n++)
+				*(float2 *)(op + n * 8) = make_float2(acc[mt][n][2 * i] * scale, acc[mt][n][2 * i + 1] * scale);
+		}
+}
+
 // With DQ_ATOMIC also dQ, the FlashAttention-2 way: dS^T goes through shared memory and each
 // query tile's dS K is added to dq (zeroed before) with atomics; no separate dq pass then.
 template <int D, int BQ, bool DQ_ATOMIC>
@@ -634,13 +716,16 @@ static int allow_smem(K kernel, size_t bytes)
 														      : -1;
 }
 
-// CA_CUDA_ATTENTION_DQ=atomic: dQ added up inside the dk/dv pass (see mma_dkv_kernel) instead of its own pass.
-static bool dq_atomic(void)
+// CA_CUDA_ATTENTION_DQ=atomic: dQ added up inside the dk/dv pass (see mma_dkv_kernel) instead of its own
+// pass; =128: the dq pass with 128 queries per block (mma_dq2_kernel).
+enum { DQ_PASS, DQ_ATOMIC, DQ_PASS_128 };
+
+static int dq_kind(void)
 {
 	static int chosen = -1;
 	if (chosen < 0) {
 		const char *e = getenv("CA_CUDA_ATTENTION_DQ");
-		chosen = e && strcmp(e, "atomic") == 0;
+		chosen = !e ? DQ_PASS : strcmp(e, "atomic") == 0 ? DQ_ATOMIC : strcmp(e, "128") == 0 ? DQ_PASS_128 : DQ_PASS;
 	}
 	return chosen;
 }
@@ -690,7 +775,7 @@ static int backward_d(float *dq, float *dk, float *dv, const float *delta, const
 	constexpr int B = INNER(D);
 	unsigned tiles = (unsigned)((T + MMA_ROWS - 1) / MMA_ROWS);
 	size_t b2 = (size_t)(2 * MMA_ROWS + 4 * B) * (D + 8) * sizeof(bf16) + 6 * B * sizeof(float);
-	if (dq_atomic()) {
+	if (dq_kind() == DQ_ATOMIC) {
 		size_t b3 = b2 + (size_t)MMA_ROWS * (B + 8) * sizeof(bf16);
 		if (allow_smem(mma_dkv_kernel<D, B, true>, b3) < 0 ||
 		    cudaMemsetAsync(dq, 0, sizeof(float) * (size_t)T * NH * D) != cudaSuccess)
@@ -699,11 +784,27 @@ static int backward_d(float *dq, float *dk, float *dv, const float *delta, const
 			dk, dv, dq, dout, delta, lse, q, k, v, seq_start, seq_end, order, T, NH, NKV);
 		return 0;
 	}
-	size_t b1 = (size_t)(2 * MMA_ROWS + 4 * B) * (D + 8) * sizeof(bf16);
-	if (allow_smem(mma_dq_kernel<D, B>, b1) < 0 || allow_smem(mma_dkv_kernel<D, B, false>, b2) < 0)
+	if (allow_smem(mma_dkv_kernel<D, B, false>, b2) < 0)
 		return -1;
-	mma_dq_kernel<D, B><<<dim3(tiles, (unsigned)NH), MMA_THREADS, b1>>>(dq, dout, delta, lse, q, k, v, seq_start,
-									   order, T, NH, NKV);
+	bool done = false;
+	if constexpr (D <= 64) {
+		if (dq_kind() == DQ_PASS_128) {
+			size_t b4 = (size_t)(4 * MMA_ROWS + 4 * 32) * (D + 8) * sizeof(bf16);
+			if (allow_smem(mma_dq2_kernel<D, 32>, b4) < 0)
+				return -1;
+			unsigned tiles2 = (unsigned)((T + 2 * MMA_ROWS - 1) / (2 * MMA_ROWS));
+			mma_dq2_kernel<D, 32><<<dim3(tiles2, (unsigned)NH), MMA_THREADS, b4>>>(dq, dout, delta, lse, q, k, v,
+											    seq_start, T, NH, NKV);
+			done = true;
+		}
+	}
+	if (!done) {
+		size_t b1 = (size_t)(2 * MMA_ROWS + 4 * B) * (D + 8) * sizeof(bf16);
+		if (allow_smem(mma_dq_kernel<D, B>, b1) < 0)
+			return -1;
+		mma_dq_kernel<D, B><<<dim3(tiles, (unsigned)NH), MMA_THREADS, b1>>>(dq, dout, delta, lse, q, k, v,
+										   seq_start, order, T, NH, NKV);
+	}
 	mma_dkv_kernel<D, B, false><<<dim3(tiles, (unsigned)NKV), MMA_THREADS, b2>>>(
 		dk, dv, NULL, dout, delta, lse, q, k, v, seq_start, seq_end, order, T, NH, NKV);
 	return 0;

@@ -1,8 +1,8 @@
 /*
  * test-attention-host: the tensor-core attention of attention_mma.cu run on
  * the CPU, without a GPU, against a float64 reference (forward out and lse,
- * backward dq, dk, dv, with dq by its own pass and by atomics; both
- * forwards) on packed sequences, for head_dim 16, 32, 64, 128.
+ * backward dq, dk, dv, with dq by its own pass and by atomics; the
+ * 128-row variants) on packed sequences, for head_dim 16, 32, 64, 128.
  *
  *   g++ -std=c++17 -O2 -Wno-unknown-pragmas -I$CUDA_HOME/include -Ilib -o test-attention-host \
  *       lib/cuda/test-attention-host.cpp
@@ -446,6 +446,13 @@ static int check(int NH, int NKV, std::vector<int> lens, bool ordered)
 		printf(" forward with 128 queries per block:\n");
 		e = max(e, report("out", out_ref, [&](size_t i) { return (double)__bfloat162float(out2[i]); }));
 		e = max(e, report("lse", lse_ref, [&](size_t i) { return (double)lse2[i]; }));
+		std::vector<float> dq3(T * QD, NAN);  // the dq pass with 128 queries per block (CA_CUDA_ATTENTION_DQ=128)
+		launch(dim3((T + 127) / 128, NH), [&] {
+			mma_dq2_kernel<D, 32>(dq3.data(), db.data(), delta.data(), lse.data(), qb.data(), kb.data(),
+					      vb.data(), start.data(), T, NH, NKV);
+		});
+		printf(" dq pass with 128 queries per block:\n");
+		e = max(e, report("dq", dq_ref, [&](size_t i) { return (double)dq3[i]; }));
 	}
 	return e < 0.02 ? 0 : 1;
 }
