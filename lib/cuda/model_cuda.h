@@ -22,7 +22,7 @@
  * tiling on mma.sync, bf16 operands) for heads of 16 to 128 dims, on the
  * older WMMA kernels (attention_wmma.cu) with CA_CUDA_ATTENTION=wmma, on the
  * fp32 kernels of attention_cuda.cu for heads of 256 or with
- * CA_CUDA_ATTENTION=fp32; CA_CUDA_ATTENTION_DQ=atomic and
+ * CA_CUDA_ATTENTION=fp32; CA_CUDA_ATTENTION_DQ=atomic or 128 and
  * CA_CUDA_ATTENTION_FWD=128 select variants of the mma kernels.
  * CA_CUDA_PROFILE=1 synchronises between phases and prints the seconds per
  * step each took when the model is freed; 2 also times every matmul.
