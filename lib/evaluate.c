@@ -476,6 +476,15 @@ static double median_of(double *v, int n)
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* The q-quantile (0..1) of v[0..n), sorting v; NAN when n is 0. */
+static double quantile_of(double *v, int n, double q)
+{
+	if (n <= 0)
+		return NAN;
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	return v[(int)(q * (n - 1))];
+}
+
 /*
  * The seconds each of the first n timed calls took on our clock (from the
  * previous tick, the first from the start) into out; how many there were.
@@ -1770,6 +1779,17 @@ static int profile_sets(struct job *j, jv *digests)
  * worker's ticks, less the reference's median overhead per call, into
  * *call_us. Returns 0 when the self-reported median is plausible, else -1
  * with the reason in msg.
+ *
+ * The bound is taken from the fastest tenth of the calls between ticks,
+ * not their median: the loop's own work around a call (input refill, L2
+ * flush, the ticks) runs on a CPU that a busy evaluation pool shares with
+ * a dozen starting workers, and the reference's overhead per call comes
+ * from a baseline that may have been timed at a quiet moment. Slow
+ * moments only lengthen calls; a patched clock cannot make our clock
+ * faster. On two H200s under a 200-record pool the median and the batch
+ * bound failed 10 of 160 honest candidates (a 649 us call "implied"
+ * 1339 us). The whole-batch bound is used only when the worker sent no
+ * ticks to time calls by.
  */
 static int clock_verdict(const struct loop_clock *ours, jv reply, int iters, double overhead,
 		double overhead_call, double *wall_per_call, double *call_us, char *msg, size_t size)
@@ -1781,14 +1801,17 @@ static int clock_verdict(const struct loop_clock *ours, jv reply, int iters, dou
 		*wall_per_call = ((ours->end - ours->start) - overhead) / iters * 1e6;
 	double *calls = ca_xcalloc((size_t)iters + 1, sizeof *calls);
 	int ncalls = loop_clock_calls(ours, calls, iters);
-	if (ncalls == iters && ours->nticks == iters && isfinite(overhead_call))
+	double fast_us = NAN;
+	if (ncalls == iters && ours->nticks == iters && isfinite(overhead_call)) {
 		*call_us = (median_of(calls, ncalls) - overhead_call) * 1e6;
+		fast_us = (quantile_of(calls, ncalls, 0.1) - overhead_call) * 1e6;
+	}
 	free(calls);
 	if (!isfinite(*wall_per_call)) {
 		snprintf(msg, size, "the candidate worker did not mark the end of its timed calls");
 		return -1;
 	}
-	if (median < 0.5 * *wall_per_call - 20) {
+	if (!isfinite(overhead_call) && median < 0.5 * *wall_per_call - 20) {
 		snprintf(msg, size, "self-reported %.1f us per call, but our clock around the timed calls "
 			"implies at least %.1f us: the timer was tampered with", median, *wall_per_call);
 		return -1;
@@ -1797,9 +1820,9 @@ static int clock_verdict(const struct loop_clock *ours, jv reply, int iters, dou
 		snprintf(msg, size, "the candidate worker marked %d of its %d timed calls", ours->nticks, iters);
 		return -1;
 	}
-	if (isfinite(*call_us) && median < 0.5 * *call_us - 5) {
+	if (isfinite(fast_us) && median < 0.5 * fast_us - 5) {
 		snprintf(msg, size, "self-reported %.1f us per call, but our clock, call by call, "
-			"implies at least %.1f us: the timer was tampered with", median, *call_us);
+			"implies at least %.1f us (its fastest tenth): the timer was tampered with", median, fast_us);
 		return -1;
 	}
 	return 0;
