@@ -534,15 +534,23 @@ static int linear_dw(struct ca_cuda_model *g, float *dw, const bf16 *dy, const b
 
 // ---- forward ----
 
+/*
+ * One layer: L->x in, next = its output. With normed set, L->ln1 and
+ * L->rstd1 are already made (the layer before fused them into its end);
+ * with next_w set, the output's norm is made too (into next_ln, next_rstd)
+ * in the same pass as the last residual add.
+ */
 static int layer_forward(struct ca_cuda_model *g, struct cuda_acts *a, struct layer_acts *L,
-			 const struct layer_weights *W, float *next, char *why)
+			 const struct layer_weights *W, float *next, int normed, const float *next_w, bf16 *next_ln,
+			 float *next_rstd, char *why)
 {
 	const struct ca_model_config *c = &g->cfg;
 	int T = a->T, C = c->hidden_size, F = c->intermediate_size;
 	int NH = c->num_heads, NKV = c->num_kv_heads, D = c->head_dim, QD = NH * D, KD = NKV * D;
 	size_t TC = (size_t)T * C;
 	PH(OTHER);
-	nn_cuda_rmsnorm_forward(L->ln1, L->rstd1, L->x, W->ln1, c->rms_norm_eps, T, C);
+	if (!normed)
+		nn_cuda_rmsnorm_forward(L->ln1, L->rstd1, L->x, W->ln1, c->rms_norm_eps, T, C);
 	PH(MATMUL);
 	if (linear(g, L->q, CUDA_R_32F, L->ln1, W->wq, T, C, QD, why) < 0 ||
 	    linear(g, L->k, CUDA_R_32F, L->ln1, W->wk, T, C, KD, why) < 0 ||
@@ -579,7 +587,10 @@ static int layer_forward(struct ca_cuda_model *g, struct cuda_acts *a, struct la
 	if (linear(g, a->y, CUDA_R_32F, L->h, W->wdown, T, F, C, why) < 0)
 		return -1;
 	PH(OTHER);
-	nn_cuda_add(next, L->xmid, a->y, TC);
+	if (next_w)
+		nn_cuda_add_rmsnorm(next, next_ln, next_rstd, L->xmid, a->y, NULL, next_w, c->rms_norm_eps, T, C);
+	else
+		nn_cuda_add(next, L->xmid, a->y, TC);
 	return 0;
 }
 
@@ -703,12 +714,15 @@ static int forward(struct ca_cuda_model *g, const struct ca_batch *b, const int 
 			L->x = a->xin[l];
 			next = l + 1 < c->num_layers ? a->xin[l + 1] : a->xfinal;
 		}
-		if (layer_forward(g, a, L, &g->layers[l], next, why) < 0)
+		// The norm after the layer (the next layer's first, or the final one) fused into its end.
+		int last = l + 1 == c->num_layers;
+		struct layer_acts *N = last ? NULL : &a->layer[keep ? l + 1 : 0];
+		if (layer_forward(g, a, L, &g->layers[l], next, l > 0, last ? g->norm : g->layers[l + 1].ln1,
+				  last ? a->lnf : N->ln1, last ? a->rstdf : N->rstd1, why) < 0)
 			return -1;
-		if (!keep && !a->recompute && l + 1 < c->num_layers)
+		if (!keep && !a->recompute && !last)
 			CUDA_TRY(cudaMemcpyAsync(L->x, a->xfinal, sizeof(float) * (size_t)T * C, cudaMemcpyDeviceToDevice));
 	}
-	nn_cuda_rmsnorm_forward(a->lnf, a->rstdf, a->xfinal, g->norm, c->rms_norm_eps, T, C);
 	PH(HEAD);
 	if (c->critic) {
 		nn_cuda_value_forward(a->val, a->lnf, g->score_w, g->score_b, T, C);
@@ -915,7 +929,7 @@ extern "C" int ca_cuda_model_backward(struct ca_cuda_model *g, const float *dlog
 			// Rebuild the layer's activations from its input; its output goes to scratch.
 			L->x = a->xin[l];
 			phase_dir = 0;
-			if (layer_forward(g, a, L, &g->layers[l], a->y, why) < 0)
+			if (layer_forward(g, a, L, &g->layers[l], a->y, 0, NULL, NULL, NULL, why) < 0)
 				return -1;
 			phase_dir = 4;
 		}
