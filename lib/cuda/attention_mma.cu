@@ -145,6 +145,26 @@ __device__ __forceinline__ static void warp_scores(float s[NT][4], const bf16 *a
 	}
 }
 
+// The same with the a operand already in registers (a[kk] for columns kk * 16..).
+template <int D, int NT>
+__device__ __forceinline__ static void warp_scores_held(float s[NT][4], const unsigned a[D / 16][4], const bf16 *b,
+							int lane)
+{
+	constexpr int LD = D + 8;
+	for (int n = 0; n < NT; n++)
+		s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+	for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+		for (int n = 0; n < NT / 2; n++) {
+			unsigned bf[4];
+			load_b_nmajor(bf, b, LD, n * 16, kk * 16, lane);
+			mma16816(s[2 * n], a[kk], bf[0], bf[1]);
+			mma16816(s[2 * n + 1], a[kk], bf[2], bf[3]);
+		}
+	}
+}
+
 // acc[16 x D] += p[16 x 8 NT] (registers, as scores) times b-tile (k-major, NT * 8 rows by D).
 template <int D, int NT>
 __device__ __forceinline__ static void warp_accumulate(float acc[D / 8][4], const float p[NT][4], const bf16 *b, int lane)
@@ -626,6 +646,9 @@ mma_dkv_kernel(float *dk, float *dv, float *dq, const bf16 *dout, const float *d
 		for (int e = 0; e < 4; e++)
 			dka[n][e] = dva[n][e] = 0.0f;
 	const float sl2 = rsqrtf((float)D) * LOG2E;
+	// Heads of up to 64 keep the warp's K and V operands in registers (they fit beside the accumulators).
+	constexpr bool HOLD = D <= 64;
+	unsigned kf[HOLD ? D / 16 : 1][4], vf[HOLD ? D / 16 : 1][4];
 	int buf = 0;
 	for (int it = 0; it < total; it++, buf ^= 1) {
 		if (it + 1 < total)
@@ -638,8 +661,18 @@ mma_dkv_kernel(float *dk, float *dv, float *dq, const bf16 *dout, const float *d
 		const float *L2b = L2s + buf * BQ, *Db = Ds + buf * BQ;
 		const int *Sb = Ss + buf * BQ;
 		float s[NT][4], dp[NT][4];
-		warp_scores<D, NT>(s, Ks, warp * 16, Qb, lane);
-		warp_scores<D, NT>(dp, Vs, warp * 16, dOb, lane);
+		if constexpr (HOLD) {
+			if (it == 0)  // the warp's keys and values as a operands, for every iteration
+				for (int kk = 0; kk < D / 16; kk++) {
+					load_a(kf[kk], Ks, LD, warp * 16, kk * 16, lane);
+					load_a(vf[kk], Vs, LD, warp * 16, kk * 16, lane);
+				}
+			warp_scores_held<D, NT>(s, kf, Qb, lane);
+			warp_scores_held<D, NT>(dp, vf, dOb, lane);
+		} else {
+			warp_scores<D, NT>(s, Ks, warp * 16, Qb, lane);
+			warp_scores<D, NT>(dp, Vs, warp * 16, dOb, lane);
+		}
 		// Every query of the tile after every key, all in the first key's sequence: nothing masked.
 		bool full = nq == BQ && nk == MMA_ROWS && qt >= k0 + MMA_ROWS - 1 && Sb[BQ - 1] <= k0;
 #pragma unroll
