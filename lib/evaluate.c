@@ -81,8 +81,8 @@ void ca_eval_baseline_key(const char *task_sha, const char *gpu, const char *tor
 	struct ca_sha256 s;
 	char num[64];
 	ca_sha256_init(&s);
-	/* 2: CUDA-event timing (1 was the host clock); old entries are not mixed in. */
-	ca_sha256_string(&s, "ca-baseline-2");
+	/* 3: every timed output copied for checks chosen after the loop (2: CUDA events without; 1: the host clock); old entries are not mixed in. */
+	ca_sha256_string(&s, "ca-baseline-3");
 	ca_sha256_string(&s, task_sha);
 	ca_sha256_string(&s, gpu ? gpu : "cpu");
 	ca_sha256_string(&s, torch_version ? torch_version : "");
@@ -437,12 +437,52 @@ struct loop_clock {
 	double start, end;
 	double *ticks;
 	int nticks, cap;
+	/*
+	 * The spot checks chosen after the loop (a worker that kept every
+	 * timed call's output asks with its end line): want of iters calls,
+	 * the last always among them; asked[0..nasked) what was answered.
+	 */
+	int want, iters;
+	int asked[64], nasked;
 };
 
 static void loop_clock_reset(struct loop_clock *c)
 {
 	c->start = c->end = 0;
 	c->nticks = 0;
+	c->nasked = 0;
+}
+
+/*
+ * Choose the calls to check after a timed loop: the last (work left
+ * running shows there) and want - 1 others, drawn from the kernel's
+ * random source, so that nothing in the worker's process could have
+ * predicted them; into c->asked, as the JSON answer.
+ */
+static jv loop_clock_choose(struct loop_clock *c)
+{
+	jv keep = jv_array();
+	int iters = c->iters, want = c->want < iters ? c->want : iters;
+	if (want > (int)(sizeof c->asked / sizeof c->asked[0]))
+		want = (int)(sizeof c->asked / sizeof c->asked[0]);
+	c->nasked = 0;
+	if (want <= 0)
+		return jv_object_set(jv_object(), jv_string("keep"), keep);
+	c->asked[c->nasked++] = iters - 1;
+	keep = jv_array_append(keep, jv_number(iters - 1));
+	while (c->nasked < want) {
+		unsigned int r;
+		if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
+			r = (unsigned int)(ca_proc_now() * 1e9) ^ (unsigned int)rand();
+		int i = (int)(r % (unsigned int)iters), seen = 0;
+		for (int k = 0; k < c->nasked; k++)
+			seen |= c->asked[k] == i;
+		if (seen)
+			continue;
+		c->asked[c->nasked++] = i;
+		keep = jv_array_append(keep, jv_number(i));
+	}
+	return jv_object_set(jv_object(), jv_string("keep"), keep);
 }
 
 static void loop_clock_note(struct loop_clock *c, const char *what)
@@ -544,7 +584,18 @@ static int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, 
 			int is_timing = jv_get_kind(timing) == JV_KIND_STRING;
 			if (is_timing && ours)
 				loop_clock_note(ours, jv_string_value(timing));
+			double askn = 0;
+			int asks = is_timing && !strcmp(jv_string_value(timing), "end") && ca_json_number(v, "ask", &askn) == 1;
 			jv_free(timing);
+			if (asks) {
+				/* The worker kept every call's output: name the ones to check now. */
+				jv answer = ours ? loop_clock_choose(ours)
+						 : jv_object_set(jv_object(), jv_string("keep"), jv_array());
+				if (worker_send(w, answer, fault) != 0) {
+					jv_free(v);
+					return -1;
+				}
+			}
 			if (is_timing) {
 				jv_free(v);
 				continue;
@@ -1626,6 +1677,8 @@ static jv time_request(struct job *j, const char *mode, const char *keep_prefix,
 	req = set_str(req, "mode", mode);
 	req = jv_object_set(req, jv_string("compile_mode"), cfg->compile_mode ? jv_string(cfg->compile_mode) : jv_null());
 	req = jv_object_set(req, jv_string("keep"), keep);
+	/* Every mode alike, so the reference's loop does the same copying work as the candidate's. */
+	req = jv_object_set(req, jv_string("keep_after"), jv_true());
 	req = set_str(req, "keep_prefix", keep_prefix);
 	req = jv_object_set(req, jv_string("trace"), jv_bool(strcmp(cfg->device, "cpu") != 0));
 	return req;
@@ -1682,6 +1735,8 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached)
 	jv req = time_request(j, mode, prefix, keep_indices(cfg, j->seed));
 	jv reply;
 	struct loop_clock ours = {0};
+	ours.want = cfg->keep;
+	ours.iters = cfg->iters;
 	jv fault;
 	gpu_lock(s, LOCK_EX);
 	int rc = worker_call(&s->reference, req, cfg->timeout_s * 10 + (strcmp(mode, "compile") ? 0 : 600), &reply, &fault, &ours);
@@ -1877,6 +1932,8 @@ static void do_profile(struct job *j)
 	char prefix[PATHLEN];
 	snprintf(prefix, sizeof prefix, "%s/kept-", j->io);
 	struct loop_clock ours = {0};
+	ours.want = cfg->keep;
+	ours.iters = cfg->iters;
 	double wall_per_call = NAN, call_us = NAN;
 	char clock_msg[256];
 	int clock_bad = 0, retimed = 0;
@@ -1958,9 +2015,41 @@ static void do_profile(struct job *j)
 	/* Spot checks of timed calls' outputs. */
 	jv kept = ca_json_get(reply, "kept");
 	int nkept = jv_get_kind(kept) == JV_KIND_ARRAY ? jv_array_length(jv_copy(kept)) : 0;
-	int want = cfg->keep < cfg->iters ? cfg->keep : cfg->iters;
+	/*
+	 * The calls that must be among them: chosen by us after the loop when
+	 * the worker kept every call's output, else the ones named before it.
+	 */
+	char *chosen = ca_json_strdup(reply, "kept_chosen");
+	int after = chosen && !strcmp(chosen, "after") && ours.nasked > 0;
+	free(chosen);
+	j->result = set_str(j->result, "spot_checks_chosen", after ? "after" : "before");
+	char *required = ca_xcalloc((size_t)cfg->iters, 1);
+	if (after) {
+		for (int k = 0; k < ours.nasked; k++)
+			required[ours.asked[k]] = 1;
+	} else {
+		jv named = keep_indices(cfg, j->seed ^ 0x5eed);
+		jv_array_foreach(named, k, x) {
+			(void)k;
+			required[(int)jv_number_value(x)] = 1;
+			jv_free(x);
+		}
+		jv_free(named);
+	}
 	jv_free(reply);
-	if (nkept < want) {
+	for (int i = 0; i < nkept; i++) {
+		jv e = jv_array_get(jv_copy(kept), i);
+		double index = -1;
+		ca_json_number(e, "index", &index);
+		jv_free(e);
+		if (index >= 0 && index < cfg->iters)
+			required[(int)index] = 0;
+	}
+	int missing = 0;
+	for (int i = 0; i < cfg->iters; i++)
+		missing |= required[i];
+	free(required);
+	if (missing) {
 		job_fail(j, "spot-check", "the candidate worker did not return the outputs of the timed calls asked for");
 		goto out;
 	}

@@ -16,7 +16,7 @@ if ! has_torch || ! command -v cc >/dev/null 2>&1; then
 fi
 C=$TRASH_BASE/candidates
 mkdir -p "$C"
-for c in honest/relu cheat/timer_patch cheat/tick_drop; do
+for c in honest/relu cheat/timer_patch cheat/tick_drop cheat/lazy_unchecked; do
 	d=$C/$(basename "$c")
 	cp -R "$ADV/$c" "$d" && rm -rf "$d/kernels" && mkdir -p "$d/build" &&
 		cc -O2 -shared -fPIC -o "$d/build/libkernels.so" "$ADV/cpu/relu_cpu.c"
@@ -29,6 +29,7 @@ record() { # id task dir [verify-ok]
 	record honest relu_mid "$C/relu"
 	record timer_patch relu_mid "$C/timer_patch"
 	record tick_drop relu_mid "$C/tick_drop"
+	record lazy relu_mid "$C/lazy_unchecked"
 	record failed relu_mid "$C/relu" false
 } >"$TRASH_BASE/in.ndjson"
 export CA_CACHE=$TRASH_BASE/cache
@@ -37,7 +38,7 @@ pick() { jq -c --arg id "$1" 'select(.id == $id)' "$TRASH_BASE/out.ndjson"; }
 
 expect_status 1 'every record is profiled or skipped; exit 1 for the caught cheat' '
 	ca-profile $OPTS "$TRASH_BASE/in.ndjson" >"$TRASH_BASE/out.ndjson"; s=$?
-	test "$(wc -l <"$TRASH_BASE/out.ndjson")" -eq 4 || exit 9
+	test "$(wc -l <"$TRASH_BASE/out.ndjson")" -eq 5 || exit 9
 	exit $s
 '
 expect_success 'an honest candidate gets times, cv, wall clock, and uncached baselines' '
@@ -48,6 +49,12 @@ expect_success 'a patched clock is caught against our own (timed twice to be sur
 '
 expect_success 'calls hidden from our per-call clock are caught' '
 	pick tick_drop | jq -e ".profile | (.ok | not) and .stage == \"timing\" and (.error | test(\"marked 0 of its 10\"))"
+'
+expect_success 'the honest candidate'"'"'s spot checks were chosen after its timed loop' '
+	pick honest | jq -e ".profile.spot_checks_chosen == \"after\""
+'
+expect_success 'work done only in the calls named for checking before the loop is caught by checks chosen after it' '
+	pick lazy | jq -e ".profile | (.ok | not) and .stage == \"spot-check\" and .spot_checks_chosen == \"after\""
 '
 expect_success 'a record that failed verification is not profiled' '
 	pick failed | jq -e ".profile | (.ok | not) and .skipped"

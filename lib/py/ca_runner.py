@@ -55,7 +55,7 @@ Requests (paths are files; tensor files are described in lib/tensor.h):
       [{"name", "calls", "total_us"}] of the GPU kernels run.
   {"op": "time", "inputs": [P...] | "seeds": [S...], "warmup": W, "iters": N, "mode":
    "eager"|"compile"|"candidate", "compile_mode": M|null, "keep": [i...],
-   "keep_prefix": P, "trace": bool}
+   "keep_after": bool, "keep_prefix": P, "trace": bool}
       time the model (torch.compile'd for "compile") by one method for all
       modes: the input sets are loaded to the device once; before every
       call the working input tensors are refilled from set (call % sets),
@@ -66,7 +66,13 @@ Requests (paths are files; tensor files are described in lib/tensor.h):
       on an idle device the device-wide synchronize that follows takes
       (work left on side streams or running late is counted). On the CPU
       it is the host clock around the call. Outputs of timed calls listed
-      in keep are written to keep_prefix + "<i>.ten". Reply adds
+      in keep are written to keep_prefix + "<i>.ten". With keep_after, and
+      when every timed call's output fits in RETAIN_BYTES together, a
+      copy of each is kept instead, the end line is {"timing": "end",
+      "ask": N} and the worker reads one line {"keep": [i...]} naming the
+      calls to write: the parent chooses them after the loop, so the
+      candidate cannot know which calls are checked ("kept_chosen":
+      "after"; "before" when keep was used). Reply adds
       "times_us" (timed calls), "median_us", "cv", "clock"
       ("cuda-events"|"host"), "host_median_us" (the median on the host
       clock from just before the call to after the device-wide
@@ -727,6 +733,11 @@ class Worker:
         work = [x.clone() if isinstance(x, t.Tensor) else x for x in sets[0]]
         warmup, iters = int(req.get("warmup", 3)), int(req.get("iters", 20))
         keep = set(int(i) for i in req.get("keep", []))
+        # keep_after: a copy of every timed call's output is kept (when they
+        # fit in RETAIN_BYTES), and the parent names the calls it checks
+        # only after the loop, so a candidate cannot know which calls count.
+        keep_after = bool(req.get("keep_after"))
+        retain = None
         cuda = self.device == "cuda"
         if cuda:
             # The stream the events go on: the current one now, whatever
@@ -787,7 +798,9 @@ class Worker:
                 h2 = _perf()
                 if timed:
                     host.append((h2 - h0) * 1e6)
-            if timed and (i - warmup) in keep:
+            if timed and retain is None:
+                retain = keep_after and _tree_bytes(out) * iters <= RETAIN_BYTES
+            if timed and (retain or (i - warmup) in keep):
                 # A copy on the device now; files after the clocked loop.
                 kept.append((i - warmup, i % len(sets), _clone_tree(out)))
             if timed:
@@ -795,7 +808,17 @@ class Worker:
                 _send({"timing": "tick"})
         self.sync()
         loop_s = _perf() - loop_start if loop_start is not None else 0.0
-        _send({"timing": "end"})
+        if retain:
+            # The parent answers with the calls whose outputs it checks.
+            _send({"timing": "end", "ask": len(kept)})
+            line = sys.stdin.readline()
+            try:
+                asked = set(int(x) for x in json.loads(line)["keep"])
+            except (ValueError, KeyError, TypeError):
+                raise _Stage("protocol", "no list of calls to check after the timed loop")
+            kept = [k for k in kept if k[0] in asked]
+        else:
+            _send({"timing": "end"})
         kernels = self.tracer.stop() if req.get("trace") else None
         if kernels is not None:
             kernels = _without(kernels, flush_kernels, iters)
@@ -815,6 +838,7 @@ class Worker:
         cv = (sum((x - mean) ** 2 for x in times) / len(times)) ** 0.5 / mean if mean > 0 else 0.0
         reply = {"times_us": [round(x, 3) for x in times], "median_us": median, "cv": cv,
                  "host_median_us": _median(host), "sets": len(sets), "kept": kept,
+                 "kept_chosen": "after" if retain else "before",
                  "loop_s": loop_s, "digests": digests,
                  "clock": "cuda-events" if cuda else "host"}
         if cuda:
@@ -864,6 +888,23 @@ def _median(values):
         return 0.0
     n = len(s)
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+# Most bytes of timed outputs kept for checks chosen after the loop (all
+# iterations' outputs, copied on the device); above it the checked calls
+# are the ones named before the loop.
+RETAIN_BYTES = 4 << 30
+
+
+def _tree_bytes(value):
+    import torch
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(_tree_bytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(_tree_bytes(v) for v in value.values())
+    return 0
 
 
 def _clone_tree(value):
