@@ -215,9 +215,6 @@ mma_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf
 	for (int n = 0; n < D / 8; n++)
 		o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 	const float sl2 = rsqrtf((float)D) * LOG2E;
-	// Heads of up to 64 keep the warp's Q operands in registers (loaded at the first key tile).
-	constexpr bool HOLD = D <= 64;
-	unsigned qf[HOLD ? D / 16 : 1][4];
 	int buf = 0;
 	for (int kt = kbegin; kt <= qlast; kt += BK, buf ^= 1) {
 		int nk = min(BK, qlast - kt + 1), kn = kt + BK;
@@ -230,14 +227,7 @@ mma_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf
 		__syncthreads();
 		const bf16 *Kb = Ks + buf * BK * LD, *Vb = Vs + buf * BK * LD;
 		float s[NT][4];
-		if constexpr (HOLD) {
-			if (kt == kbegin)  // the warp's queries as a operands, for every key tile
-				for (int kk = 0; kk < D / 16; kk++)
-					load_a(qf[kk], Qs, LD, warp * 16, kk * 16, lane);
-			warp_scores_held<D, NT>(s, qf, Kb, lane);
-		} else {
-			warp_scores<D, NT>(s, Qs, warp * 16, Kb, lane);
-		}
+		warp_scores<D, NT>(s, Qs, warp * 16, Kb, lane);
 		// Every key of the tile before every query, all in the last query's sequence: nothing masked.
 		bool full = nk == BK && kt + BK - 1 <= q0 && kt >= first_of_last;
 		if (!full)
@@ -489,9 +479,6 @@ mma_dq_kernel(float *dq, const bf16 *dout, const float *delta, const float *lse,
 	for (int n = 0; n < D / 8; n++)
 		acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 	const float sl2 = rsqrtf((float)D) * LOG2E;
-	// Heads of up to 64 keep the warp's Q and dO operands in registers (loaded at the first key tile).
-	constexpr bool HOLD = D <= 64;
-	unsigned qf[HOLD ? D / 16 : 1][4], of[HOLD ? D / 16 : 1][4];
 	int buf = 0;
 	for (int kt = kbegin; kt <= qlast; kt += BK, buf ^= 1) {
 		int nk = min(BK, qlast - kt + 1), kn = kt + BK;
@@ -504,18 +491,8 @@ mma_dq_kernel(float *dq, const bf16 *dout, const float *delta, const float *lse,
 		__syncthreads();
 		const bf16 *Kb = Ks + buf * BK * LD, *Vb = Vs + buf * BK * LD;
 		float s[NT][4], dp[NT][4];
-		if constexpr (HOLD) {
-			if (kt == kbegin)  // the warp's queries and output gradients as a operands, for every key tile
-				for (int kk = 0; kk < D / 16; kk++) {
-					load_a(qf[kk], Qs, LD, warp * 16, kk * 16, lane);
-					load_a(of[kk], dOs, LD, warp * 16, kk * 16, lane);
-				}
-			warp_scores_held<D, NT>(s, qf, Kb, lane);
-			warp_scores_held<D, NT>(dp, of, Vb, lane);
-		} else {
-			warp_scores<D, NT>(s, Qs, warp * 16, Kb, lane);
-			warp_scores<D, NT>(dp, dOs, warp * 16, Vb, lane);
-		}
+		warp_scores<D, NT>(s, Qs, warp * 16, Kb, lane);
+		warp_scores<D, NT>(dp, dOs, warp * 16, Vb, lane);
 		bool full = nk == BK && kt + BK - 1 <= q0 && kt >= first_of_last;
 #pragma unroll
 		for (int n = 0; n < NT; n++)
