@@ -25,7 +25,8 @@ if ! has_torch || ! "$(ca_python)" -c 'import transformers, tokenizers' >/dev/nu
 	exit 0
 fi
 # note: measurements for the device logs (CA_TEST_NOTES names a file to append to).
-note() { if [ -n "$CA_TEST_NOTES" ]; then echo "$TEST_NAME: $*" >>"$CA_TEST_NOTES"; fi; }
+# Also on stdout, so a failing check shows what it measured.
+note() { echo "$*"; if [ -n "$CA_TEST_NOTES" ]; then echo "$TEST_NAME: $*" >>"$CA_TEST_NOTES"; fi; }
 HF="$(ca_python) $ROOT/lib/py/ca_hf.py"
 REF="$(ca_python) $ROOT/lib/py/ca_sample_ref.py"
 export HF REF TRANSFORMERS_VERBOSITY=error HF_HUB_DISABLE_PROGRESS_BARS=1
