@@ -12,8 +12,11 @@
 #      of all kernels, 5 checks, 5 warm-up + 10 timed calls under torch.profiler
 #      for the candidate, eager and torch.compile; three processes, as
 #      compile.sh, verification and profiling are), against ca-profile --verify
-#      on the same kernel in ca's layout (cold build; cold and cached baselines)
-#      and in CUDA-Agent's layout (built by ca-build);
+#      on the same kernel in ca's layout (cold build; cold and cached baselines;
+#      and, unless the server section is skipped, a cold build with cached
+#      baselines through a running evaluation server, the RL pipeline's case:
+#      no Python, torch or CUDA start-up on the record's path) and in
+#      CUDA-Agent's layout (built by ca-build);
 #   4. repeatability: three profiles of the matmul candidate, the spread of
 #      their medians (and of the host clock's, the method before CUDA
 #      events), and ca's candidate time beside the sum of the kernel
@@ -83,7 +86,7 @@ emit "$(jq -c --arg w1 "$w1" --arg w2 "$w2" -s \
 	"$WORK/b1.json" "$WORK/b2.json")"
 
 # 3. CUDA-Agent's path vs ca's on the same ReLU kernel (task relu_mid).
-if want ratio && fits 50 "CUDA-Agent path vs ca"; then
+if want ratio && fits 70 "CUDA-Agent path vs ca"; then
 	CA_DIR=$ADV/flavours/cuda_agent
 	t0=$(now)
 	for phase in compile verify profile; do
@@ -97,6 +100,20 @@ if want ratio && fits 50 "CUDA-Agent path vs ca"; then
 	# ca, a new candidate of a task whose baselines are cached (the RL case): cold build.
 	rm -rf "$WORK/cache-relu/build"
 	t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify $O <"$WORK/relu.ndjson" >"$WORK/relu-warm.ndjson"; ww=$(since "$t0")
+	# The same through a running server (its start-up not counted: it serves a whole run).
+	ws=0
+	: >"$WORK/relu-srv.ndjson"
+	if want server; then
+		mkdir -p "$WORK/srvr" && chmod 700 "$WORK/srvr"
+		CA_CACHE=$WORK/cache-relu CA_EVAL_SERVE_IDLE=120 ca-profile --serve "$WORK/srvr/s" $O 2>"$OUTDIR/serve-ratio.err" &
+		srv=$!
+		i=0; while [ ! -S "$WORK/srvr/s" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+		sleep 8  # the server's workers start
+		rm -rf "$WORK/cache-relu/build"
+		t0=$(now); CA_CACHE=$WORK/cache-relu CA_EVAL_SERVER=$WORK/srvr/s ca-profile --verify $O <"$WORK/relu.ndjson" >"$WORK/relu-srv.ndjson"; ws=$(since "$t0")
+		kill $srv 2>/dev/null
+		wait $srv 2>/dev/null
+	fi
 	wg=0 wk1=0 wk2=0
 	: >"$WORK/relu-agent-ca.ndjson"; : >"$WORK/relu-kb1.ndjson"; : >"$WORK/relu-kb2.ndjson"
 	if want layouts; then
@@ -107,18 +124,20 @@ if want ratio && fits 50 "CUDA-Agent path vs ca"; then
 		t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify $O <"$WORK/relu-kb.ndjson" >"$WORK/relu-kb1.ndjson"; wk1=$(since "$t0")
 		t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify $O <"$WORK/relu-kb.ndjson" >"$WORK/relu-kb2.ndjson"; wk2=$(since "$t0")
 	fi
-	emit "$(jq -nc --arg wa "$wa" --arg wc "$wc" --arg ww "$ww" --arg wg "$wg" --arg wk1 "$wk1" --arg wk2 "$wk2" --slurpfile a "$WORK/cuda-agent.json" \
-		--slurpfile c "$WORK/relu-cold.ndjson" --slurpfile w "$WORK/relu-warm.ndjson" --slurpfile g "$WORK/relu-agent-ca.ndjson" \
+	emit "$(jq -nc --arg wa "$wa" --arg wc "$wc" --arg ww "$ww" --arg ws "$ws" --arg wg "$wg" --arg wk1 "$wk1" --arg wk2 "$wk2" --slurpfile a "$WORK/cuda-agent.json" \
+		--slurpfile c "$WORK/relu-cold.ndjson" --slurpfile w "$WORK/relu-warm.ndjson" --slurpfile s "$WORK/relu-srv.ndjson" --slurpfile g "$WORK/relu-agent-ca.ndjson" \
 		--slurpfile k1 "$WORK/relu-kb1.ndjson" --slurpfile k2 "$WORK/relu-kb2.ndjson" \
 		'def ok(r): if (r | length) == 0 then null else (r | map(.verify.ok and .profile.ok) | all) end;
 		{bench: "CUDA-Agent path vs ca, ReLU 2048x2048, one candidate end to end",
 		cuda_agent: $a, cuda_agent_ok: ($a | length == 3), cuda_agent_wall_s: ($wa | tonumber),
 		ca_all_cold_wall_s: ($wc | tonumber), ca_cached_baselines_wall_s: ($ww | tonumber), ca_cuda_agent_layout_wall_s: ($wg | tonumber),
+		ca_server_wall_s: ($ws | tonumber),
 		ratio_all_cold: (($wa | tonumber) / ($wc | tonumber)), ratio_cached_baselines: (($wa | tonumber) / ($ww | tonumber)),
+		ratio_server: (if ($ws | tonumber) > 0 then ($wa | tonumber) / ($ws | tonumber) else null end),
 		ratio_same_layout: (if ($wg | tonumber) > 0 then ($wa | tonumber) / ($wg | tonumber) else null end), target: "ratio >= 10",
 		ca_kernelbench_layout_wall_s: [($wk1 | tonumber), ($wk2 | tonumber)], ca_kernelbench_extension_cached: ($k2 | map(.verify.extension_cached)),
-		ca_ok: [ok($c), ok($w), ok($g), ok($k1), ok($k2)],
-		errors: ([$c, $w, $g, $k1, $k2] | map(.[0] // {} | (.verify.error // .profile.error)))}')"
+		ca_ok: [ok($c), ok($w), ok($g), ok($k1), ok($k2), ok($s)],
+		errors: ([$c, $w, $g, $k1, $k2, $s] | map(.[0] // {} | (.verify.error // .profile.error)))}')"
 fi
 
 # 2. Verify + profile of the matmul candidate; the first run fills the baseline cache.
