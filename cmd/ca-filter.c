@@ -265,35 +265,25 @@ static char *stochastic_op(const char *fp)
 {
 	static char found[64];
 	int in_forward = 0, depth = 0;
-	const char *p = fp;
-	const char *prev = NULL;
-	size_t prevn = 0;
-	while (*p) {
-		while (*p == ' ')
-			p++;
-		const char *e = p;
-		while (*e && *e != ' ')
-			e++;
-		size_t n = (size_t)(e - p);
-		if (n == 0)
-			break;
-		if (prev && prevn == 3 && !memcmp(prev, "def", 3)) {
-			in_forward = n == 7 && !memcmp(p, "forward", 7);
+	const char *p = fp, *t, *prev = NULL;
+	size_t n, prevn = 0;
+	while ((t = next_token(&p, &n))) {
+		if (is_token(prev, prevn, "def")) {
+			in_forward = is_token(t, n, "forward");
 			depth = 0;
 		}
-		if (in_forward && n == 1 && *p == '{')
+		if (in_forward && is_token(t, n, "{"))
 			depth++;
-		if (in_forward && n == 1 && *p == '}' && --depth == 0)
+		if (in_forward && is_token(t, n, "}") && --depth == 0)
 			in_forward = 0;
-		int module = listed(p, n, stochastic_modules), call = in_forward && listed(p, n, stochastic_calls);
-		if (prev && prevn == 1 && *prev == '.' && (module || call) &&
-		    !(memmem(p, n, "ropout", 6) && inert_dropout(p, n, e, module ? 0 : 1))) {
-			snprintf(found, sizeof found, "%.*s", (int)n, p);
+		int module = listed(t, n, stochastic_modules), call = in_forward && listed(t, n, stochastic_calls);
+		if (is_token(prev, prevn, ".") && (module || call) &&
+		    !(memmem(t, n, "ropout", 6) && inert_dropout(t, n, p, module ? 0 : 1))) {
+			snprintf(found, sizeof found, "%.*s", (int)n, t);
 			return found;
 		}
-		prev = p;
+		prev = t;
 		prevn = n;
-		p = e;
 	}
 	return NULL;
 }
