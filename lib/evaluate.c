@@ -1357,7 +1357,6 @@ static int job_prepare(struct job *j, jv record)
 	return 0;
 }
 
-/* Top kernels of a kernel list (borrowed), with "forbidden" marked; *nbad counts them. */
 /* The summed total_us of a kernel list (borrows); 0 without one. */
 static double kernel_sum_us(jv kernels)
 {
@@ -1375,6 +1374,7 @@ static double kernel_sum_us(jv kernels)
 	return sum;
 }
 
+/* Top kernels of a kernel list (borrowed), with "forbidden" marked; *nbad counts them. */
 static jv top_kernels(jv kernels, int top, int *nbad, jv *bad_names)
 {
 	jv out = jv_array();
@@ -1836,9 +1836,9 @@ static int profile_sets(struct job *j, jv *digests)
  * Our own clock's verdict on a candidate's timed loop (reply borrowed):
  * the per-call time the whole batch implies, less the reference's
  * overhead per batch, into *wall_per_call; the median call between the
- * worker's ticks, less the reference's median overhead per call, into
- * *call_us. Returns 0 when the self-reported median is plausible, else -1
- * with the reason in msg.
+ * worker's ticks, less the reference's overhead per call (overhead_call,
+ * its fastest tenth), into *call_us. Returns 0 when the self-reported
+ * median is plausible, else -1 with the reason in msg.
  *
  * The bound is taken from the fastest tenth of the calls between ticks,
  * not their median: the loop's own work around a call (input refill, L2
@@ -1942,8 +1942,10 @@ static void do_profile(struct job *j)
 	double wall_per_call = NAN, call_us = NAN;
 	char clock_msg[256];
 	int clock_bad = 0, retimed = 0;
+	/* The calls to check named before the loop: what a worker that cannot keep every output writes. */
+	jv named = keep_indices(cfg, j->seed ^ 0x5eed);
 	for (;;) {
-		jv req = time_request(j, "candidate", prefix, keep_indices(cfg, j->seed ^ 0x5eed));
+		jv req = time_request(j, "candidate", prefix, jv_copy(named));
 		loop_clock_reset(&ours);
 		gpu_lock(s, LOCK_EX);
 		int rc = candidate_call(j, req, cfg->timeout_s * 10, &reply, &ours);
@@ -1952,6 +1954,7 @@ static void do_profile(struct job *j)
 			if (jv_get_kind(reply) == JV_KIND_OBJECT)
 				jv_free(reply);
 			jv_free(digests);
+			jv_free(named);
 			free(ours.ticks);
 			return;
 		}
@@ -1983,6 +1986,7 @@ static void do_profile(struct job *j)
 		j->result = jv_object_set(j->result, jv_string("inputs_shipped"), jv_true());
 		if (profile_sets(j, &digests) != 0) {
 			jv_free(digests);
+			jv_free(named);
 			free(ours.ticks);
 			return;
 		}
@@ -2033,13 +2037,11 @@ static void do_profile(struct job *j)
 		for (int k = 0; k < ours.nasked; k++)
 			required[ours.asked[k]] = 1;
 	} else {
-		jv named = keep_indices(cfg, j->seed ^ 0x5eed);
 		jv_array_foreach(named, k, x) {
 			(void)k;
 			required[(int)jv_number_value(x)] = 1;
 			jv_free(x);
 		}
-		jv_free(named);
 	}
 	jv_free(reply);
 	for (int i = 0; i < nkept; i++) {
@@ -2110,6 +2112,7 @@ static void do_profile(struct job *j)
 	j->result = jv_object_set(j->result, jv_string("ok"), jv_true());
 out:
 	phase(j, "spot_checks");
+	jv_free(named);
 	jv_free(kept);
 	jv_free(bad_names);
 }

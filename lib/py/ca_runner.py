@@ -897,14 +897,11 @@ RETAIN_BYTES = 4 << 30
 
 
 def _tree_bytes(value):
+    """Bytes of the tensors in an output (the tree write_tensors stores)."""
     import torch
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, (list, tuple)):
-        return sum(_tree_bytes(v) for v in value)
-    if isinstance(value, dict):
-        return sum(_tree_bytes(v) for v in value.values())
-    return 0
+    parts = []
+    _flatten(value, "", parts)
+    return sum(v.numel() * v.element_size() for _, v in parts if isinstance(v, torch.Tensor))
 
 
 def _clone_tree(value):
