@@ -78,6 +78,11 @@ has_gpu() {
 	command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q GPU
 }
 
+# gpu_count: how many NVIDIA GPUs are usable here (0 without any).
+gpu_count() {
+	if has_gpu; then nvidia-smi -L 2>/dev/null | grep -c '^GPU'; else echo 0; fi
+}
+
 # ca_python: the Python interpreter the torch side uses (see ca(7)).
 ca_python() {
 	if [ -n "$CA_PYTHON" ]; then echo "$CA_PYTHON"

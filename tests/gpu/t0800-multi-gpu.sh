@@ -11,8 +11,7 @@
 #     records, so the test fits a 10-minute slot) is printed as records/s.
 . "$(dirname "$0")/../test-lib.sh"
 
-ngpus=0
-has_gpu && ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+ngpus=$(gpu_count)
 if [ "$ngpus" -lt 2 ]; then
 	skip 'evaluation pool on two GPUs' "needs 2 GPUs, this machine has $ngpus"
 	test_done

@@ -5,8 +5,7 @@
 # one and two GPUs is printed. Skips with a message below two GPUs.
 . "$(dirname "$0")/../test-lib.sh"
 
-ngpus=0
-has_gpu && ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+ngpus=$(gpu_count)
 if [ "$ngpus" -lt 2 ]; then
 	skip 'data-parallel ca-ppo-step over two GPUs' "needs 2 GPUs, this machine has $ngpus"
 	test_done
