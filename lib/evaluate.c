@@ -27,6 +27,7 @@
 #include "ndjson.h"
 #include "paths.h"
 #include "proc.h"
+#include "tensor.h"
 
 extern char **environ;
 
@@ -444,6 +445,14 @@ struct loop_clock {
 	 */
 	int want, iters;
 	int asked[64], nasked;
+	/*
+	 * With checks chosen after the loop, each tick carries the digest of
+	 * its call's output (sum, sum of magnitudes, sum of squares, float64):
+	 * a kept output written later must match the digest sent while our
+	 * clock ran, so the work cannot be left for after the loop.
+	 */
+	double (*digests)[3];
+	int ndigests;
 };
 
 static void loop_clock_reset(struct loop_clock *c)
@@ -451,6 +460,7 @@ static void loop_clock_reset(struct loop_clock *c)
 	c->start = c->end = 0;
 	c->nticks = 0;
 	c->nasked = 0;
+	c->ndigests = 0;
 }
 
 /*
@@ -485,7 +495,7 @@ static jv loop_clock_choose(struct loop_clock *c)
 	return jv_object_set(jv_object(), jv_string("keep"), keep);
 }
 
-static void loop_clock_note(struct loop_clock *c, const char *what)
+static void loop_clock_note(struct loop_clock *c, const char *what, jv line)
 {
 	double now = ca_proc_now();
 	if (!strcmp(what, "start")) {
@@ -497,9 +507,57 @@ static void loop_clock_note(struct loop_clock *c, const char *what)
 		if (c->nticks == c->cap) {
 			c->cap = c->cap ? 2 * c->cap : 64;
 			c->ticks = ca_xrealloc(c->ticks, (size_t)c->cap * sizeof *c->ticks);
+			c->digests = ca_xrealloc(c->digests, (size_t)c->cap * sizeof *c->digests);
 		}
-		c->ticks[c->nticks++] = now;
+		c->ticks[c->nticks] = now;
+		jv d = ca_json_get(line, "d");
+		int have = jv_get_kind(d) == JV_KIND_ARRAY && jv_array_length(jv_copy(d)) == 3;
+		for (int k = 0; k < 3; k++) {
+			jv x = have ? jv_array_get(jv_copy(d), k) : jv_invalid();
+			c->digests[c->nticks][k] = jv_get_kind(x) == JV_KIND_NUMBER ? jv_number_value(x) : NAN;
+			jv_free(x);
+		}
+		jv_free(d);
+		c->ndigests = ++c->nticks;
 	}
+}
+
+/*
+ * The digest of a tensor file as the worker computes one (sums over every
+ * element of every entry, widened to double); 0, or -1 when it cannot be
+ * read.
+ */
+static int file_digest(const char *path, double out[3])
+{
+	struct ca_tensor_file f;
+	char why[256];
+	if (ca_tensor_read(path, 0, &f, why, sizeof why) != 0)
+		return -1;
+	out[0] = out[1] = out[2] = 0;
+	for (int e = 0; e < f.count; e++)
+		for (uint64_t i = 0; i < f.entries[e].numel; i++) {
+			double v = ca_tensor_value(&f.entries[e], i);
+			out[0] += v;
+			out[1] += fabs(v);
+			out[2] += v * v;
+		}
+	ca_tensor_free(&f);
+	return 0;
+}
+
+/*
+ * Whether a digest computed here matches the worker's: float64 sums taken
+ * in another order (torch reduces pairwise, we add in sequence) differ by
+ * at most the count times the double epsilon of the sum of magnitudes,
+ * under 1e-8 of it for the 36M elements a kept output holds at most
+ * (4 GiB over 30 calls), typically 1e-12; the tolerance is 1e-7 of it.
+ * A missing (NaN) digest never matches.
+ */
+static int digest_agrees(const double mine[3], const double theirs[3])
+{
+	double tol = 1e-7 * mine[1] + 1e-300, tol2 = 1e-7 * mine[2] + 1e-300;
+	return fabs(mine[0] - theirs[0]) <= tol && fabs(mine[1] - theirs[1]) <= tol &&
+		fabs(mine[2] - theirs[2]) <= tol2;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -583,7 +641,7 @@ static int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, 
 			jv timing = ca_json_get(v, "timing");
 			int is_timing = jv_get_kind(timing) == JV_KIND_STRING;
 			if (is_timing && ours)
-				loop_clock_note(ours, jv_string_value(timing));
+				loop_clock_note(ours, jv_string_value(timing), v);
 			double askn = 0;
 			int asks = is_timing && !strcmp(jv_string_value(timing), "end") && ca_json_number(v, "ask", &askn) == 1;
 			jv_free(timing);
@@ -1743,12 +1801,14 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached)
 	gpu_lock(s, LOCK_UN);
 	if (rc != 0) {
 		free(ours.ticks);
+		free(ours.digests);
 		job_fault(j, fault, "reference: ");
 		j->result = set_str(j->result, "stage", "reference");
 		return -1;
 	}
 	if (ca_json_bool(reply, "ok") != 1) {
 		free(ours.ticks);
+		free(ours.digests);
 		job_fault(j, reply, "reference: ");
 		j->result = set_str(j->result, "stage", "reference");
 		return -1;
@@ -1784,6 +1844,7 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached)
 	v = set_num(v, "overhead_call_s", ncalls == cfg->iters && ntimes == cfg->iters ? quantile_of(calls, ncalls, 0.1) : NAN);
 	free(calls);
 	free(ours.ticks);
+	free(ours.digests);
 	jv kl = ca_json_get(reply, "kernels");
 	int nbad = 0;
 	v = jv_object_set(v, jv_string("kernels"), top_kernels(kl, cfg->top, &nbad, NULL));
@@ -1956,6 +2017,7 @@ static void do_profile(struct job *j)
 			jv_free(digests);
 			jv_free(named);
 			free(ours.ticks);
+			free(ours.digests);
 			return;
 		}
 		int same = 1;
@@ -1988,6 +2050,7 @@ static void do_profile(struct job *j)
 			jv_free(digests);
 			jv_free(named);
 			free(ours.ticks);
+			free(ours.digests);
 			return;
 		}
 	}
@@ -2019,7 +2082,7 @@ static void do_profile(struct job *j)
 	jv_free(kl);
 
 	/* Our own clock's time per call: the median call between ticks, which one slow call cannot move. */
-	free(ours.ticks);
+	free(ours.ticks);  /* ours.digests: until the spot checks */
 	j->result = set_num(j->result, "wall_us", isfinite(call_us) ? call_us : wall_per_call);
 	/* Spot checks of timed calls' outputs. */
 	jv kept = ca_json_get(reply, "kept");
@@ -2075,6 +2138,26 @@ static void do_profile(struct job *j)
 		char ref[PATHLEN], got[PATHLEN];
 		snprintf(ref, sizeof ref, "%s/tref-%d.ten", s->trusted, expected_set);
 		snprintf(got, sizeof got, "%s/kept-%d.ten", j->io, (int)index);
+		if (after && ours.nticks == cfg->iters) {
+			/*
+			 * The output written now must be the one whose digest came
+			 * with its tick while our clock ran (missing ticks fail the
+			 * clock check), so its work cannot be left for after the
+			 * loop, when the checked calls are known.
+			 */
+			double mine[3] = {0, 0, 0}, none[3] = {NAN, NAN, NAN};
+			const double *theirs = (int)index < ours.ndigests ? ours.digests[(int)index] : none;
+			int readable = file_digest(got, mine) == 0;
+			int finite = isfinite(mine[0]) && isfinite(mine[1]) && isfinite(mine[2]);  /* else the comparison rejects it */
+			if (readable && finite && !digest_agrees(mine, theirs)) {
+				char msg[512];
+				snprintf(msg, sizeof msg, "timed call %d: the output written after the loop (digest %.17g, %.17g, %.17g: "
+					"sum, sum of magnitudes, sum of squares) is not the one its tick described while the clock ran "
+					"(%.17g, %.17g, %.17g)", (int)index, mine[0], mine[1], mine[2], theirs[0], theirs[1], theirs[2]);
+				job_fail(j, "spot-check", msg);
+				goto out;
+			}
+		}
 		struct ca_compare_result cr;
 		int c = ca_compare_files(ref, got, &cfg->tol, &cr);
 		if (c != 1) {
@@ -2112,6 +2195,7 @@ static void do_profile(struct job *j)
 	j->result = jv_object_set(j->result, jv_string("ok"), jv_true());
 out:
 	phase(j, "spot_checks");
+	free(ours.digests);
 	jv_free(named);
 	jv_free(kept);
 	jv_free(bad_names);

@@ -2,7 +2,8 @@
 # ca-profile on the CPU (--device cpu, no torch.compile): the profile
 # fields, the baseline cache, the spot checks of timed calls, the check of
 # the candidate's clock against ours (whole loop and call by call), and
-# records that failed verification.
+# records that failed verification; outputs must match the digests sent
+# with the ticks.
 . "$(dirname "$0")/test-lib.sh"
 
 ADV=$TESTS_DIR/adversarial
@@ -16,7 +17,7 @@ if ! has_torch || ! command -v cc >/dev/null 2>&1; then
 fi
 C=$TRASH_BASE/candidates
 mkdir -p "$C"
-for c in honest/relu cheat/timer_patch cheat/tick_drop cheat/lazy_unchecked; do
+for c in honest/relu cheat/timer_patch cheat/tick_drop cheat/lazy_unchecked cheat/late_write; do
 	d=$C/$(basename "$c")
 	cp -R "$ADV/$c" "$d" && rm -rf "$d/kernels" && mkdir -p "$d/build" &&
 		cc -O2 -shared -fPIC -o "$d/build/libkernels.so" "$ADV/cpu/relu_cpu.c"
@@ -58,6 +59,36 @@ expect_success 'work done only in the calls named for checking before the loop i
 	record lazy relu_mid "$C/lazy_unchecked" |
 		ca-profile --device cpu --no-sandbox --no-compile --iters 40 --keep 4 --warmup 2 --seed 3 >lazy.ndjson
 	jq -e ".profile | (.ok | not) and .stage == \"spot-check\" and .spot_checks_chosen == \"after\"" lazy.ndjson
+'
+expect_success 'outputs computed after the loop, for the calls asked for only, do not match the digests sent during it' '
+	record late relu_mid "$C/late_write" | ca-profile $OPTS >late.ndjson
+	jq -e ".profile | (.ok | not) and .stage == \"spot-check\" and (.error | test(\"not the one its tick described\"))" late.ndjson
+'
+# Every kind of output a digest must cover, the candidate the task itself.
+mkdir -p "$C/mixed"
+cat >"$TRASH_BASE/mixed.py" <<'EOF'
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        y = torch.relu(x)
+        return (y, (x * 100).to(torch.int32), {"pos": x > 0, "none": x[:0], "half": y.to(torch.float16)}, [7, 0.5])
+
+
+def get_inputs():
+    return [torch.randn(64, 33)]
+
+
+def get_init_inputs():
+    return []
+EOF
+sed 's/^class Model(/class ModelNew(/' "$TRASH_BASE/mixed.py" >"$C/mixed/model_new.py"
+expect_success 'digests of tuples, dicts, integer, boolean, half and empty tensors and numbers agree with ours' '
+	jq -nc --rawfile code "$TRASH_BASE/mixed.py" --arg dir "$C/mixed" "{id: \"mixed\", code: \$code, candidate: {dir: \$dir}}" |
+		ca-profile $OPTS --allow-torch --verify >mixed.ndjson
+	jq -e ".verify.ok and .profile.ok and .profile.spot_checks_chosen == \"after\"" mixed.ndjson
 '
 expect_success 'a record that failed verification is not profiled' '
 	pick failed | jq -e ".profile | (.ok | not) and .skipped"

@@ -72,7 +72,11 @@ Requests (paths are files; tensor files are described in lib/tensor.h):
       "ask": N} and the worker reads one line {"keep": [i...]} naming the
       calls to write: the parent chooses them after the loop, so the
       candidate cannot know which calls are checked ("kept_chosen":
-      "after"; "before" when keep was used). Reply adds
+      "after"; "before" when keep was used). Then each tick is
+      {"timing": "tick", "d": [sum, sum of magnitudes, sum of squares]},
+      the float64 digest of that call's output (see _out_digest), which
+      the output written after the loop must match, and the kernels the
+      digests launch are left out of "kernels" like the flushes. Reply adds
       "times_us" (timed calls), "median_us", "cv", "clock"
       ("cuda-events"|"host"), "host_median_us" (the median on the host
       clock from just before the call to after the device-wide
@@ -747,7 +751,7 @@ class Worker:
             starts = [t.cuda.Event(enable_timing=True) for _ in range(iters)]
             ends = [t.cuda.Event(enable_timing=True) for _ in range(iters)]
             spare = (t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True))
-        host, tails, kept = [], [], []
+        host, tails, kept, shapes = [], [], [], []
         flush_kernels = {}
         loop_start = None
         idle_us = 0.0
@@ -803,8 +807,14 @@ class Worker:
             if timed and (retain or (i - warmup) in keep):
                 # A copy on the device now; files after the clocked loop.
                 kept.append((i - warmup, i % len(sets), _clone_tree(out)))
-            if timed:
-                # The parent clocks every call from outside with these.
+            if timed and retain:
+                # The parent clocks every call from outside with these. With
+                # checks chosen after the loop each carries the output's
+                # digest, which the output written later must match, so the
+                # work cannot be left for after the loop.
+                shapes.append(_digest_shape(out))
+                _send({"timing": "tick", "d": _out_digest(out)})
+            elif timed:
                 _send({"timing": "tick"})
         self.sync()
         loop_s = _perf() - loop_start if loop_start is not None else 0.0
@@ -822,6 +832,13 @@ class Worker:
         kernels = self.tracer.stop() if req.get("trace") else None
         if kernels is not None:
             kernels = _without(kernels, flush_kernels, iters)
+            if kept and shapes:
+                # The digests are the loop's own work too: learn what one
+                # launches on a kept output, now that the trace is over,
+                # and take it out for every call whose output had its shape.
+                index, _, value = kept[0]
+                digested = sum(1 for x in shapes if x == shapes[index])
+                kernels = _without(kernels, self._learn_kernels(lambda: _out_digest(value)), digested)
         if cuda:
             times = [_span_us(a, b) + max(0.0, tail - idle_us)
                      for a, b, tail in zip(starts, ends, tails)]
@@ -851,10 +868,17 @@ class Worker:
     def _flush_kernels(self):
         """The kernels one L2 flush runs, by name, with their device time:
         the loop's own work, taken out of the timed calls' kernel list."""
-        if self.flush_buffer is None or self.tracer.kind != "cupti":
+        if self.flush_buffer is None:
+            return {}
+        return self._learn_kernels(self.flush_buffer.zero_)
+
+    def _learn_kernels(self, work):
+        """The kernels work() runs, traced on its own: {name: (calls,
+        total_us)}, as _without takes them; {} without CUPTI."""
+        if self.tracer.kind != "cupti":
             return {}
         self.tracer.start(timing=True)
-        self.flush_buffer.zero_()
+        work()
         self.sync()
         return {k["name"]: (k["calls"], k["total_us"]) for k in self.tracer.stop() or []}
 
@@ -894,6 +918,37 @@ def _median(values):
 # iterations' outputs, copied on the device); above it the checked calls
 # are the ones named before the loop.
 RETAIN_BYTES = 4 << 30
+
+
+def _out_digest(value):
+    """[sum, sum of magnitudes, sum of squares] over every element of an
+    output (the entries write_tensors stores: tensors of any dtype and
+    numbers, widened to float64), None for a sum that is not finite. The
+    parent computes the same from the file written later."""
+    import torch
+    parts = []
+    _flatten(value, "", parts)
+    acc = [0.0, 0.0, 0.0]
+    for _, v in parts:
+        if isinstance(v, torch.Tensor):
+            if v.numel():
+                x = v.detach().reshape(-1).to(torch.float64)
+                got = torch.stack([x.sum(), torch.linalg.vector_norm(x, 1),
+                                   torch.linalg.vector_norm(x, 2) ** 2]).tolist()
+                acc = [a + g for a, g in zip(acc, got)]
+        elif v is not None:
+            f = float(v)
+            acc = [acc[0] + f, acc[1] + abs(f), acc[2] + f * f]
+    return [a if a == a and abs(a) != float("inf") else None for a in acc]
+
+
+def _digest_shape(value):
+    """What decides the kernels _out_digest launches on an output."""
+    import torch
+    parts = []
+    _flatten(value, "", parts)
+    return tuple((v.dtype, v.numel(), v.is_contiguous(), v.device.type) if isinstance(v, torch.Tensor)
+                 else type(v) for _, v in parts)
 
 
 def _tree_bytes(value):
