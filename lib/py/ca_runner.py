@@ -633,7 +633,7 @@ class Worker:
             import shutil
             ext = (req["ext_dir"], "/tmp/ca-ext-%s" % req.get("ext_key", "x"))
             if os.listdir(ext[0]):
-                shutil.copytree(ext[0], ext[1], symlinks=True, dirs_exist_ok=True)
+                _copy_entries(ext[0], ext[1])
             os.makedirs(ext[1], exist_ok=True)
             os.environ["TORCH_EXTENSIONS_DIR"] = ext[1]
         if req.get("task"):
@@ -653,8 +653,7 @@ class Worker:
                 raise _Violation(str(e.__cause__ or e.__context__))
             raise _Stage("load", e)
         if ext is not None and not os.listdir(ext[0]):
-            import shutil
-            shutil.copytree(ext[1], ext[0], symlinks=True, dirs_exist_ok=True)
+            _copy_entries(ext[1], ext[0])
         weights = read_tensors(req["weights"], flat=True)
         own = self.model.state_dict()
         missing = [k for k in weights if k not in own]
@@ -957,6 +956,23 @@ def _tree_bytes(value):
     parts = []
     _flatten(value, "", parts)
     return sum(v.numel() * v.element_size() for _, v in parts if isinstance(v, torch.Tensor))
+
+
+def _copy_entries(src, dst):
+    """Copy what directory src holds into directory dst (made if missing).
+    Not copytree on dst itself: in the sandbox dst is the parent's
+    directory, which the candidate's uid may write into but not chmod or
+    utime, and copytree's final copystat of dst fails on that."""
+    import shutil
+    os.makedirs(dst, exist_ok=True)
+    for name in os.listdir(src):
+        s, d = os.path.join(src, name), os.path.join(dst, name)
+        if os.path.isdir(s) and not os.path.islink(s):
+            shutil.copytree(s, d, symlinks=True, dirs_exist_ok=True)
+        else:
+            if os.path.islink(d):
+                os.unlink(d)
+            shutil.copy2(s, d, follow_symlinks=False)
 
 
 def _clone_tree(value):
