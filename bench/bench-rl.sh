@@ -17,7 +17,12 @@
 # allocated). Both sides run on --device: on cuda, ca's bf16 engine with
 # fp32 master weights against PyTorch under autocast(bfloat16) with fp32
 # parameters (one untimed PyTorch update first; ca's update_seconds leave
-# out loading). The records go to DIR/bench-rl.ndjson.
+# out loading). Each ca step command is one process doing one update, as
+# a pipeline runs it, so its first update pays for warming the engine up
+# (cuBLAS, kernel loading, first allocations), which PyTorch's untimed first
+# update does not; the same command with --epochs 3 gives, by difference,
+# what an update costs once warm (ca_warm_update_s, ratio_warm_ca_over_torch).
+# The records go to DIR/bench-rl.ndjson.
 set -eu
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -28,7 +33,7 @@ PY=${CA_PYTHON:-}
 [ -n "$PY" ] || { [ -x .venv/bin/python3 ] && PY=.venv/bin/python3; } || PY=python3
 export TRANSFORMERS_VERBOSITY=error HF_HUB_DISABLE_PROGRESS_BARS=1
 
-device=cpu repeat=3 seq=512 shape=small tokens=4096 out=bench-rl.out
+device=cpu repeat=3 seq=512 shape=small tokens=4096 out=bench-rl.out warm=2
 while [ $# -gt 0 ]; do
 	case $1 in
 	--device) device=$2; shift ;;
@@ -77,7 +82,7 @@ rss() { # command...: run it, print its max RSS in KiB to fd 3
 }
 
 : >"$out/bench-rl.ndjson"
-rm -f "$out"/ca.* "$out"/rss* "$out/torch"
+rm -f "$out"/ca.* "$out"/rss* "$out"/warm.* "$out/torch"
 for kind in sft value ppo; do
 	model=$out/$shape/actor opts=""
 	[ $kind = value ] && model=$out/$shape/critic
@@ -87,6 +92,12 @@ for kind in sft value ppo; do
 		rss ca-$kind-step -m "$model" -o "$out/scratch" --lr 1e-6 --device "$device" $opts <"$out/batch.ndjson" \
 			3>>"$out/rss.$kind" >>"$out/ca.$kind"
 	done
+	# The same process doing 1 + WARM updates (--epochs): the updates after
+	# its first show what an update costs once the engine is warm (the
+	# PyTorch side's first update is left out of its time too).
+	# shellcheck disable=SC2086
+	ca-$kind-step -m "$model" -o "$out/scratch" --lr 1e-6 --device "$device" --epochs $((warm + 1)) $opts \
+		<"$out/batch.ndjson" >"$out/warm.$kind"
 	rm -rf "$out/scratch"
 done
 "$PY" lib/py/ca_rl_ref.py sft,value,ppo "$out/$shape/actor" "$out/batch.ndjson" \
@@ -96,15 +107,19 @@ done
 for kind in sft value ppo; do
 	torch_line=$(jq -c "select(.kind == \"$kind\")" "$out/torch")
 	jq -s -c --argjson t "$torch_line" --arg kind "$kind" --arg shape "$shape" --arg device "$device" \
+		--slurpfile wu "$out/warm.$kind" --argjson warm "$warm" \
 		--argjson rss "$(sort -n "$out/rss.$kind" | tail -1)" '
 		(map(.update_seconds) | add / length) as $s |
+		(($wu[0].update_seconds - $s) / $warm) as $w |
 		{kind: $kind, shape: $shape, torch_device: $device, tokens: .[0].tokens_total,
 		 ca_update_s: $s, ca_updates_per_s: (1 / $s), ca_tokens_per_s: (.[0].tokens_total / $s),
 		 ca_max_rss_kb: $rss, ca_device_peak_bytes: (map(.device_peak_bytes) | max),
 		 torch_update_s: $t.seconds_per_step, torch_tokens_per_s: $t.tokens_per_s,
 		 torch_peak_memory_bytes: $t.peak_memory_bytes,
-		 ratio_ca_over_torch: ($t.seconds_per_step / $s)}' "$out/ca.$kind" >>"$out/bench-rl.ndjson"
+		 ratio_ca_over_torch: ($t.seconds_per_step / $s),
+		 ca_warm_update_s: $w, ca_warm_tokens_per_s: (.[0].tokens_total / $w),
+		 ratio_warm_ca_over_torch: ($t.seconds_per_step / $w)}' "$out/ca.$kind" >>"$out/bench-rl.ndjson"
 done
-rm -f "$out"/ca.* "$out"/rss* "$out/torch"
-jq -r '"\(.kind)-step  \(.tokens) tokens  ca \(.ca_tokens_per_s | floor) tok/s (\(.ca_update_s * 1000 | floor) ms/update, max RSS \(.ca_max_rss_kb) KiB\(if .ca_device_peak_bytes then ", GPU peak \(.ca_device_peak_bytes / 1048576 | floor) MiB" else "" end))  torch[\(.torch_device)] \(.torch_tokens_per_s | floor) tok/s\(if .torch_peak_memory_bytes then " (GPU peak \(.torch_peak_memory_bytes / 1048576 | floor) MiB)" else "" end)  ratio \(.ratio_ca_over_torch * 100 | floor / 100)x"' \
+rm -f "$out"/ca.* "$out"/rss* "$out"/warm.* "$out/torch"
+jq -r '"\(.kind)-step  \(.tokens) tokens  ca \(.ca_tokens_per_s | floor) tok/s (\(.ca_update_s * 1000 | floor) ms/update, max RSS \(.ca_max_rss_kb) KiB\(if .ca_device_peak_bytes then ", GPU peak \(.ca_device_peak_bytes / 1048576 | floor) MiB" else "" end))  torch[\(.torch_device)] \(.torch_tokens_per_s | floor) tok/s\(if .torch_peak_memory_bytes then " (GPU peak \(.torch_peak_memory_bytes / 1048576 | floor) MiB)" else "" end)  ratio \(.ratio_ca_over_torch * 100 | floor / 100)x; warm: ca \(.ca_warm_tokens_per_s | floor) tok/s, ratio \(.ratio_warm_ca_over_torch * 100 | floor / 100)x"' \
 	"$out/bench-rl.ndjson"
