@@ -194,9 +194,10 @@ with torch.no_grad():
     torch.cuda.synchronize()
 EOS
 		lib=$(ca-build "$ADV/honest/matmul" | jq -r .library)
-		timeout 60 "$NCU" --csv --metrics gpu__time_duration.sum "$PY" "$WORK/ncu.py" "$ROOT/lib/py" "$ADV/honest/matmul" "$lib" "$ADV/tasks/matmul.py" >"$WORK/ncu.csv" 2>"$OUTDIR/ncu.err"
+		# --clock-control none: the GPU's own clocks, as ca times under (ncu locks them to base by default).
+		timeout 60 "$NCU" --csv --clock-control none --metrics gpu__time_duration.sum "$PY" "$WORK/ncu.py" "$ROOT/lib/py" "$ADV/honest/matmul" "$lib" "$ADV/tasks/matmul.py" >"$WORK/ncu.csv" 2>"$OUTDIR/ncu.err"
 		ncu_us=$(awk -F'","' '/gpu__time_duration.sum/ { v = $NF; gsub(/[",]/, "", v); unit = $(NF-1); t += (unit ~ /^ms/ ? v * 1000 : unit ~ /^ns/ ? v / 1000 : unit ~ /^s/ ? v * 1e6 : v); n++ } END { if (n) printf "%.3f", t / 3 }' "$WORK/ncu.csv")
-		emit "$(jq -nc --arg n "${ncu_us:-}" --slurpfile r "$WORK/repeat.ndjson" '{bench: "Nsight Compute vs ca, matmul candidate", ncu_kernel_us_per_call: (if $n == "" then null else ($n | tonumber) end), ca_candidate_us: ($r | map(.profile.candidate_us) | sort | .[1]), ratio: (if $n == "" then null else (($r | map(.profile.candidate_us) | sort | .[1]) / ($n | tonumber)) end)}')"
+		emit "$(jq -nc --arg n "${ncu_us:-}" --slurpfile r "$WORK/repeat.ndjson" '{bench: "Nsight Compute vs ca, matmul candidate", ncu_kernel_us_per_call: (if $n == "" then null else ($n | tonumber) end), ca_candidate_us: ($r | map(.profile.candidate_us) | sort | .[1]), ca_kernel_us: ($r | map(.profile.kernel_us) | sort | .[1]), clock_control: "none", ratio: (if $n == "" then null else (($r | map(.profile.candidate_us) | sort | .[1]) / ($n | tonumber)) end)}')"
 	fi
 fi
 
