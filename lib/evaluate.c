@@ -82,8 +82,13 @@ void ca_eval_baseline_key(const char *task_sha, const char *gpu, const char *tor
 	struct ca_sha256 s;
 	char num[64];
 	ca_sha256_init(&s);
-	/* 3: every timed output copied for checks chosen after the loop (2: CUDA events without; 1: the host clock); old entries are not mixed in. */
-	ca_sha256_string(&s, "ca-baseline-3");
+	/*
+	 * 4: inputs drawn afresh before every call and each output digested
+	 * (3: sets cycled, every timed output copied for checks chosen after
+	 * the loop; 2: CUDA events without; 1: the host clock); old entries
+	 * are not mixed in.
+	 */
+	ca_sha256_string(&s, "ca-baseline-4");
 	ca_sha256_string(&s, task_sha);
 	ca_sha256_string(&s, gpu ? gpu : "cpu");
 	ca_sha256_string(&s, torch_version ? torch_version : "");
@@ -1717,16 +1722,36 @@ static void baseline_store(const char *key, jv v)
 	jv_free(text);
 }
 
-/* The timing request for a method, input sets already written. */
+/*
+ * The seed of timed loop call c (warm-up calls counted) when the worker
+ * draws the inputs, and of shipped set c.
+ */
+static unsigned long long call_seed(const struct job *j, int c)
+{
+	return j->seed + 1000 + (unsigned)c;
+}
+
+/*
+ * How many input sets a timed loop's request names: one per call
+ * (warm-up included) when the worker draws them, --sets shipped files
+ * cycled through otherwise.
+ */
+static int loop_sets(const struct job *j)
+{
+	const struct ca_eval_config *cfg = j->slot->cfg;
+	return j->ship ? cfg->sets : cfg->warmup + cfg->iters;
+}
+
+/* The timing request for a method (shipped input sets already written). */
 static jv time_request(struct job *j, const char *mode, const char *keep_prefix, jv keep)
 {
 	const struct ca_eval_config *cfg = j->slot->cfg;
 	jv inputs = jv_array();
-	for (int k = 0; k < cfg->sets; k++) {
+	for (int k = 0; k < loop_sets(j); k++) {
 		char in[PATHLEN];
 		snprintf(in, sizeof in, "%s/tin-%d.ten", j->io, k);
-		/* Shipped as files, or drawn by the worker under the sets' seeds. */
-		inputs = jv_array_append(inputs, j->ship ? jv_string(in) : jv_number((double)(j->seed + 1000 + (unsigned)k)));
+		/* Shipped as files, or drawn by the worker before each call under the call's seed. */
+		inputs = jv_array_append(inputs, j->ship ? jv_string(in) : jv_number((double)call_seed(j, k)));
 	}
 	jv req = set_str(jv_object(), "op", "time");
 	req = jv_object_set(req, jv_string(j->ship ? "inputs" : "seeds"), inputs);
@@ -1774,9 +1799,10 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached)
 	char *gpu = ca_json_strdup(s->reference.hello, "gpu");
 	char *torch = ca_json_strdup(s->reference.hello, "torch");
 	char method[128];
-	snprintf(method, sizeof method, "%s:%s:%s", mode, !strcmp(mode, "compile") && cfg->compile_mode ? cfg->compile_mode : "default",
-		cfg->device);
-	ca_eval_baseline_key(j->task_sha, gpu, torch, method, cfg->warmup, cfg->iters, cfg->sets, key);
+	/* Drawn and shipped inputs are different loops (a draw costs more than a refill): not mixed. */
+	snprintf(method, sizeof method, "%s:%s:%s:%s", mode, !strcmp(mode, "compile") && cfg->compile_mode ? cfg->compile_mode : "default",
+		cfg->device, j->ship ? "shipped" : "drawn");
+	ca_eval_baseline_key(j->task_sha, gpu, torch, method, cfg->warmup, cfg->iters, j->ship ? cfg->sets : 0, key);
 	free(gpu);
 	free(torch);
 	*cached = 0;
@@ -1857,9 +1883,12 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached)
 }
 
 /*
- * The timing input sets, drawn by the reference under their seeds (and
- * written as files when shipped), and its outputs on them for the spot
- * checks. Their digests go to *digests (replaced).
+ * The timing loop's inputs as the reference draws them, their digests
+ * into *digests (replaced): when the workers draw them, one set per call
+ * of the loop, digested without running the model (the reference's
+ * outputs for the spot checks are computed after the candidate's loop,
+ * for the calls checked); when shipped, --sets sets written as files,
+ * with the reference's outputs on them.
  */
 static int profile_sets(struct job *j, jv *digests)
 {
@@ -1869,7 +1898,30 @@ static int profile_sets(struct job *j, jv *digests)
 	*digests = jv_array();
 	gpu_lock(s, LOCK_SH);
 	int rc = 0;
-	for (int k = 0; k < cfg->sets && rc == 0; k++) {
+	if (!j->ship) {
+		jv seeds = jv_array();
+		for (int c = 0; c < loop_sets(j); c++)
+			seeds = jv_array_append(seeds, jv_number((double)call_seed(j, c)));
+		jv req = jv_object_set(set_str(jv_object(), "op", "digests"), jv_string("seeds"), seeds), reply;
+		if (reference_call(j, req, cfg->timeout_s * 4, &reply) != 0) {
+			gpu_lock(s, LOCK_UN);
+			return -1;
+		}
+		jv d = ca_json_get(reply, "digests");
+		if (jv_get_kind(d) == JV_KIND_ARRAY) {
+			jv_free(*digests);
+			*digests = d;
+		} else {
+			jv_free(d);
+		}
+		jv gen = ca_json_get(reply, "gen");
+		if (jv_get_kind(gen) == JV_KIND_STRING)
+			j->result = jv_object_set(j->result, jv_string("inputs_drawn_on"), gen);
+		else
+			jv_free(gen);
+		jv_free(reply);
+	}
+	for (int k = 0; j->ship && k < cfg->sets && rc == 0; k++) {
 		char in[PATHLEN], ref[PATHLEN];
 		snprintf(in, sizeof in, "%s/tin-%d.ten", j->io, k);
 		snprintf(ref, sizeof ref, "%s/tref-%d.ten", s->trusted, k);
@@ -1949,36 +2001,29 @@ static int clock_verdict(const struct loop_clock *ours, jv reply, int iters, dou
 	return 0;
 }
 
-static void do_profile(struct job *j)
+/*
+ * The eager and compile baselines, timed with the inputs as the candidate
+ * gets them (drawn or shipped), into the result; the eager loop's
+ * overhead per batch and per call into *overhead and *overhead_call.
+ */
+static int profile_baselines(struct job *j, double *overhead, double *overhead_call)
 {
-	struct slot *s = j->slot;
-	const struct ca_eval_config *cfg = s->cfg;
-	jv reply;
-	jv digests = jv_array();
-	if (j->ship)  /* --verify found the candidate's draws differ */
-		j->result = jv_object_set(j->result, jv_string("inputs_shipped"), jv_true());
-	if (profile_sets(j, &digests) != 0) {
-		jv_free(digests);
-		return;
-	}
-	phase(j, "inputs");
+	const struct ca_eval_config *cfg = j->slot->cfg;
 	jv eager, compiled = jv_null();
 	int eager_cached = 0, compile_cached = 0;
-	if (baseline(j, "eager", &eager, &eager_cached) != 0) {
-		jv_free(digests);
-		return;
-	}
+	if (baseline(j, "eager", &eager, &eager_cached) != 0)
+		return -1;
 	if (!cfg->no_compile && baseline(j, "compile", &compiled, &compile_cached) != 0) {
 		jv_free(eager);
-		jv_free(digests);
-		return;
+		return -1;
 	}
-	phase(j, "baselines");
-	double eager_us = 0, eager_cv = 0, overhead = 0, overhead_call = NAN, compile_us = NAN, compile_cv = NAN;
+	double eager_us = 0, eager_cv = 0, compile_us = NAN, compile_cv = NAN;
+	*overhead = 0;
+	*overhead_call = NAN;
 	ca_json_number(eager, "median_us", &eager_us);
 	ca_json_number(eager, "cv", &eager_cv);
-	ca_json_number(eager, "overhead_s", &overhead);
-	ca_json_number(eager, "overhead_call_s", &overhead_call);
+	ca_json_number(eager, "overhead_s", overhead);
+	ca_json_number(eager, "overhead_call_s", overhead_call);
 	if (jv_get_kind(compiled) == JV_KIND_OBJECT) {
 		ca_json_number(compiled, "median_us", &compile_us);
 		ca_json_number(compiled, "cv", &compile_cv);
@@ -1993,6 +2038,28 @@ static void do_profile(struct job *j)
 		j->result = jv_object_set(j->result, jv_string("compile_kernels"), ca_json_get(compiled, "kernels"));
 	jv_free(eager);
 	jv_free(compiled);
+	return 0;
+}
+
+static void do_profile(struct job *j)
+{
+	struct slot *s = j->slot;
+	const struct ca_eval_config *cfg = s->cfg;
+	jv reply;
+	jv digests = jv_array();
+	if (j->ship)  /* --verify found the candidate's draws differ */
+		j->result = jv_object_set(j->result, jv_string("inputs_shipped"), jv_true());
+	if (profile_sets(j, &digests) != 0) {
+		jv_free(digests);
+		return;
+	}
+	phase(j, "inputs");
+	double overhead = 0, overhead_call = NAN;
+	if (profile_baselines(j, &overhead, &overhead_call) != 0) {
+		jv_free(digests);
+		return;
+	}
+	phase(j, "baselines");
 
 	/* The candidate, timed the same way. */
 	char prefix[PATHLEN];
@@ -2021,7 +2088,7 @@ static void do_profile(struct job *j)
 			return;
 		}
 		int same = 1;
-		for (int k = 0; k < cfg->sets && !j->ship; k++) {
+		for (int k = 0; k < loop_sets(j) && !j->ship; k++) {
 			jv want = jv_array_get(jv_copy(digests), k);
 			same = same && digest_matches(reply, "digests", k, want);
 			jv_free(want);
@@ -2042,11 +2109,15 @@ static void do_profile(struct job *j)
 			j->result = jv_object_set(j->result, jv_string("retimed"), jv_true());
 			continue;
 		}
-		/* The candidate drew other inputs than the reference: ship them, time again. */
+		/*
+		 * The candidate drew other inputs than the reference: ship them,
+		 * time the baselines that way too (their overhead is what our
+		 * clock subtracts), and the candidate again.
+		 */
 		jv_free(reply);
 		j->ship = 1;
 		j->result = jv_object_set(j->result, jv_string("inputs_shipped"), jv_true());
-		if (profile_sets(j, &digests) != 0) {
+		if (profile_sets(j, &digests) != 0 || profile_baselines(j, &overhead, &overhead_call) != 0) {
 			jv_free(digests);
 			jv_free(named);
 			free(ours.ticks);
@@ -2068,10 +2139,16 @@ static void do_profile(struct job *j)
 	j->result = set_num(j->result, "host_us", host_us);
 	j->result = jv_object_set(j->result, jv_string("iterations"), jv_number(cfg->iters));
 	j->result = jv_object_set(j->result, jv_string("warmup"), jv_number(cfg->warmup));
-	j->result = jv_object_set(j->result, jv_string("input_sets"), jv_number(cfg->sets));
-	j->result = set_str(j->result, "method", events
-		? "CUDA events on the current stream around the call, plus the device-wide synchronize's wait beyond an idle one; L2 flushed; inputs refilled per call"
-		: "host clock around the call; inputs refilled per call");
+	/* Distinct input sets the loop saw: one per call when drawn, the shipped sets cycled otherwise. */
+	int nsets = loop_sets(j) < cfg->warmup + cfg->iters ? loop_sets(j) : cfg->warmup + cfg->iters;
+	j->result = jv_object_set(j->result, jv_string("input_sets"), jv_number(nsets));
+	const char *inputs_how = j->ship ? "inputs refilled per call from the shipped sets, cycled"
+					 : "inputs drawn afresh under their own seed before every call";
+	char how[512];
+	snprintf(how, sizeof how, "%s; %s", events
+		? "CUDA events on the current stream around the call, plus the device-wide synchronize's wait beyond an idle one; L2 flushed"
+		: "host clock around the call", inputs_how);
+	j->result = set_str(j->result, "method", how);
 	jv kl = ca_json_get(reply, "kernels");
 	/* Device time of every kernel CUPTI saw in the timed calls (the loop's L2 flushes taken out by the worker). */
 	double kernel_us = kernel_sum_us(kl) / cfg->iters;
@@ -2129,14 +2206,21 @@ static void do_profile(struct job *j)
 		ca_json_number(e, "set", &set);
 		ca_json_number(e, "index", &index);
 		jv_free(e);
-		if (!(set >= 0 && set < cfg->sets) || !(index >= 0 && index < cfg->iters)) {
+		if (!(set >= 0 && set < loop_sets(j)) || !(index >= 0 && index < cfg->iters)) {
 			job_fail(j, "spot-check", "bad kept-output entry from the candidate worker");
 			goto out;
 		}
-		/* The set is ours to know: call i used set (warmup + i) % sets. */
-		int expected_set = (cfg->warmup + (int)index) % cfg->sets;
+		/*
+		 * The inputs are ours to know: timed call i is call warmup + i of
+		 * the loop, drawn under that call's seed or, shipped, set
+		 * (warmup + i) % sets.
+		 */
+		int call = cfg->warmup + (int)index, expected_set = call % loop_sets(j);
 		char ref[PATHLEN], got[PATHLEN];
-		snprintf(ref, sizeof ref, "%s/tref-%d.ten", s->trusted, expected_set);
+		if (j->ship)
+			snprintf(ref, sizeof ref, "%s/tref-%d.ten", s->trusted, expected_set);
+		else
+			snprintf(ref, sizeof ref, "%s/tref-call-%d.ten", s->trusted, call);
 		snprintf(got, sizeof got, "%s/kept-%d.ten", j->io, (int)index);
 		if (after && ours.nticks == cfg->iters) {
 			/*
@@ -2158,8 +2242,20 @@ static void do_profile(struct job *j)
 				goto out;
 			}
 		}
+		if (!j->ship) {
+			/* The reference's output for this call, now that it is known to be checked. */
+			jv ref_reply;
+			gpu_lock(s, LOCK_SH);
+			int rc = reference_call(j, inputs_request(j, call_seed(j, call), NULL, ref), cfg->timeout_s * 4, &ref_reply);
+			gpu_lock(s, LOCK_UN);
+			if (rc != 0)
+				goto out;
+			jv_free(ref_reply);
+		}
 		struct ca_compare_result cr;
 		int c = ca_compare_files(ref, got, &cfg->tol, &cr);
+		if (!j->ship)
+			unlink(ref);
 		if (c != 1) {
 			char msg[800];
 			snprintf(msg, sizeof msg, "timed call %d: %s", (int)index, cr.message);

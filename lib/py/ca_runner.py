@@ -57,10 +57,14 @@ Requests (paths are files; tensor files are described in lib/tensor.h):
    "eager"|"compile"|"candidate", "compile_mode": M|null, "keep": [i...],
    "keep_after": bool, "keep_prefix": P, "trace": bool}
       time the model (torch.compile'd for "compile") by one method for all
-      modes: the input sets are loaded to the device once; before every
-      call the working input tensors are refilled from set (call % sets),
-      the L2 cache is flushed by writing a buffer twice its size, the
-      device is synchronized. On a GPU a call's time is the device time
+      modes: with seeds, call c (warm-up calls counted) draws its inputs
+      under seeds[c % len(seeds)] right before it (make_inputs: on the
+      GPU, milliseconds), outside the call's time, and digests them; the
+      parent sends one seed per call, so no call sees another's data.
+      With inputs (files), the sets are loaded to the device once and
+      before every call the working input tensors are refilled from set
+      (call % sets). Then the L2 cache is flushed by writing a buffer
+      twice its size and the device is synchronized. On a GPU a call's time is the device time
       between CUDA events recorded on the current stream just before the
       call and just after it returns, plus its tail: how much longer than
       on an idle device the device-wide synchronize that follows takes
@@ -76,13 +80,21 @@ Requests (paths are files; tensor files are described in lib/tensor.h):
       {"timing": "tick", "d": [sum, sum of magnitudes, sum of squares]},
       the float64 digest of that call's output (see _out_digest), which
       the output written after the loop must match, and the kernels the
-      digests launch are left out of "kernels" like the flushes. Reply adds
+      digests launch are left out of "kernels" like the flushes (and
+      the draws' and their digests' kernels, learnt on one draw before
+      the trace starts). Reply adds
       "times_us" (timed calls), "median_us", "cv", "clock"
       ("cuda-events"|"host"), "host_median_us" (the median on the host
       clock from just before the call to after the device-wide
-      synchronize), on a GPU "tail_median_us" and "idle_sync_us", "sets",
-      "kept": [{"index", "set", "path"}], "loop_s", "digests" (one per
-      input set) and, with trace, "kernels" (over the timed calls only).
+      synchronize), on a GPU "tail_median_us" and "idle_sync_us", "sets"
+      (distinct input sets the loop used), "kept": [{"index", "set",
+      "path"}] (set: call % len(seeds or inputs)), "loop_s", "digests"
+      (one per call drawn from seeds, one per set loaded from files) and,
+      with trace, "kernels" (over the timed calls only).
+  {"op": "digests", "seeds": [S...]}
+      reference: draw the inputs under each seed, one set at a time, as
+      "time" and "inputs" do, without running the model. Reply adds
+      "digests" (one per seed) and "gen".
   {"op": "exit"}
       reply and exit 0.
 """
@@ -618,6 +630,11 @@ class Worker:
             reply.update(self._run(inputs, req["ref_out"], False))
         return reply
 
+    def op_digests(self, req):
+        """The digests of the inputs drawn under each seed, one set at a
+        time; the model is not run."""
+        return {"digests": [digest(self.make_inputs(int(s))) for s in req["seeds"]], "gen": self.gen}
+
     def op_candidate(self, req):
         path = os.path.abspath(req["path"])
         self.workspace = os.path.dirname(path) + os.sep
@@ -731,10 +748,23 @@ class Worker:
                 cm = req.get("compile_mode")
                 self.compiled = t.compile(self.model, mode=None if cm in (None, "default") else cm)
             model = self.compiled
-        sets = self.load_inputs(req, "inputs", False)
-        digests = [digest(x) for x in sets]
-        work = [x.clone() if isinstance(x, t.Tensor) else x for x in sets[0]]
         warmup, iters = int(req.get("warmup", 3)), int(req.get("iters", 20))
+        if req.get("inputs"):
+            # Shipped sets: loaded once, the working tensors refilled from
+            # set (call % sets) before every call.
+            sets = self.load_inputs(req, "inputs", False)
+            digests = [digest(x) for x in sets]
+            work = [x.clone() if isinstance(x, t.Tensor) else x for x in sets[0]]
+            seeds = None
+            distinct = min(len(sets), warmup + iters)
+        else:
+            # Drawn here: every call's inputs under its own seed, right
+            # before it (one set in memory), so no call sees another's data.
+            seeds = [int(x) for x in req["seeds"]]
+            digests, work = [], None
+            distinct = len(set(seeds[c % len(seeds)] for c in range(warmup + iters)))
+        # The index of call c's inputs among the sets or seeds.
+        nsets = len(sets) if seeds is None else len(seeds)
         keep = set(int(i) for i in req.get("keep", []))
         # keep_after: a copy of every timed call's output is kept (when they
         # fit in RETAIN_BYTES), and the parent names the calls it checks
@@ -751,7 +781,7 @@ class Worker:
             ends = [t.cuda.Event(enable_timing=True) for _ in range(iters)]
             spare = (t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True))
         host, tails, kept, shapes = [], [], [], []
-        flush_kernels = {}
+        flush_kernels = draw_kernels = {}
         loop_start = None
         idle_us = 0.0
         for i in range(warmup + iters):
@@ -765,13 +795,23 @@ class Worker:
                     # start of a tracer is slow, and the parent takes the
                     # reference's untimed time per loop for overhead.
                     flush_kernels = self._flush_kernels()
+                    if seeds is not None:
+                        # Drawing and digesting a call's inputs is the
+                        # loop's own work too (ATen's random kernels).
+                        work = None
+                        draw_kernels = self._learn_kernels(
+                            lambda: digest(self.make_inputs(seeds[warmup % nsets])))
                     self.tracer.start(timing=True)
                 _send({"timing": "start"})
                 loop_start = _perf()
-            src = sets[i % len(sets)]
-            for w, s in zip(work, src):
-                if isinstance(w, t.Tensor):
-                    w.copy_(s)
+            if seeds is None:
+                for w, s in zip(work, sets[i % nsets]):
+                    if isinstance(w, t.Tensor):
+                        w.copy_(s)
+            else:
+                work = None
+                work = self.make_inputs(seeds[i % nsets])
+                digests.append(digest(work))
             if self.flush_buffer is not None:
                 self.flush_buffer.zero_()
             self.sync()
@@ -805,7 +845,7 @@ class Worker:
                 retain = keep_after and _tree_bytes(out) * iters <= RETAIN_BYTES
             if timed and (retain or (i - warmup) in keep):
                 # A copy on the device now; files after the clocked loop.
-                kept.append((i - warmup, i % len(sets), _clone_tree(out)))
+                kept.append((i - warmup, i % nsets, _clone_tree(out)))
             if timed and retain:
                 # The parent clocks every call from outside with these. With
                 # checks chosen after the loop each carries the output's
@@ -831,6 +871,7 @@ class Worker:
         kernels = self.tracer.stop() if req.get("trace") else None
         if kernels is not None:
             kernels = _without(kernels, flush_kernels, iters)
+            kernels = _without(kernels, draw_kernels, iters)
             if kept and shapes:
                 # The digests are the loop's own work too: learn what one
                 # launches on a kept output, now that the trace is over,
@@ -853,7 +894,7 @@ class Worker:
         mean = sum(times) / len(times)
         cv = (sum((x - mean) ** 2 for x in times) / len(times)) ** 0.5 / mean if mean > 0 else 0.0
         reply = {"times_us": [round(x, 3) for x in times], "median_us": median, "cv": cv,
-                 "host_median_us": _median(host), "sets": len(sets), "kept": kept,
+                 "host_median_us": _median(host), "sets": distinct, "kept": kept,
                  "kept_chosen": "after" if retain else "before",
                  "loop_s": loop_s, "digests": digests,
                  "clock": "cuda-events" if cuda else "host"}
@@ -1026,7 +1067,7 @@ def main():
         return 4
     _send(worker.hello())
     ops = {"task": worker.op_task, "inputs": worker.op_inputs, "candidate": worker.op_candidate,
-           "run": worker.op_run, "time": worker.op_time}
+           "run": worker.op_run, "time": worker.op_time, "digests": worker.op_digests}
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -1043,7 +1084,7 @@ def main():
         if fn is None:
             _send({"ok": False, "stage": "protocol", "error": "unknown op %r" % op})
             continue
-        if args.role == "candidate" and op in ("task", "inputs"):
+        if args.role == "candidate" and op in ("task", "inputs", "digests"):
             _send({"ok": False, "stage": "protocol", "error": "op %r is for the reference role" % op})
             continue
         try:

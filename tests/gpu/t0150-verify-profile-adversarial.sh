@@ -112,6 +112,14 @@ expect_success 'ca-profile times the verified candidates; cheats in timing are c
 	check_field profile "$LOG/profiled.ndjson"
 '
 
+# cheat/recognise caches outputs by a few input values: with fresh inputs
+# for every call it never hits, so it is timed like honest relu (same task).
+expect_success 'a candidate that recognises inputs it has seen gains nothing' '
+	jq -e -s "(map(select(.id == \"honest/relu\"))[0].profile.candidate_us) as \$h |
+		map(select(.id == \"cheat/recognise\"))[0].profile |
+		.ok and .input_sets == .warmup + .iterations and .candidate_us >= 0.5 * \$h" "$LOG/profiled.ndjson"
+'
+
 expect_success 'honest candidates report speedups and the kernels that ran' '
 	jq -e -s "map(select(.id | startswith(\"honest/\")) | .profile) | all(.ok and .candidate_us > 0 and .eager_us > 0 and (.kernels | length) > 0)" "$LOG/profiled.ndjson" &&
 	jq -r "select(.id | startswith(\"honest/\")) | [.id, .profile.eager_us, .profile.compile_us, .profile.candidate_us, .profile.cv] | @tsv" "$LOG/profiled.ndjson" >"$LOG/speedups.tsv"
