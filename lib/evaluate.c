@@ -436,13 +436,17 @@ static int worker_send(struct worker *w, jv req, jv *fault)
 
 /*
  * Our own clock around a worker's timed loop: when its lines
- * {"timing":"start"}, {"timing":"tick"} (one after each timed call) and
- * {"timing":"end"} arrived.
+ * {"timing":"start"}, {"timing":"ready"} (a timed call's inputs are in
+ * place), {"timing":"tick"} (one after each timed call) and
+ * {"timing":"end"} arrived. readies[i] is noted only when it comes
+ * between tick i - 1 and tick i, so the phases of call i are
+ * readies[i] - ticks[i - 1] (its inputs) and ticks[i] - readies[i] (the
+ * call, its flush and its output's digest).
  */
 struct loop_clock {
 	double start, end;
-	double *ticks;
-	int nticks, cap;
+	double *ticks, *readies;
+	int nticks, nreadies, cap;
 	/*
 	 * The spot checks chosen after the loop (a worker that kept every
 	 * timed call's output asks with its end line): want of iters calls,
@@ -464,6 +468,7 @@ static void loop_clock_reset(struct loop_clock *c)
 {
 	c->start = c->end = 0;
 	c->nticks = 0;
+	c->nreadies = 0;
 	c->nasked = 0;
 	c->ndigests = 0;
 }
@@ -508,11 +513,17 @@ static void loop_clock_note(struct loop_clock *c, const char *what, jv line)
 		c->start = now;
 	} else if (!strcmp(what, "end")) {
 		c->end = now;
-	} else if (!strcmp(what, "tick") && c->nticks < 1000000) {
+	} else if ((!strcmp(what, "tick") || !strcmp(what, "ready")) && c->nticks < 1000000) {
 		if (c->nticks == c->cap) {
 			c->cap = c->cap ? 2 * c->cap : 64;
 			c->ticks = ca_xrealloc(c->ticks, (size_t)c->cap * sizeof *c->ticks);
+			c->readies = ca_xrealloc(c->readies, (size_t)c->cap * sizeof *c->readies);
 			c->digests = ca_xrealloc(c->digests, (size_t)c->cap * sizeof *c->digests);
+		}
+		if (!strcmp(what, "ready")) {
+			if (c->nreadies == c->nticks)
+				c->readies[c->nreadies++] = now;
+			return;
 		}
 		c->ticks[c->nticks] = now;
 		jv d = ca_json_get(line, "d");
@@ -600,6 +611,23 @@ static int loop_clock_calls(const struct loop_clock *c, double *out, int n)
 	for (int i = 0; i < m; i++)
 		out[i] = c->ticks[i] - (i ? c->ticks[i - 1] : c->start);
 	return m;
+}
+
+/*
+ * The two phases of each of the first n timed calls on our clock, in
+ * seconds: from the previous tick (the first from the start) to its ready
+ * line into inputs[], from there to its tick into call[]. n when every
+ * call had both lines, else 0.
+ */
+static int loop_clock_phases(const struct loop_clock *c, double *inputs, double *call, int n)
+{
+	if (!(c->start > 0) || c->nticks < n || c->nreadies < n)
+		return 0;
+	for (int i = 0; i < n; i++) {
+		inputs[i] = c->readies[i] - (i ? c->ticks[i - 1] : c->start);
+		call[i] = c->ticks[i] - c->readies[i];
+	}
+	return n;
 }
 
 /*
@@ -1827,6 +1855,7 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached)
 	gpu_lock(s, LOCK_UN);
 	if (rc != 0) {
 		free(ours.ticks);
+		free(ours.readies);
 		free(ours.digests);
 		job_fault(j, fault, "reference: ");
 		j->result = set_str(j->result, "stage", "reference");
@@ -1834,6 +1863,7 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached)
 	}
 	if (ca_json_bool(reply, "ok") != 1) {
 		free(ours.ticks);
+		free(ours.readies);
 		free(ours.digests);
 		job_fault(j, reply, "reference: ");
 		j->result = set_str(j->result, "stage", "reference");
@@ -1846,13 +1876,18 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached)
 	int ntimes = jv_get_kind(times) == JV_KIND_ARRAY ? jv_array_length(jv_copy(times)) : 0;
 	double sum = 0;
 	double *calls = ca_xcalloc((size_t)cfg->iters + 1, sizeof *calls);
+	double *inputs = ca_xcalloc((size_t)cfg->iters + 1, sizeof *inputs);
+	double *call_phase = ca_xcalloc((size_t)cfg->iters + 1, sizeof *call_phase);
 	int ncalls = loop_clock_calls(&ours, calls, cfg->iters);
+	int nphases = ntimes == cfg->iters ? loop_clock_phases(&ours, inputs, call_phase, cfg->iters) : 0;
 	for (int i = 0; i < ntimes; i++) {
 		jv t = jv_array_get(jv_copy(times), i);
 		double us = jv_get_kind(t) == JV_KIND_NUMBER ? jv_number_value(t) : 0;
 		sum += us;
 		if (i < ncalls)
 			calls[i] -= us * 1e-6;  /* what our clock saw of this call beyond its time */
+		if (i < nphases)
+			call_phase[i] -= us * 1e-6;
 		jv_free(t);
 	}
 	jv_free(times);
@@ -1868,8 +1903,19 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached)
 	 * candidate's).
 	 */
 	v = set_num(v, "overhead_call_s", ncalls == cfg->iters && ntimes == cfg->iters ? quantile_of(calls, ncalls, 0.1) : NAN);
+	/*
+	 * And split at the ready lines: the call phase's own work (flush,
+	 * digest, copy) and the inputs' phase (the draw), each its fastest
+	 * tenth, so that a draw, which can cost more than the call, is judged
+	 * on its own (see clock_verdict).
+	 */
+	v = set_num(v, "overhead_ready_s", nphases ? quantile_of(call_phase, nphases, 0.1) : NAN);
+	v = set_num(v, "inputs_s", nphases ? quantile_of(inputs, nphases, 0.1) : NAN);
 	free(calls);
+	free(inputs);
+	free(call_phase);
 	free(ours.ticks);
+	free(ours.readies);
 	free(ours.digests);
 	jv kl = ca_json_get(reply, "kernels");
 	int nbad = 0;
@@ -1946,54 +1992,86 @@ static int profile_sets(struct job *j, jv *digests)
 }
 
 /*
+ * The reference's loop overhead, from its eager baseline, in seconds:
+ * per batch, per call (the fastest tenth of what our clock saw beyond
+ * each call's time), and split at the ready lines into the call phase's
+ * beyond the call's time (ready) and the inputs' phase (inputs). NAN
+ * where not measured.
+ */
+struct loop_overhead {
+	double batch, call, ready, inputs;
+};
+
+/*
  * Our own clock's verdict on a candidate's timed loop (reply borrowed):
  * the per-call time the whole batch implies, less the reference's
  * overhead per batch, into *wall_per_call; the median call between the
- * worker's ticks, less the reference's overhead per call (overhead_call,
- * its fastest tenth), into *call_us. Returns 0 when the self-reported
- * median is plausible, else -1 with the reason in msg.
+ * worker's ticks, less the reference's overhead per call (its fastest
+ * tenth), into *call_us. Returns 0 when the self-reported median is
+ * plausible, else -1 with the reason in msg.
  *
  * The bound is taken from the fastest tenth of the calls between ticks,
- * not their median: the loop's own work around a call (input refill, L2
- * flush, the ticks) runs on a CPU that a busy evaluation pool shares with
- * a dozen starting workers, and the reference's overhead per call comes
- * from a baseline that may have been timed at a quiet moment. Slow
- * moments only lengthen calls; a patched clock cannot make our clock
+ * not their median: the loop's own work around a call (input draw, L2
+ * flush, digests, the ticks) runs on a CPU that a busy evaluation pool
+ * shares with a dozen starting workers, and the reference's overhead per
+ * call comes from a baseline that may have been timed at a quiet moment.
+ * Slow moments only lengthen calls; a patched clock cannot make our clock
  * faster. On two H200s under a 200-record pool the median and the batch
  * bound failed 10 of 160 honest candidates (a 649 us call "implied"
  * 1339 us). The whole-batch bound is used only when the worker sent no
  * ticks to time calls by.
+ *
+ * When every call had its ready line, the bound is the call phase less
+ * the reference's, plus whatever the inputs' phase took beyond one and a
+ * half times the reference's (never less than nothing): a draw of the
+ * inputs can cost more than the call (on the CPU, 30 ms against 5), and
+ * a reference whose draws were slowed by a busy moment would otherwise
+ * hide a patched clock; work moved before the ready line still counts
+ * beyond half a draw. The slack is 5 us and a quarter of the reference's
+ * call-phase overhead (a tenth of its whole overhead per call without
+ * ready lines): the noise of subtracting another process's loop work
+ * grows with that work (on the CPU a busy moment doubles it).
  */
-static int clock_verdict(const struct loop_clock *ours, jv reply, int iters, double overhead,
-		double overhead_call, double *wall_per_call, double *call_us, char *msg, size_t size)
+static int clock_verdict(const struct loop_clock *ours, jv reply, int iters, const struct loop_overhead *ref,
+		double *wall_per_call, double *call_us, char *msg, size_t size)
 {
 	double median = 0;
 	ca_json_number(reply, "median_us", &median);
 	*wall_per_call = *call_us = NAN;
 	if (ours->start > 0 && ours->end > ours->start && iters > 0)
-		*wall_per_call = ((ours->end - ours->start) - overhead) / iters * 1e6;
+		*wall_per_call = ((ours->end - ours->start) - ref->batch) / iters * 1e6;
 	double *calls = ca_xcalloc((size_t)iters + 1, sizeof *calls);
+	double *inputs = ca_xcalloc((size_t)iters + 1, sizeof *inputs);
+	double *call_phase = ca_xcalloc((size_t)iters + 1, sizeof *call_phase);
 	int ncalls = loop_clock_calls(ours, calls, iters);
-	double fast_us = NAN;
-	if (ncalls == iters && ours->nticks == iters && isfinite(overhead_call)) {
-		*call_us = (median_of(calls, ncalls) - overhead_call) * 1e6;
-		fast_us = (quantile_of(calls, ncalls, 0.1) - overhead_call) * 1e6;
+	double fast_us = NAN, slack_us = 5;
+	if (ncalls == iters && ours->nticks == iters && isfinite(ref->call)) {
+		*call_us = (median_of(calls, ncalls) - ref->call) * 1e6;
+		fast_us = (quantile_of(calls, ncalls, 0.1) - ref->call) * 1e6;
+		slack_us += 0.1 * ref->call * 1e6;
+		if (isfinite(ref->ready) && isfinite(ref->inputs) && loop_clock_phases(ours, inputs, call_phase, iters) == iters) {
+			double extra = quantile_of(inputs, iters, 0.1) - 1.5 * ref->inputs;
+			fast_us = (quantile_of(call_phase, iters, 0.1) - ref->ready + (extra > 0 ? extra : 0)) * 1e6;
+			slack_us = 5 + 0.25 * ref->ready * 1e6;
+		}
 	}
 	free(calls);
+	free(inputs);
+	free(call_phase);
 	if (!isfinite(*wall_per_call)) {
 		snprintf(msg, size, "the candidate worker did not mark the end of its timed calls");
 		return -1;
 	}
-	if (!isfinite(overhead_call) && median < 0.5 * *wall_per_call - 20) {
+	if (!isfinite(ref->call) && median < 0.5 * *wall_per_call - 20) {
 		snprintf(msg, size, "self-reported %.1f us per call, but our clock around the timed calls "
 			"implies at least %.1f us: the timer was tampered with", median, *wall_per_call);
 		return -1;
 	}
-	if (isfinite(overhead_call) && !isfinite(*call_us)) {
+	if (isfinite(ref->call) && !isfinite(*call_us)) {
 		snprintf(msg, size, "the candidate worker marked %d of its %d timed calls", ours->nticks, iters);
 		return -1;
 	}
-	if (isfinite(fast_us) && median < 0.5 * fast_us - 5) {
+	if (isfinite(fast_us) && median < 0.5 * fast_us - slack_us) {
 		snprintf(msg, size, "self-reported %.1f us per call, but our clock, call by call, "
 			"implies at least %.1f us (its fastest tenth): the timer was tampered with", median, fast_us);
 		return -1;
@@ -2004,9 +2082,9 @@ static int clock_verdict(const struct loop_clock *ours, jv reply, int iters, dou
 /*
  * The eager and compile baselines, timed with the inputs as the candidate
  * gets them (drawn or shipped), into the result; the eager loop's
- * overhead per batch and per call into *overhead and *overhead_call.
+ * overhead into *overhead.
  */
-static int profile_baselines(struct job *j, double *overhead, double *overhead_call)
+static int profile_baselines(struct job *j, struct loop_overhead *overhead)
 {
 	const struct ca_eval_config *cfg = j->slot->cfg;
 	jv eager, compiled = jv_null();
@@ -2018,12 +2096,13 @@ static int profile_baselines(struct job *j, double *overhead, double *overhead_c
 		return -1;
 	}
 	double eager_us = 0, eager_cv = 0, compile_us = NAN, compile_cv = NAN;
-	*overhead = 0;
-	*overhead_call = NAN;
+	*overhead = (struct loop_overhead){0, NAN, NAN, NAN};
 	ca_json_number(eager, "median_us", &eager_us);
 	ca_json_number(eager, "cv", &eager_cv);
-	ca_json_number(eager, "overhead_s", overhead);
-	ca_json_number(eager, "overhead_call_s", overhead_call);
+	ca_json_number(eager, "overhead_s", &overhead->batch);
+	ca_json_number(eager, "overhead_call_s", &overhead->call);
+	ca_json_number(eager, "overhead_ready_s", &overhead->ready);
+	ca_json_number(eager, "inputs_s", &overhead->inputs);
 	if (jv_get_kind(compiled) == JV_KIND_OBJECT) {
 		ca_json_number(compiled, "median_us", &compile_us);
 		ca_json_number(compiled, "cv", &compile_cv);
@@ -2054,8 +2133,8 @@ static void do_profile(struct job *j)
 		return;
 	}
 	phase(j, "inputs");
-	double overhead = 0, overhead_call = NAN;
-	if (profile_baselines(j, &overhead, &overhead_call) != 0) {
+	struct loop_overhead overhead;
+	if (profile_baselines(j, &overhead) != 0) {
 		jv_free(digests);
 		return;
 	}
@@ -2084,6 +2163,7 @@ static void do_profile(struct job *j)
 			jv_free(digests);
 			jv_free(named);
 			free(ours.ticks);
+			free(ours.readies);
 			free(ours.digests);
 			return;
 		}
@@ -2094,7 +2174,7 @@ static void do_profile(struct job *j)
 			jv_free(want);
 		}
 		if (same || j->ship) {
-			clock_bad = clock_verdict(&ours, reply, cfg->iters, overhead, overhead_call,
+			clock_bad = clock_verdict(&ours, reply, cfg->iters, &overhead,
 				&wall_per_call, &call_us, clock_msg, sizeof clock_msg) != 0;
 			if (!clock_bad || retimed)
 				break;
@@ -2117,10 +2197,11 @@ static void do_profile(struct job *j)
 		jv_free(reply);
 		j->ship = 1;
 		j->result = jv_object_set(j->result, jv_string("inputs_shipped"), jv_true());
-		if (profile_sets(j, &digests) != 0 || profile_baselines(j, &overhead, &overhead_call) != 0) {
+		if (profile_sets(j, &digests) != 0 || profile_baselines(j, &overhead) != 0) {
 			jv_free(digests);
 			jv_free(named);
 			free(ours.ticks);
+			free(ours.readies);
 			free(ours.digests);
 			return;
 		}
@@ -2160,6 +2241,7 @@ static void do_profile(struct job *j)
 
 	/* Our own clock's time per call: the median call between ticks, which one slow call cannot move. */
 	free(ours.ticks);  /* ours.digests: until the spot checks */
+	free(ours.readies);
 	j->result = set_num(j->result, "wall_us", isfinite(call_us) ? call_us : wall_per_call);
 	/* Spot checks of timed calls' outputs. */
 	jv kept = ca_json_get(reply, "kept");

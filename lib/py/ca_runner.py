@@ -20,9 +20,10 @@ and every request gets exactly one reply, {"ok": true, ...} or
     {"ok": false, "stage": "load"|"weights"|"run"|"policy"|"time"|"protocol",
      "error": "one line", "detail": "traceback tail"}
 except "time", which also writes {"timing": "start"} when its timed loop
-begins, {"timing": "tick"} after each timed call and {"timing": "end"}
-when the loop ends (before the kept outputs are written), so the parent
-can clock the loop and each call with its own wall clock.
+begins, {"timing": "ready"} when a timed call's inputs are in place,
+{"timing": "tick"} after each timed call and {"timing": "end"} when the
+loop ends (before the kept outputs are written), so the parent can clock
+the loop, each call and each call's inputs with its own wall clock.
 
 Requests (paths are files; tensor files are described in lib/tensor.h):
   {"op": "task", "path": P, "seed": S, "weights_out": P, "init_out": P}
@@ -812,6 +813,10 @@ class Worker:
                 work = None
                 work = self.make_inputs(seeds[i % nsets])
                 digests.append(digest(work))
+            if timed:
+                # The inputs are in place: the parent clocks the draw and
+                # the call apart (a draw can cost more than the call).
+                _send({"timing": "ready"})
             if self.flush_buffer is not None:
                 self.flush_buffer.zero_()
             self.sync()
