@@ -17,7 +17,7 @@ if ! has_torch || ! command -v cc >/dev/null 2>&1; then
 fi
 C=$TRASH_BASE/candidates
 mkdir -p "$C"
-for c in honest/relu cheat/timer_patch cheat/tick_drop cheat/lazy_unchecked cheat/late_write cheat/recognise; do
+for c in honest/relu cheat/timer_patch cheat/tick_drop cheat/lazy_unchecked cheat/lazy_before cheat/late_write cheat/recognise; do
 	d=$C/$(basename "$c")
 	cp -R "$ADV/$c" "$d" && rm -rf "$d/kernels" && mkdir -p "$d/build" &&
 		cc -O2 -shared -fPIC -o "$d/build/libkernels.so" "$ADV/cpu/relu_cpu.c"
@@ -71,6 +71,15 @@ expect_success 'work done only in the calls named for checking before the loop i
 	record lazy relu_mid "$C/lazy_unchecked" |
 		ca-profile --device cpu --no-sandbox --no-compile --iters 40 --keep 4 --warmup 2 --seed 3 >lazy.ndjson
 	jq -e ".profile | (.ok | not) and .stage == \"spot-check\" and .spot_checks_chosen == \"after\"" lazy.ndjson
+'
+# lazy_before makes its runner name the checked calls before the loop (as
+# for outputs too large to keep) and works only in those: the digests of 4
+# calls picked after the loop are compared with the reference's.
+expect_success 'work done only in the calls named before the loop is caught by the digests of calls picked after it' '
+	record lazyb relu_mid "$C/lazy_before" |
+		ca-profile --device cpu --no-sandbox --no-compile --iters 20 --keep 4 --warmup 2 --seed 3 >lazyb.ndjson
+	jq -c ".profile | {ok, stage, spot_checks_chosen, error}" lazyb.ndjson | cut -c1-400 | sed "s/^/# /"
+	jq -e ".profile | (.ok | not) and .stage == \"spot-check\" and .spot_checks_chosen == \"before\" and (.error | test(\"picked after the loop\"))" lazyb.ndjson
 '
 expect_success 'outputs computed after the loop, for the calls asked for only, do not match the digests sent during it' '
 	record late relu_mid "$C/late_write" | ca-profile $OPTS >late.ndjson
