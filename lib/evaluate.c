@@ -84,12 +84,13 @@ void ca_eval_baseline_key(const char *task_sha, const char *gpu, const char *tor
 	char num[64];
 	ca_sha256_init(&s);
 	/*
-	 * 4: inputs drawn afresh before every call and each output digested
-	 * (3: sets cycled, every timed output copied for checks chosen after
-	 * the loop; 2: CUDA events without; 1: the host clock); old entries
-	 * are not mixed in.
+	 * 5: every timed call's seed asked for and sent live, so the round
+	 * trip is in the loop's overhead (4: inputs drawn afresh before every
+	 * call and each output digested; 3: sets cycled, every timed output
+	 * copied for checks chosen after the loop; 2: CUDA events without; 1:
+	 * the host clock); old entries are not mixed in.
 	 */
-	ca_sha256_string(&s, "ca-baseline-4");
+	ca_sha256_string(&s, "ca-baseline-5");
 	ca_sha256_string(&s, task_sha);
 	ca_sha256_string(&s, gpu ? gpu : "cpu");
 	ca_sha256_string(&s, torch_version ? torch_version : "");
@@ -463,6 +464,16 @@ struct loop_clock {
 	 */
 	double (*digests)[3];
 	int ndigests;
+	/*
+	 * The timed calls' seeds, live[0..nlive) (NULL when the loop's inputs
+	 * are shipped as files), sent one at a time as the worker asks with
+	 * {"timing":"seed"} right before each call's draw: call k's only once
+	 * the loop started and calls 0..k-1 ticked, so that no call's inputs
+	 * can be drawn before the calls before it are done (nsent so far; set
+	 * to 0 with live before each loop, not by loop_clock_reset).
+	 */
+	const unsigned long long *live;
+	int nlive, nsent;
 };
 
 static void loop_clock_reset(struct loop_clock *c)
@@ -674,8 +685,35 @@ static int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, 
 		if (jv_get_kind(v) == JV_KIND_OBJECT) {
 			jv timing = ca_json_get(v, "timing");
 			int is_timing = jv_get_kind(timing) == JV_KIND_STRING;
-			if (is_timing && ours)
+			if (is_timing && ours && !strcmp(jv_string_value(timing), "seed")) {
+				/*
+				 * A timed call's seed, asked for right before its draw:
+				 * given only once the loop started and every call before
+				 * it ticked (with its output's digest).
+				 */
+				if (!(ours->start > 0) || !ours->live || ours->nsent >= ours->nlive ||
+				    ours->nticks != ours->nsent) {
+					char buf[256];
+					snprintf(buf, sizeof buf, "the worker asked for the seed of timed call %d when it had "
+						"marked %d of its %d timed calls", ours->nsent, ours->nticks, ours->nlive);
+					jv_free(timing);
+					jv_free(v);
+					ca_proc_kill(&w->co.proc, SIGKILL);
+					ca_coproc_close(&w->co, 0);
+					w->running = 0;
+					*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("timing")),
+						jv_string("error"), jv_string(buf));
+					return -1;
+				}
+				jv seed = jv_object_set(jv_object(), jv_string("seed"), jv_number((double)ours->live[ours->nsent++]));
+				if (worker_send(w, seed, fault) != 0) {
+					jv_free(timing);
+					jv_free(v);
+					return -1;
+				}
+			} else if (is_timing && ours) {
 				loop_clock_note(ours, jv_string_value(timing), v);
+			}
 			double askn = 0;
 			int asks = is_timing && !strcmp(jv_string_value(timing), "end") && ca_json_number(v, "ask", &askn) == 1;
 			jv_free(timing);
@@ -996,6 +1034,13 @@ struct job {
 	int loaded;              /* the candidate's ModelNew loaded */
 	char task_path[PATHLEN];  /* the task's code where the candidate can read it */
 	unsigned long long seed;
+	/*
+	 * The profile loop's seeds by call, warm-up first (nseeds: warmup +
+	 * iters): the warm-up calls' from seed, the timed calls' from
+	 * getrandom (see draw_seeds); NULL before the profile.
+	 */
+	unsigned long long *seeds;
+	int nseeds;
 	int ship;                /* inputs go as files: the candidate's own draws differed */
 	jv weights_req;
 	double started;
@@ -1753,11 +1798,31 @@ static void baseline_store(const char *key, jv v)
 
 /*
  * The seed of timed loop call c (warm-up calls counted) when the worker
- * draws the inputs, and of shipped set c.
+ * draws the inputs: the timed calls' drawn by draw_seeds, unknown to the
+ * record (and so to the candidate) until each is sent live; the warm-up
+ * calls', and shipped set c's, from the record's seed.
  */
 static unsigned long long call_seed(const struct job *j, int c)
 {
+	if (j->seeds && c >= 0 && c < j->nseeds)
+		return j->seeds[c];
 	return j->seed + 1000 + (unsigned)c;
+}
+
+/*
+ * Draw the timed calls' seeds afresh (fresh_seed: under 2^48, exact as
+ * JSON numbers), the warm-up calls' from the record's seed: before the
+ * reference digests the loop's inputs, and again before a loop is timed
+ * again, so a candidate that saw one loop's seeds cannot use them.
+ */
+static void draw_seeds(struct job *j)
+{
+	const struct ca_eval_config *cfg = j->slot->cfg;
+	j->nseeds = cfg->warmup + cfg->iters;
+	free(j->seeds);
+	j->seeds = ca_xcalloc((size_t)j->nseeds + 1, sizeof *j->seeds);
+	for (int c = 0; c < j->nseeds; c++)
+		j->seeds[c] = c < cfg->warmup ? j->seed + 1000 + (unsigned)c : fresh_seed();
 }
 
 /*
@@ -1776,14 +1841,20 @@ static jv time_request(struct job *j, const char *mode, const char *keep_prefix,
 {
 	const struct ca_eval_config *cfg = j->slot->cfg;
 	jv inputs = jv_array();
-	for (int k = 0; k < loop_sets(j); k++) {
+	/*
+	 * Shipped as files, or drawn by the worker before each call under the
+	 * call's seed: the warm-up calls' named here, the timed calls' sent
+	 * live during the loop (see struct loop_clock).
+	 */
+	for (int k = 0; k < (j->ship ? loop_sets(j) : cfg->warmup); k++) {
 		char in[PATHLEN];
 		snprintf(in, sizeof in, "%s/tin-%d.ten", j->io, k);
-		/* Shipped as files, or drawn by the worker before each call under the call's seed. */
 		inputs = jv_array_append(inputs, j->ship ? jv_string(in) : jv_number((double)call_seed(j, k)));
 	}
 	jv req = set_str(jv_object(), "op", "time");
 	req = jv_object_set(req, jv_string(j->ship ? "inputs" : "seeds"), inputs);
+	if (!j->ship)
+		req = set_num(req, "live", cfg->iters);
 	req = set_num(req, "warmup", cfg->warmup);
 	req = set_num(req, "iters", cfg->iters);
 	req = set_str(req, "mode", mode);
@@ -1850,10 +1921,23 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached, int f
 	struct loop_clock ours = {0};
 	ours.want = cfg->keep;
 	ours.iters = cfg->iters;
+	/*
+	 * Its timed calls' seeds sent live as the candidate's are, so the
+	 * round trip is in the overhead our clock subtracts; seeds of its own
+	 * (the reference's loop is not checked against digests).
+	 */
+	unsigned long long *live = ca_xcalloc((size_t)cfg->iters + 1, sizeof *live);
+	for (int i = 0; i < cfg->iters; i++)
+		live[i] = fresh_seed();
+	if (!j->ship) {
+		ours.live = live;
+		ours.nlive = cfg->iters;
+	}
 	jv fault;
 	gpu_lock(s, LOCK_EX);
 	int rc = worker_call(&s->reference, req, cfg->timeout_s * 10 + (strcmp(mode, "compile") ? 0 : 600), &reply, &fault, &ours);
 	gpu_lock(s, LOCK_UN);
+	free(live);
 	if (rc != 0) {
 		free(ours.ticks);
 		free(ours.readies);
@@ -2238,6 +2322,7 @@ static void do_profile(struct job *j)
 	jv digests = jv_array();
 	if (j->ship)  /* --verify found the candidate's draws differ */
 		j->result = jv_object_set(j->result, jv_string("inputs_shipped"), jv_true());
+	draw_seeds(j);
 	if (profile_sets(j, &digests) != 0) {
 		jv_free(digests);
 		return;
@@ -2264,6 +2349,9 @@ static void do_profile(struct job *j)
 	for (;;) {
 		jv req = time_request(j, "candidate", prefix, jv_copy(named));
 		loop_clock_reset(&ours);
+		ours.live = j->ship ? NULL : j->seeds + cfg->warmup;
+		ours.nlive = j->ship ? 0 : cfg->iters;
+		ours.nsent = 0;
 		gpu_lock(s, LOCK_EX);
 		int rc = candidate_call(j, req, cfg->timeout_s * 10, &reply, &ours);
 		gpu_lock(s, LOCK_UN);
@@ -2301,7 +2389,22 @@ static void do_profile(struct job *j)
 			struct timespec pause = {0, 250000000L * retimed};
 			while (nanosleep(&pause, &pause) != 0 && errno == EINTR)
 				;
-			/* The reference's overhead too, measured now, beside the new loop. */
+			/*
+			 * New seeds for the new loop (this one's were sent to the
+			 * candidate), digested by the reference; and the reference's
+			 * overhead too, measured now, beside the new loop.
+			 */
+			if (!j->ship) {
+				draw_seeds(j);
+				if (profile_sets(j, &digests) != 0) {
+					jv_free(named);
+					free(ours.ticks);
+					free(ours.readies);
+					free(ours.digests);
+					jv_free(digests);
+					return;
+				}
+			}
 			if (fresh_overhead(j, &overhead) != 0) {
 				jv_free(digests);
 				jv_free(named);
@@ -2606,6 +2709,7 @@ static jv evaluate_record(struct slot *s, jv record, int *status)
 	}
 	if (j.cand.dir[0] || j.cand.running)
 		candidate_release(s, &j.cand);
+	free(j.seeds);
 	phase(&j, "release");
 	double seconds = ca_proc_now() - j.started;
 	if (cfg->verbose)

@@ -17,7 +17,7 @@ if ! has_torch || ! command -v cc >/dev/null 2>&1; then
 fi
 C=$TRASH_BASE/candidates
 mkdir -p "$C"
-for c in honest/relu cheat/timer_patch cheat/tick_drop cheat/lazy_unchecked cheat/lazy_before cheat/late_write cheat/recognise; do
+for c in honest/relu cheat/timer_patch cheat/tick_drop cheat/lazy_unchecked cheat/lazy_before cheat/precompute cheat/late_write cheat/recognise; do
 	d=$C/$(basename "$c")
 	cp -R "$ADV/$c" "$d" && rm -rf "$d/kernels" && mkdir -p "$d/build" &&
 		cc -O2 -shared -fPIC -o "$d/build/libkernels.so" "$ADV/cpu/relu_cpu.c"
@@ -80,6 +80,15 @@ expect_success 'work done only in the calls named before the loop is caught by t
 		ca-profile --device cpu --no-sandbox --no-compile --iters 20 --keep 4 --warmup 2 --seed 3 >lazyb.ndjson
 	jq -c ".profile | {ok, stage, spot_checks_chosen, error}" lazyb.ndjson | cut -c1-400 | sed "s/^/# /"
 	jq -e ".profile | (.ok | not) and .stage == \"spot-check\" and .spot_checks_chosen == \"before\" and (.error | test(\"picked after the loop\"))" lazyb.ndjson
+'
+# precompute reads the loop's request from its runner's frame before the
+# clock starts and computes every call's output under the seeds it names:
+# the timed calls' seeds are not among them, but sent one at a time during
+# the loop, so what it returns for them is another input's output.
+expect_success 'outputs computed before the loop are of other inputs: the timed calls'"'"' seeds are sent live' '
+	record pre relu_mid "$C/precompute" | ca-profile $OPTS >pre.ndjson
+	jq -c ".profile | {ok, stage, spot_checks_chosen, error}" pre.ndjson | cut -c1-400 | sed "s/^/# /"
+	jq -e ".profile | (.ok | not) and .stage == \"spot-check\" and (.error | test(\"^timed call\"))" pre.ndjson
 '
 expect_success 'outputs computed after the loop, for the calls asked for only, do not match the digests sent during it' '
 	record late relu_mid "$C/late_write" | ca-profile $OPTS >late.ndjson

@@ -20,7 +20,8 @@ and every request gets exactly one reply, {"ok": true, ...} or
     {"ok": false, "stage": "load"|"weights"|"run"|"policy"|"time"|"protocol",
      "error": "one line", "detail": "traceback tail"}
 except "time", which also writes {"timing": "start"} when its timed loop
-begins, {"timing": "ready"} when a timed call's inputs are in place,
+begins, {"timing": "seed"} when it needs a timed call's seed (see "live"),
+{"timing": "ready"} when a timed call's inputs are in place,
 {"timing": "tick"} after each timed call and {"timing": "end"} when the
 loop ends (before the kept outputs are written), so the parent can clock
 the loop, each call and each call's inputs with its own wall clock.
@@ -57,14 +58,23 @@ Requests (paths are files; tensor files are described in lib/tensor.h):
       "forbidden" (torch operations the fallback policy refused,
       candidate role without allow_torch) and, with trace, "kernels":
       [{"name", "calls", "total_us"}] of the GPU kernels run.
-  {"op": "time", "inputs": [P...] | "seeds": [S...], "warmup": W, "iters": N, "mode":
-   "eager"|"compile"|"candidate", "compile_mode": M|null, "keep": [i...],
-   "keep_after": bool, "keep_prefix": P, "trace": bool}
+  {"op": "time", "inputs": [P...] | "seeds": [S...], "live": N?, "warmup": W,
+   "iters": N, "mode": "eager"|"compile"|"candidate", "compile_mode": M|null,
+   "keep": [i...], "keep_after": bool, "keep_prefix": P, "trace": bool}
       time the model (torch.compile'd for "compile") by one method for all
       modes: with seeds, call c (warm-up calls counted) draws its inputs
-      under seeds[c % len(seeds)] right before it (make_inputs: on the
-      GPU, milliseconds), outside the call's time, and digests them; the
-      parent sends one seed per call, so no call sees another's data.
+      under its seed right before it (make_inputs: on the GPU,
+      milliseconds), outside the call's time, and digests them; the
+      parent gives one seed per call, so no call sees another's data.
+      Without live, call c's seed is seeds[c % len(seeds)]. With live
+      (N, the timed calls), seeds holds the warm-up calls' and right
+      before each timed call's draw the worker writes {"timing": "seed"}
+      and reads the call's seed from stdin, one line {"seed": S}: the
+      parent answers only after the start line and the ticks of every
+      timed call before (else it stops the worker: stage "timing"), so
+      no timed call's inputs can be drawn (nor its output computed)
+      before the calls before it are done; a bad line fails with stage
+      "protocol".
       With inputs (files), the sets are loaded to the device once and
       before every call the working input tensors are refilled from set
       (call % sets). Then the L2 cache is flushed by writing a buffer
@@ -95,7 +105,8 @@ Requests (paths are files; tensor files are described in lib/tensor.h):
       clock from just before the call to after the device-wide
       synchronize), on a GPU "tail_median_us" and "idle_sync_us", "sets"
       (distinct input sets the loop used), "kept": [{"index", "set",
-      "path"}] (set: call % len(seeds or inputs)), "loop_s", "digests"
+      "path"}] (set: call % len(seeds or inputs), with live the call),
+      "loop_s", "digests"
       (one per call drawn from seeds, one per set loaded from files) and,
       with trace, "kernels" (over the timed calls only).
   {"op": "digests", "seeds": [S...]}
@@ -776,11 +787,21 @@ class Worker:
         else:
             # Drawn here: every call's inputs under its own seed, right
             # before it (one set in memory), so no call sees another's data.
-            seeds = [int(x) for x in req["seeds"]]
+            # With live, the warm-up calls' seeds come in seeds and every
+            # timed call's seed is read from the parent right before its
+            # draw (see _live_seed), so none can be known before the loop.
+            seeds = [int(x) for x in req.get("seeds", [])]
             digests, work = [], None
-            distinct = len(set(seeds[c % len(seeds)] for c in range(warmup + iters)))
-        # The index of call c's inputs among the sets or seeds.
-        nsets = len(sets) if seeds is None else len(seeds)
+            distinct = None
+        live = 0 if seeds is None else int(req.get("live") or 0)
+        if live and live != iters:
+            raise _Stage("protocol", "live seeds for %d calls, %d timed" % (live, iters))
+        if seeds is not None and not seeds and (warmup or not live):
+            raise _Stage("protocol", "no seeds to draw the calls' inputs under")
+        used = []
+        # The index of call c's inputs among the sets or seeds (with live
+        # seeds, the call's own index).
+        nsets = len(sets) if seeds is None else (warmup + iters if live else len(seeds))
         keep = set(int(i) for i in req.get("keep", []))
         # keep_after: a copy of every timed call's output is kept (when they
         # fit in RETAIN_BYTES), and the parent names the calls it checks
@@ -825,8 +846,9 @@ class Worker:
                         # Drawing and digesting a call's inputs is the
                         # loop's own work too (ATen's random kernels).
                         work = None
+                        learn_seed = seeds[warmup % len(seeds)] if seeds else 0
                         draw_kernels = self._learn_kernels(
-                            lambda: digest(self.make_inputs(seeds[warmup % nsets])))
+                            lambda: digest(self.make_inputs(learn_seed)))
                     self.tracer.start(timing=True)
                 _send({"timing": "start"})
                 loop_start = _perf()
@@ -836,7 +858,9 @@ class Worker:
                         w.copy_(s)
             else:
                 work = None
-                work = self.make_inputs(seeds[i % nsets])
+                seed = _live_seed() if live and timed else seeds[i % len(seeds)]
+                used.append(seed)
+                work = self.make_inputs(seed)
                 digests.append(digest(work))
             if timed:
                 # The inputs are in place: the parent clocks the draw and
@@ -922,6 +946,8 @@ class Worker:
             write_tensors(path, value)
             written.append({"index": index, "set": set_index, "path": path})
         kept = written
+        if distinct is None:
+            distinct = len(set(used))
         median = _median(times)
         mean = sum(times) / len(times)
         cv = (sum((x - mean) ** 2 for x in times) / len(times)) ** 0.5 / mean if mean > 0 else 0.0
@@ -1104,6 +1130,22 @@ class _Stage(Exception):
         self.error = error
 
 
+def _live_seed():
+    """A timed call's seed, asked for with {"timing": "seed"} and read
+    from the parent as one line {"seed": S}: it answers only once every
+    timed call before this one has ticked, so a candidate cannot draw the
+    timed calls' inputs (and compute their outputs) before the loop."""
+    _send({"timing": "seed"})
+    line = sys.stdin.readline()
+    try:
+        seed = json.loads(line)["seed"]
+        if isinstance(seed, bool) or not isinstance(seed, (int, float)) or seed != int(seed) or seed < 0:
+            raise ValueError(seed)
+        return int(seed)
+    except (ValueError, KeyError, TypeError):
+        raise _Stage("protocol", "no seed for the next timed call: %r" % line[:80])
+
+
 def _send(obj):
     _proto.write(json.dumps(obj) + "\n")
     _proto.flush()
@@ -1147,6 +1189,8 @@ def main():
         except ValueError as e:
             _send({"ok": False, "stage": "protocol", "error": "bad request: %s" % e})
             continue
+        if op is None and isinstance(req, dict) and "seed" in req:
+            continue  # a timed call's seed left over from a loop that failed
         if op == "exit":
             _send({"ok": True})
             return 0
