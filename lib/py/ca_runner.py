@@ -612,14 +612,7 @@ class Worker:
         return sets
 
     def to_device(self, value):
-        t = self.torch
-        if isinstance(value, t.Tensor):
-            return value.to(self.dev)
-        if isinstance(value, (list, tuple)):
-            return type(value)(self.to_device(v) for v in value)
-        if isinstance(value, dict):
-            return {k: self.to_device(v) for k, v in value.items()}
-        return value
+        return _map_tensors(value, lambda x: x.to(self.dev))
 
     # -- requests
 
@@ -650,9 +643,8 @@ class Worker:
             # Run the reference and give only its output's digest and size.
             out = self._forward(self.model, inputs)
             self.sync()
-            parts = []
-            _flatten(out, "", parts)
-            reply["out_digest"] = _out_digest(out)
+            parts = _leaves(out)
+            reply["out_digest"] = _out_digest(parts)
             reply["out_numel"] = sum(v.numel() if isinstance(v, self.torch.Tensor) else 1
                                      for _, v in parts if v is not None)
         return reply
@@ -825,7 +817,7 @@ class Worker:
         for i in range(warmup + iters):
             timed = i >= warmup
             if i == warmup:
-                if keep_after and i > 0 and _tree_bytes(out) * iters <= RETAIN_BYTES:
+                if keep_after and i > 0 and _tree_bytes(_leaves(out)) * iters <= RETAIN_BYTES:
                     # The copies of the timed outputs are allocated now, shaped
                     # like the last warm-up output: allocated inside the loop
                     # they take the blocks the caching allocator freed, and the
@@ -833,7 +825,7 @@ class Worker:
                     # clocked span (on the H200: +0.3 ms on a 2.7 ms matmul,
                     # and three profiles 5.1% apart instead of 1.4%).
                     retain = True
-                    slots = [_alloc_like(out) for _ in range(iters)]
+                    slots = [(x, _leaves(x)) for x in (_alloc_like(out) for _ in range(iters))]
                 self.sync()
                 if cuda:
                     idle_us = self._idle_sync_us()
@@ -895,11 +887,13 @@ class Worker:
                 h2 = _perf()
                 if timed:
                     host.append((h2 - h0) * 1e6)
+            # The output's entries, walked once for the copy, the digest and its shape.
+            parts = _leaves(out) if timed else None
             if timed and retain is None:
-                retain = keep_after and _tree_bytes(out) * iters <= RETAIN_BYTES
+                retain = keep_after and _tree_bytes(parts) * iters <= RETAIN_BYTES
             if timed and (retain or (i - warmup) in keep):
                 # A copy on the device now; files after the clocked loop.
-                copy = _copy_into(slots[i - warmup], out) if slots else None
+                copy = _copy_into(slots[i - warmup], parts) if slots else None
                 kept.append((i - warmup, i % nsets, copy if copy is not None else _clone_tree(out)))
             if timed:
                 # The parent clocks every call from outside with these. Each
@@ -908,8 +902,8 @@ class Worker:
                 # cannot be left for after the loop; with checks named before
                 # it, the parent compares the digests of calls it picks after
                 # the loop with the reference's on the same inputs.
-                shapes.append(_digest_shape(out))
-                _send({"timing": "tick", "d": _out_digest(out)})
+                shapes.append(_digest_shape(parts))
+                _send({"timing": "tick", "d": _out_digest(parts)})
         self.sync()
         loop_s = _perf() - loop_start if loop_start is not None else 0.0
         if retain:
@@ -932,7 +926,7 @@ class Worker:
                 # launches on the last call's output, now that the trace is
                 # over, and take it out for every call whose output had its
                 # shape.
-                last = out
+                last = parts
                 digested = sum(1 for x in shapes if x == shapes[-1])
                 kernels = _without(kernels, self._learn_kernels(lambda: _out_digest(last)), digested)
         if cuda:
@@ -1018,14 +1012,20 @@ def _median(values):
 RETAIN_BYTES = 4 << 30
 
 
-def _out_digest(value):
-    """[sum, sum of magnitudes, sum of squares] over every element of an
-    output (the entries write_tensors stores: tensors of any dtype and
-    numbers, widened to float64), None for a sum that is not finite. The
-    parent computes the same from the file written later."""
-    import torch
+def _leaves(value):
+    """An output's entries as write_tensors stores them: [(name, tensor or
+    number or None)], in order (see _flatten)."""
     parts = []
     _flatten(value, "", parts)
+    return parts
+
+
+def _out_digest(parts):
+    """[sum, sum of magnitudes, sum of squares] over every element of an
+    output's entries (_leaves: tensors of any dtype and numbers, widened
+    to float64), None for a sum that is not finite. The parent computes
+    the same from the file written later."""
+    import torch
     acc = [0.0, 0.0, 0.0]
     for _, v in parts:
         if isinstance(v, torch.Tensor):
@@ -1040,20 +1040,16 @@ def _out_digest(value):
     return [a if a == a and abs(a) != float("inf") else None for a in acc]
 
 
-def _digest_shape(value):
-    """What decides the kernels _out_digest launches on an output."""
+def _digest_shape(parts):
+    """What decides the kernels _out_digest launches on an output's entries."""
     import torch
-    parts = []
-    _flatten(value, "", parts)
     return tuple((v.dtype, v.numel(), v.is_contiguous(), v.device.type) if isinstance(v, torch.Tensor)
                  else type(v) for _, v in parts)
 
 
-def _tree_bytes(value):
-    """Bytes of the tensors in an output (the tree write_tensors stores)."""
+def _tree_bytes(parts):
+    """Bytes of the tensors among an output's entries (_leaves)."""
     import torch
-    parts = []
-    _flatten(value, "", parts)
     return sum(v.numel() * v.element_size() for _, v in parts if isinstance(v, torch.Tensor))
 
 
@@ -1074,28 +1070,31 @@ def _copy_entries(src, dst):
             shutil.copy2(s, d, follow_symlinks=False)
 
 
-def _alloc_like(value):
-    """Uninitialised tensors shaped like an output's (other leaves kept)."""
+def _map_tensors(value, fn):
+    """value with fn applied to every tensor of its lists, tuples and dicts
+    (other leaves kept)."""
     import torch
     if isinstance(value, torch.Tensor):
-        return torch.empty_like(value.detach())
+        return fn(value)
     if isinstance(value, (list, tuple)):
-        return type(value)(_alloc_like(v) for v in value)
+        return type(value)(_map_tensors(v, fn) for v in value)
     if isinstance(value, dict):
-        return {k: _alloc_like(v) for k, v in value.items()}
+        return {k: _map_tensors(v, fn) for k, v in value.items()}
     return value
 
 
-def _copy_into(dst, src):
-    """Copy an output into tensors _alloc_like made; dst, or None when the
-    output's tree, shapes, dtypes or other leaves are not those of dst."""
+def _alloc_like(value):
+    """Uninitialised tensors shaped like an output's (other leaves kept)."""
     import torch
-    a, b = [], []
-    try:
-        _flatten(dst, "", a)
-        _flatten(src, "", b)
-    except TypeError:
-        return None
+    return _map_tensors(value, lambda x: torch.empty_like(x.detach()))
+
+
+def _copy_into(slot, b):
+    """Copy an output's entries b (_leaves) into a slot (tree, its _leaves)
+    that _alloc_like made; the tree, or None when the output's entries,
+    shapes, dtypes or other leaves are not the slot's."""
+    import torch
+    dst, a = slot
     if len(a) != len(b):
         return None
     for (na, va), (nb, vb) in zip(a, b):
@@ -1113,14 +1112,7 @@ def _copy_into(dst, src):
 
 
 def _clone_tree(value):
-    import torch
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, (list, tuple)):
-        return type(value)(_clone_tree(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _clone_tree(v) for k, v in value.items()}
-    return value
+    return _map_tensors(value, lambda x: x.detach().clone())
 
 
 class _Stage(Exception):
