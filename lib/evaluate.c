@@ -457,13 +457,14 @@ struct loop_clock {
 	int want, iters;
 	int asked[64], nasked;
 	/*
-	 * With checks chosen after the loop, each tick carries the digest of
-	 * its call's output (sum, sum of magnitudes, sum of squares, float64):
-	 * a kept output written later must match the digest sent while our
-	 * clock ran, so the work cannot be left for after the loop.
+	 * Each tick carries the digest of its call's output (sum, sum of
+	 * magnitudes, sum of squares, float64): a kept output written later
+	 * must match the digest sent while our clock ran, so the work cannot
+	 * be left for after the loop; with the checks named before the loop,
+	 * calls picked after it are compared with the reference's
+	 * (digest_spot_checks).
 	 */
-	double (*digests)[3];
-	int ndigests;
+	double (*digests)[3];  /* digests[i]: tick i's (NAN where it sent none) */
 	/*
 	 * The timed calls' seeds, live[0..nlive) (NULL when the loop's inputs
 	 * are shipped as files), sent one at a time as the worker asks with
@@ -476,13 +477,34 @@ struct loop_clock {
 	int nlive, nsent;
 };
 
+/*
+ * 64 bits from the kernel's random source (the clock and pid mixed when
+ * getrandom fails): what nothing in a worker's process can predict.
+ */
+static unsigned long long random_u64(void)
+{
+	unsigned long long v = 0;
+	if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v)
+		v = (unsigned long long)(ca_proc_now() * 1e9) * 1000003ULL ^ (unsigned long long)getpid();
+	return v;
+}
+
+/* What a loop clock holds (its ticks, ready lines and digests). */
+static void loop_clock_free(struct loop_clock *c)
+{
+	free(c->ticks);
+	free(c->readies);
+	free(c->digests);
+	c->ticks = c->readies = NULL;
+	c->digests = NULL;
+}
+
 static void loop_clock_reset(struct loop_clock *c)
 {
 	c->start = c->end = 0;
 	c->nticks = 0;
 	c->nreadies = 0;
 	c->nasked = 0;
-	c->ndigests = 0;
 }
 
 /*
@@ -503,10 +525,7 @@ static jv loop_clock_choose(struct loop_clock *c)
 	c->asked[c->nasked++] = iters - 1;
 	keep = jv_array_append(keep, jv_number(iters - 1));
 	while (c->nasked < want) {
-		unsigned int r;
-		if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
-			r = (unsigned int)(ca_proc_now() * 1e9) ^ (unsigned int)rand();
-		int i = (int)(r % (unsigned int)iters), seen = 0;
+		int i = (int)(random_u64() % (unsigned long long)iters), seen = 0;
 		for (int k = 0; k < c->nasked; k++)
 			seen |= c->asked[k] == i;
 		if (seen)
@@ -546,7 +565,7 @@ static void loop_clock_note(struct loop_clock *c, const char *what, jv line)
 			jv_free(x);
 		}
 		jv_free(d);
-		c->ndigests = ++c->nticks;
+		c->nticks++;
 	}
 }
 
@@ -1111,10 +1130,7 @@ static int reply_ok(struct job *j, jv reply, jv *keep)
 
 static unsigned long long fresh_seed(void)
 {
-	unsigned long long v = 0;
-	if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v)
-		v = (unsigned long long)ca_proc_now() * 1000003ULL ^ (unsigned long long)getpid();
-	return v & ((1ULL << 48) - 1);
+	return random_u64() & ((1ULL << 48) - 1);
 }
 
 /* Reference failure: the task itself is broken (or the reference worker died). */
@@ -1939,17 +1955,13 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached, int f
 	gpu_lock(s, LOCK_UN);
 	free(live);
 	if (rc != 0) {
-		free(ours.ticks);
-		free(ours.readies);
-		free(ours.digests);
+		loop_clock_free(&ours);
 		job_fault(j, fault, "reference: ");
 		j->result = set_str(j->result, "stage", "reference");
 		return -1;
 	}
 	if (ca_json_bool(reply, "ok") != 1) {
-		free(ours.ticks);
-		free(ours.readies);
-		free(ours.digests);
+		loop_clock_free(&ours);
 		job_fault(j, reply, "reference: ");
 		j->result = set_str(j->result, "stage", "reference");
 		return -1;
@@ -1999,9 +2011,7 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached, int f
 	free(calls);
 	free(inputs);
 	free(call_phase);
-	free(ours.ticks);
-	free(ours.readies);
-	free(ours.digests);
+	loop_clock_free(&ours);
 	jv kl = ca_json_get(reply, "kernels");
 	int nbad = 0;
 	v = jv_object_set(v, jv_string("kernels"), top_kernels(kl, cfg->top, &nbad, NULL));
@@ -2176,6 +2186,16 @@ static int clock_verdict(const struct loop_clock *ours, jv reply, int iters, con
  * gets them (drawn or shipped), into the result; the eager loop's
  * overhead into *overhead.
  */
+/* The loop overhead an eager baseline (borrowed) measured. */
+static void overhead_of(jv eager, struct loop_overhead *overhead)
+{
+	*overhead = (struct loop_overhead){0, NAN, NAN, NAN};
+	ca_json_number(eager, "overhead_s", &overhead->batch);
+	ca_json_number(eager, "overhead_call_s", &overhead->call);
+	ca_json_number(eager, "overhead_ready_s", &overhead->ready);
+	ca_json_number(eager, "inputs_s", &overhead->inputs);
+}
+
 static int profile_baselines(struct job *j, struct loop_overhead *overhead)
 {
 	const struct ca_eval_config *cfg = j->slot->cfg;
@@ -2188,13 +2208,9 @@ static int profile_baselines(struct job *j, struct loop_overhead *overhead)
 		return -1;
 	}
 	double eager_us = 0, eager_cv = 0, compile_us = NAN, compile_cv = NAN;
-	*overhead = (struct loop_overhead){0, NAN, NAN, NAN};
+	overhead_of(eager, overhead);
 	ca_json_number(eager, "median_us", &eager_us);
 	ca_json_number(eager, "cv", &eager_cv);
-	ca_json_number(eager, "overhead_s", &overhead->batch);
-	ca_json_number(eager, "overhead_call_s", &overhead->call);
-	ca_json_number(eager, "overhead_ready_s", &overhead->ready);
-	ca_json_number(eager, "inputs_s", &overhead->inputs);
 	if (jv_get_kind(compiled) == JV_KIND_OBJECT) {
 		ca_json_number(compiled, "median_us", &compile_us);
 		ca_json_number(compiled, "cv", &compile_cv);
@@ -2227,11 +2243,7 @@ static int fresh_overhead(struct job *j, struct loop_overhead *overhead)
 	int cached = 0;
 	if (baseline(j, "eager", &eager, &cached, 1) != 0)
 		return -1;
-	*overhead = (struct loop_overhead){0, NAN, NAN, NAN};
-	ca_json_number(eager, "overhead_s", &overhead->batch);
-	ca_json_number(eager, "overhead_call_s", &overhead->call);
-	ca_json_number(eager, "overhead_ready_s", &overhead->ready);
-	ca_json_number(eager, "inputs_s", &overhead->inputs);
+	overhead_of(eager, overhead);
 	jv_free(eager);
 	return 0;
 }
@@ -2264,10 +2276,7 @@ static int digest_spot_checks(struct job *j, const struct loop_clock *ours, jv n
 	}
 	int want = cfg->keep < iters - nnamed ? cfg->keep : iters - nnamed, rc = 0;
 	for (int got = 0; got < want && rc == 0;) {
-		unsigned int r;
-		if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
-			r = (unsigned int)(ca_proc_now() * 1e9) ^ (unsigned int)rand();
-		int index = (int)(r % (unsigned int)iters);
+		int index = (int)(random_u64() % (unsigned long long)iters);
 		if (taken[index])
 			continue;
 		taken[index] = 1;
@@ -2360,9 +2369,7 @@ static void do_profile(struct job *j)
 				jv_free(reply);
 			jv_free(digests);
 			jv_free(named);
-			free(ours.ticks);
-			free(ours.readies);
-			free(ours.digests);
+			loop_clock_free(&ours);
 			return;
 		}
 		int same = 1;
@@ -2398,9 +2405,7 @@ static void do_profile(struct job *j)
 				draw_seeds(j);
 				if (profile_sets(j, &digests) != 0) {
 					jv_free(named);
-					free(ours.ticks);
-					free(ours.readies);
-					free(ours.digests);
+					loop_clock_free(&ours);
 					jv_free(digests);
 					return;
 				}
@@ -2408,9 +2413,7 @@ static void do_profile(struct job *j)
 			if (fresh_overhead(j, &overhead) != 0) {
 				jv_free(digests);
 				jv_free(named);
-				free(ours.ticks);
-				free(ours.readies);
-				free(ours.digests);
+				loop_clock_free(&ours);
 				return;
 			}
 			continue;
@@ -2426,9 +2429,7 @@ static void do_profile(struct job *j)
 		if (profile_sets(j, &digests) != 0 || profile_baselines(j, &overhead) != 0) {
 			jv_free(digests);
 			jv_free(named);
-			free(ours.ticks);
-			free(ours.readies);
-			free(ours.digests);
+			loop_clock_free(&ours);
 			return;
 		}
 	}
@@ -2466,8 +2467,6 @@ static void do_profile(struct job *j)
 	jv_free(kl);
 
 	/* Our own clock's time per call: the median call between ticks, which one slow call cannot move. */
-	free(ours.ticks);  /* ours.digests: until the spot checks */
-	free(ours.readies);
 	j->result = set_num(j->result, "wall_us", isfinite(call_us) ? call_us : wall_per_call);
 	/* Spot checks of timed calls' outputs. */
 	jv kept = ca_json_get(reply, "kept");
@@ -2538,7 +2537,7 @@ static void do_profile(struct job *j)
 			 * loop, when the checked calls are known.
 			 */
 			double mine[3] = {0, 0, 0}, none[3] = {NAN, NAN, NAN};
-			const double *theirs = (int)index < ours.ndigests ? ours.digests[(int)index] : none;
+			const double *theirs = (int)index < ours.nticks ? ours.digests[(int)index] : none;
 			int readable = file_digest(got, mine) == 0;
 			int finite = isfinite(mine[0]) && isfinite(mine[1]) && isfinite(mine[2]);  /* else the comparison rejects it */
 			if (readable && finite && !digest_agrees(mine, theirs)) {
@@ -2571,7 +2570,7 @@ static void do_profile(struct job *j)
 			goto out;
 		}
 	}
-	if (!after && !j->ship && ours.ndigests == cfg->iters && ours.nticks == cfg->iters &&
+	if (!after && !j->ship && ours.nticks == cfg->iters &&
 	    digest_spot_checks(j, &ours, named) != 0)
 		goto out;
 	if (nbad && !cfg->allow_torch) {
@@ -2602,7 +2601,7 @@ static void do_profile(struct job *j)
 	j->result = jv_object_set(j->result, jv_string("ok"), jv_true());
 out:
 	phase(j, "spot_checks");
-	free(ours.digests);
+	loop_clock_free(&ours);
 	jv_free(named);
 	jv_free(kept);
 	jv_free(bad_names);
