@@ -71,8 +71,12 @@ $(BIN)/test-%: tests/unit/%.c $(LIBCA) $(LIB_HDR)
 check: all
 	@CA_BIN=$(CURDIR)/$(BIN) sh tests/run.sh tests/t[0-9]*.sh
 
-check-gpu: all $(if $(NVCC),model-cuda)
-	@CA_BIN=$(CURDIR)/$(BIN) sh tests/run.sh tests/gpu/t[0-9]*.sh
+# GPU_TESTS narrows it to some scripts, e.g. make check-gpu GPU_TESTS='tests/gpu/t015*.sh'
+# GPU_MODEL= (the evaluation tests need no policy engine; its tests skip without it).
+GPU_TESTS ?= tests/gpu/t[0-9]*.sh
+GPU_MODEL ?= $(if $(NVCC),model-cuda)
+check-gpu: all $(GPU_MODEL)
+	@CA_BIN=$(CURDIR)/$(BIN) sh tests/run.sh $(GPU_TESTS)
 
 asan:
 	$(MAKE) BUILD=build-asan BIN=bin-asan LIBCA=build-asan/libca.a \
