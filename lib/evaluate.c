@@ -84,13 +84,15 @@ void ca_eval_baseline_key(const char *task_sha, const char *gpu, const char *tor
 	char num[64];
 	ca_sha256_init(&s);
 	/*
-	 * 5: every timed call's seed asked for and sent live, so the round
+	 * 6: shipped inputs a file per timed call, each shown at its turn
+	 * (sets: how many distinct files); 5: every timed call's seed asked
+	 * for and sent live, so the round
 	 * trip is in the loop's overhead (4: inputs drawn afresh before every
 	 * call and each output digested; 3: sets cycled, every timed output
 	 * copied for checks chosen after the loop; 2: CUDA events without; 1:
 	 * the host clock); old entries are not mixed in.
 	 */
-	ca_sha256_string(&s, "ca-baseline-5");
+	ca_sha256_string(&s, "ca-baseline-6");
 	ca_sha256_string(&s, task_sha);
 	ca_sha256_string(&s, gpu ? gpu : "cpu");
 	ca_sha256_string(&s, torch_version ? torch_version : "");
@@ -475,6 +477,16 @@ struct loop_clock {
 	 */
 	const unsigned long long *live;
 	int nlive, nsent;
+	/*
+	 * Shipped inputs (the candidate's draws differed from the reference's),
+	 * live the same way: timed call k's file is ship_from + (k % nship) +
+	 * ".ten" in the trusted directory, put at ship_to + k + ".ten" (a hard
+	 * link, else a copy) only when the worker asks with {"timing": "input"}
+	 * under the same rule as a seed, and the answer {"input": path} names
+	 * it; ship 0 when the loop draws. nlive counts these calls too.
+	 */
+	int ship, nship;
+	char ship_from[PATHLEN], ship_to[PATHLEN];
 };
 
 /*
@@ -487,6 +499,40 @@ static unsigned long long random_u64(void)
 	if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v)
 		v = (unsigned long long)(ca_proc_now() * 1e9) * 1000003ULL ^ (unsigned long long)getpid();
 	return v;
+}
+
+/*
+ * Put the file from at to (replacing what is there): a hard link, which
+ * costs microseconds whatever the size, else a copy. 0, or -1.
+ */
+static int reveal_file(const char *from, const char *to)
+{
+	unlink(to);
+	if (link(from, to) == 0)
+		return 0;
+	int in = open(from, O_RDONLY | O_CLOEXEC), out = -1, rc = -1;
+	if (in >= 0)
+		out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (out >= 0) {
+		char buf[1 << 16];
+		ssize_t n;
+		rc = 0;
+		while ((n = read(in, buf, sizeof buf)) != 0) {
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0 || write(out, buf, (size_t)n) != n) {
+				rc = -1;
+				break;
+			}
+		}
+		if (close(out) != 0)
+			rc = -1;
+	}
+	if (in >= 0)
+		close(in);
+	if (rc != 0)
+		unlink(to);
+	return rc;
 }
 
 /* What a loop clock holds (its ticks, ready lines and digests). */
@@ -704,17 +750,20 @@ static int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, 
 		if (jv_get_kind(v) == JV_KIND_OBJECT) {
 			jv timing = ca_json_get(v, "timing");
 			int is_timing = jv_get_kind(timing) == JV_KIND_STRING;
-			if (is_timing && ours && !strcmp(jv_string_value(timing), "seed")) {
+			int wants_seed = is_timing && !strcmp(jv_string_value(timing), "seed");
+			int wants_input = is_timing && !strcmp(jv_string_value(timing), "input");
+			if (ours && (wants_seed || wants_input)) {
 				/*
-				 * A timed call's seed, asked for right before its draw:
-				 * given only once the loop started and every call before
-				 * it ticked (with its output's digest).
+				 * A timed call's seed (or shipped inputs), asked for right
+				 * before its draw: given only once the loop started and
+				 * every call before it ticked (with its output's digest).
 				 */
-				if (!(ours->start > 0) || !ours->live || ours->nsent >= ours->nlive ||
-				    ours->nticks != ours->nsent) {
+				if (!(ours->start > 0) || !(wants_seed ? ours->live != NULL : ours->ship) ||
+				    ours->nsent >= ours->nlive || ours->nticks != ours->nsent) {
 					char buf[256];
-					snprintf(buf, sizeof buf, "the worker asked for the seed of timed call %d when it had "
-						"marked %d of its %d timed calls", ours->nsent, ours->nticks, ours->nlive);
+					snprintf(buf, sizeof buf, "the worker asked for the %s of timed call %d when it had "
+						"marked %d of its %d timed calls", wants_seed ? "seed" : "inputs",
+						ours->nsent, ours->nticks, ours->nlive);
 					jv_free(timing);
 					jv_free(v);
 					ca_proc_kill(&w->co.proc, SIGKILL);
@@ -724,7 +773,26 @@ static int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, 
 						jv_string("error"), jv_string(buf));
 					return -1;
 				}
-				jv seed = jv_object_set(jv_object(), jv_string("seed"), jv_number((double)ours->live[ours->nsent++]));
+				jv seed;
+				if (wants_seed) {
+					seed = jv_object_set(jv_object(), jv_string("seed"), jv_number((double)ours->live[ours->nsent++]));
+				} else {
+					char from[PATHLEN], to[PATHLEN];
+					int k = ours->nsent++;
+					snprintf(from, sizeof from, "%s%d.ten", ours->ship_from, k % (ours->nship > 0 ? ours->nship : 1));
+					snprintf(to, sizeof to, "%s%d.ten", ours->ship_to, k);
+					if (reveal_file(from, to) != 0) {
+						jv_free(timing);
+						jv_free(v);
+						ca_proc_kill(&w->co.proc, SIGKILL);
+						ca_coproc_close(&w->co, 0);
+						w->running = 0;
+						*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("system")),
+							jv_string("error"), jv_string("cannot put a timed call's shipped inputs in place"));
+						return -1;
+					}
+					seed = jv_object_set(jv_object(), jv_string("input"), jv_string(to));
+				}
 				if (worker_send(w, seed, fault) != 0) {
 					jv_free(timing);
 					jv_free(v);
@@ -1061,6 +1129,8 @@ struct job {
 	unsigned long long *seeds;
 	int nseeds;
 	int ship;                /* inputs go as files: the candidate's own draws differed */
+	int nship;               /* shipped, the distinct timed calls' files (see profile_sets) */
+	jv ship_digests;         /* and their inputs' digests as the reference wrote them */
 	jv weights_req;
 	double started;
 	jv phases;               /* seconds by phase */
@@ -1841,36 +1911,98 @@ static void draw_seeds(struct job *j)
 		j->seeds[c] = c < cfg->warmup ? j->seed + 1000 + (unsigned)c : fresh_seed();
 }
 
-/*
- * How many input sets a timed loop's request names: one per call
- * (warm-up included) when the worker draws them, --sets shipped files
- * cycled through otherwise.
- */
+/* The calls of a timed loop, warm-up included: each has inputs of its own (see ship_warm). */
 static int loop_sets(const struct job *j)
 {
 	const struct ca_eval_config *cfg = j->slot->cfg;
-	return j->ship ? cfg->sets : cfg->warmup + cfg->iters;
+	return cfg->warmup + cfg->iters;
 }
 
-/* The timing request for a method (shipped input sets already written). */
-static jv time_request(struct job *j, const char *mode, const char *keep_prefix, jv keep)
+/*
+ * Shipped inputs' warm-up files: two at most, cycled by the warm-up calls
+ * (which are not timed; the timed calls' files are the job's nship).
+ */
+static int ship_warm(const struct job *j)
+{
+	int w = j->slot->cfg->warmup;
+	return w < 2 ? w : 2;
+}
+
+/*
+ * The shipped files of a loop: the warm-up calls' (tin-w-K) and the timed
+ * calls' (tin-t-K) in the trusted directory, where profile_sets writes
+ * them; a candidate's loop sees the warm-up files linked into its io
+ * directory at its request and each timed call's at its turn
+ * (tin-call-K, see struct loop_clock); the reference's, as rv-K in the
+ * trusted directory the same way, so both loops pay the same.
+ */
+static void ship_path(const struct job *j, const char *what, int k, char *out, size_t size)
+{
+	snprintf(out, size, "%s/tin-%s-%d.ten", j->slot->trusted, what, k);
+}
+
+/* Remove the files a loop was shown (the sources stay until profile_sets writes new ones). */
+static void ship_unreveal(const struct job *j)
 {
 	const struct ca_eval_config *cfg = j->slot->cfg;
+	char path[PATHLEN];
+	for (int k = 0; k < cfg->iters; k++) {
+		snprintf(path, sizeof path, "%s/tin-call-%d.ten", j->io, k);
+		unlink(path);
+		snprintf(path, sizeof path, "%s/rv-%d.ten", j->slot->trusted, k);
+		unlink(path);
+	}
+	for (int k = 0; k < ship_warm(j); k++) {
+		snprintf(path, sizeof path, "%s/tin-w-%d.ten", j->io, k);
+		unlink(path);
+	}
+}
+
+/*
+ * The timing request for a method (shipped input sets already written),
+ * and, for the candidate's loop (mode "candidate"), the warm-up files
+ * shipped to it now; ours set up to send the timed calls' seeds or files
+ * live. NULL when a warm-up file cannot be put in place.
+ */
+static jv time_request(struct job *j, const char *mode, const char *keep_prefix, jv keep, struct loop_clock *ours,
+		const unsigned long long *live)
+{
+	const struct ca_eval_config *cfg = j->slot->cfg;
+	int candidate = !strcmp(mode, "candidate");
 	jv inputs = jv_array();
 	/*
 	 * Shipped as files, or drawn by the worker before each call under the
 	 * call's seed: the warm-up calls' named here, the timed calls' sent
 	 * live during the loop (see struct loop_clock).
 	 */
-	for (int k = 0; k < (j->ship ? loop_sets(j) : cfg->warmup); k++) {
-		char in[PATHLEN];
-		snprintf(in, sizeof in, "%s/tin-%d.ten", j->io, k);
-		inputs = jv_array_append(inputs, j->ship ? jv_string(in) : jv_number((double)call_seed(j, k)));
+	for (int k = 0; k < (j->ship ? ship_warm(j) : cfg->warmup); k++) {
+		if (!j->ship) {
+			inputs = jv_array_append(inputs, jv_number((double)call_seed(j, k)));
+			continue;
+		}
+		char from[PATHLEN], in[PATHLEN];
+		ship_path(j, "w", k, from, sizeof from);
+		snprintf(in, sizeof in, "%s/tin-w-%d.ten", j->io, k);
+		if (candidate && reveal_file(from, in) != 0) {
+			jv_free(inputs);
+			jv_free(keep);
+			return jv_invalid();
+		}
+		inputs = jv_array_append(inputs, jv_string(candidate ? in : from));
 	}
+	ours->live = j->ship ? NULL : live;
+	ours->ship = j->ship;
+	ours->nship = j->nship;
+	ours->nlive = cfg->iters;
+	ours->nsent = 0;
+	snprintf(ours->ship_from, sizeof ours->ship_from, "%s/tin-t-", j->slot->trusted);
+	if (candidate)
+		snprintf(ours->ship_to, sizeof ours->ship_to, "%s/tin-call-", j->io);
+	else
+		snprintf(ours->ship_to, sizeof ours->ship_to, "%s/rv-", j->slot->trusted);
 	jv req = set_str(jv_object(), "op", "time");
 	req = jv_object_set(req, jv_string(j->ship ? "inputs" : "seeds"), inputs);
-	if (!j->ship)
-		req = set_num(req, "live", cfg->iters);
+	req = set_num(req, "live", cfg->iters);
 	req = set_num(req, "warmup", cfg->warmup);
 	req = set_num(req, "iters", cfg->iters);
 	req = set_str(req, "mode", mode);
@@ -1918,7 +2050,7 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached, int f
 	/* Drawn and shipped inputs are different loops (a draw costs more than a refill): not mixed. */
 	snprintf(method, sizeof method, "%s:%s:%s:%s", mode, !strcmp(mode, "compile") && cfg->compile_mode ? cfg->compile_mode : "default",
 		cfg->device, j->ship ? "shipped" : "drawn");
-	ca_eval_baseline_key(j->task_sha, gpu, torch, method, cfg->warmup, cfg->iters, j->ship ? cfg->sets : 0, key);
+	ca_eval_baseline_key(j->task_sha, gpu, torch, method, cfg->warmup, cfg->iters, j->ship ? j->nship : 0, key);
 	free(gpu);
 	free(torch);
 	*cached = 0;
@@ -1932,28 +2064,26 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached, int f
 	}
 	char prefix[PATHLEN];
 	snprintf(prefix, sizeof prefix, "%s/kept-%s-", s->trusted, mode);
-	jv req = time_request(j, mode, prefix, keep_indices(cfg, j->seed));
 	jv reply;
 	struct loop_clock ours = {0};
 	ours.want = cfg->keep;
 	ours.iters = cfg->iters;
 	/*
-	 * Its timed calls' seeds sent live as the candidate's are, so the
-	 * round trip is in the overhead our clock subtracts; seeds of its own
-	 * (the reference's loop is not checked against digests).
+	 * Its timed calls' seeds (or shipped files) sent live as the
+	 * candidate's are, so the round trip is in the overhead our clock
+	 * subtracts; seeds of its own (the reference's loop is not checked
+	 * against digests), the candidate's files.
 	 */
 	unsigned long long *live = ca_xcalloc((size_t)cfg->iters + 1, sizeof *live);
 	for (int i = 0; i < cfg->iters; i++)
 		live[i] = fresh_seed();
-	if (!j->ship) {
-		ours.live = live;
-		ours.nlive = cfg->iters;
-	}
+	jv req = time_request(j, mode, prefix, keep_indices(cfg, j->seed), &ours, live);
 	jv fault;
 	gpu_lock(s, LOCK_EX);
 	int rc = worker_call(&s->reference, req, cfg->timeout_s * 10 + (strcmp(mode, "compile") ? 0 : 600), &reply, &fault, &ours);
 	gpu_lock(s, LOCK_UN);
 	free(live);
+	ship_unreveal(j);
 	if (rc != 0) {
 		loop_clock_free(&ours);
 		job_fault(j, fault, "reference: ");
@@ -2024,12 +2154,47 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached, int f
 }
 
 /*
+ * The most bytes of shipped input files a loop's timed calls get
+ * ($CA_EVAL_SHIP_BYTES, 4 GiB by default): every timed call's inputs are
+ * a file of their own when they fit, else as many files as fit (--sets at
+ * least) are cycled.
+ */
+static double ship_bytes(void)
+{
+	const char *env = getenv("CA_EVAL_SHIP_BYTES");
+	double v = env && *env ? strtod(env, NULL) : 0;
+	return v > 0 ? v : 4.0 * (1 << 30);
+}
+
+/* The reference draws the inputs under seed and writes them to path (0644), nothing run. */
+static int ship_write(struct job *j, unsigned long long seed, const char *path, jv *digests)
+{
+	unlink(path);  /* a new file: a link a candidate was shown stays with the old one */
+	jv req = set_str(set_num(set_str(jv_object(), "op", "inputs"), "seed", (double)seed), "out", path), reply;
+	if (reference_call(j, req, j->slot->cfg->timeout_s * 4, &reply) != 0)
+		return -1;
+	jv d = ca_json_get(reply, "digest");
+	*digests = jv_array_append(*digests, jv_get_kind(d) == JV_KIND_STRING ? d : (jv_free(d), jv_null()));
+	jv gen = ca_json_get(reply, "gen");
+	if (jv_get_kind(gen) == JV_KIND_STRING)
+		j->result = jv_object_set(j->result, jv_string("inputs_drawn_on"), gen);
+	else
+		jv_free(gen);
+	jv_free(reply);
+	chmod(path, 0644);
+	return 0;
+}
+
+/*
  * The timing loop's inputs as the reference draws them, their digests
  * into *digests (replaced): when the workers draw them, one set per call
  * of the loop, digested without running the model (the reference's
  * outputs for the spot checks are computed after the candidate's loop,
- * for the calls checked); when shipped, --sets sets written as files,
- * with the reference's outputs on them.
+ * for the calls checked); when shipped, written as files in the trusted
+ * directory under the same seeds (see ship_path), for the loops to be
+ * shown one at a time: the warm-up calls' (ship_warm), and one per timed
+ * call as far as ship_bytes allows (j->nship; the calls past it reuse
+ * file call % nship, and so their seeds).
  */
 static int profile_sets(struct job *j, jv *digests)
 {
@@ -2061,29 +2226,72 @@ static int profile_sets(struct job *j, jv *digests)
 		else
 			jv_free(gen);
 		jv_free(reply);
+		gpu_lock(s, LOCK_UN);
+		return 0;
 	}
-	for (int k = 0; j->ship && k < cfg->sets && rc == 0; k++) {
-		char in[PATHLEN], ref[PATHLEN];
-		snprintf(in, sizeof in, "%s/tin-%d.ten", j->io, k);
-		snprintf(ref, sizeof ref, "%s/tref-%d.ten", s->trusted, k);
-		jv reply;
-		if (reference_call(j, inputs_request(j, j->seed + 1000 + (unsigned)k, in, ref), cfg->timeout_s * 4, &reply) != 0) {
-			rc = -1;
-			break;
+	char path[PATHLEN];
+	for (int k = 0; k < ship_warm(j) && rc == 0; k++) {
+		ship_path(j, "w", k, path, sizeof path);
+		rc = ship_write(j, call_seed(j, k), path, digests);
+	}
+	j->nship = cfg->iters;
+	jv_free(j->ship_digests);
+	j->ship_digests = jv_array();
+	for (int k = 0; k < j->nship && rc == 0; k++) {
+		ship_path(j, "t", k, path, sizeof path);
+		rc = ship_write(j, call_seed(j, cfg->warmup + k), path, &j->ship_digests);
+		struct stat st;
+		if (rc == 0 && k == 0 && stat(path, &st) == 0 && st.st_size > 0) {
+			double fit = floor(ship_bytes() / (double)st.st_size);
+			if (fit < cfg->iters)
+				j->nship = fit > cfg->sets ? (int)fit : cfg->sets < cfg->iters ? cfg->sets : cfg->iters;
 		}
-		jv d = ca_json_get(reply, "digest");
-		*digests = jv_array_append(*digests, jv_get_kind(d) == JV_KIND_STRING ? d : (jv_free(d), jv_null()));
-		jv gen = ca_json_get(reply, "gen");
-		if (jv_get_kind(gen) == JV_KIND_STRING)
-			j->result = jv_object_set(j->result, jv_string("inputs_drawn_on"), gen);
-		else
-			jv_free(gen);
-		jv_free(reply);
-		if (j->ship)
-			chmod(in, 0644);
 	}
 	gpu_lock(s, LOCK_UN);
 	return rc;
+}
+
+/*
+ * The reference's output on timed call index's inputs (into ref_out, or
+ * with ref_digest as "out_digest" and "out_numel" in *reply): drawn again
+ * under the call's seed, or, shipped, read from the call's file in the
+ * trusted directory, whose inputs' digest must still be the one written
+ * (a candidate that shares our uid could write through the link it was
+ * shown). 0, or -1 with the record failed.
+ */
+static int reference_on_call(struct job *j, int index, const char *ref_out, jv *reply)
+{
+	struct slot *s = j->slot;
+	const struct ca_eval_config *cfg = s->cfg;
+	jv req = set_str(jv_object(), "op", "inputs");
+	int k = j->nship > 0 ? index % j->nship : 0;
+	char path[PATHLEN];
+	if (j->ship) {
+		ship_path(j, "t", k, path, sizeof path);
+		req = set_str(req, "inputs", path);
+	} else {
+		req = set_num(req, "seed", (double)call_seed(j, cfg->warmup + index));
+	}
+	req = ref_out ? set_str(req, "ref_out", ref_out) : jv_object_set(req, jv_string("ref_digest"), jv_true());
+	gpu_lock(s, LOCK_SH);
+	int rc = reference_call(j, req, cfg->timeout_s * 4, reply);
+	gpu_lock(s, LOCK_UN);
+	if (rc != 0)
+		return -1;
+	if (j->ship) {
+		jv want = jv_array_get(jv_copy(j->ship_digests), k);
+		int same = digest_matches(*reply, "digest", -1, want);
+		jv_free(want);
+		if (!same) {
+			char msg[256];
+			snprintf(msg, sizeof msg, "timed call %d: its shipped inputs were changed during the loop", index);
+			job_fail(j, "spot-check", msg);
+			jv_free(*reply);
+			*reply = jv_invalid();
+			return -1;
+		}
+	}
+	return 0;
 }
 
 /*
@@ -2281,14 +2489,8 @@ static int digest_spot_checks(struct job *j, const struct loop_clock *ours, jv n
 			continue;
 		taken[index] = 1;
 		got++;
-		int call = cfg->warmup + index;
-		jv req = set_num(set_str(jv_object(), "op", "inputs"), "seed", (double)call_seed(j, call));
-		req = jv_object_set(req, jv_string("ref_digest"), jv_true());
 		jv reply;
-		gpu_lock(s, LOCK_SH);
-		int fail = reference_call(j, req, cfg->timeout_s * 4, &reply);
-		gpu_lock(s, LOCK_UN);
-		if (fail) {
+		if (reference_on_call(j, index, NULL, &reply) != 0) {
 			rc = -1;
 			break;
 		}
@@ -2356,14 +2558,19 @@ static void do_profile(struct job *j)
 	/* The calls to check named before the loop: what a worker that cannot keep every output writes. */
 	jv named = keep_indices(cfg, j->seed ^ 0x5eed);
 	for (;;) {
-		jv req = time_request(j, "candidate", prefix, jv_copy(named));
 		loop_clock_reset(&ours);
-		ours.live = j->ship ? NULL : j->seeds + cfg->warmup;
-		ours.nlive = j->ship ? 0 : cfg->iters;
-		ours.nsent = 0;
+		jv req = time_request(j, "candidate", prefix, jv_copy(named), &ours, j->seeds + cfg->warmup);
+		if (!jv_is_valid(req)) {
+			job_fail(j, "system", "cannot put the shipped inputs in the candidate's directory");
+			jv_free(digests);
+			jv_free(named);
+			loop_clock_free(&ours);
+			return;
+		}
 		gpu_lock(s, LOCK_EX);
 		int rc = candidate_call(j, req, cfg->timeout_s * 10, &reply, &ours);
 		gpu_lock(s, LOCK_UN);
+		ship_unreveal(j);
 		if (rc != 0) {
 			if (jv_get_kind(reply) == JV_KIND_OBJECT)
 				jv_free(reply);
@@ -2401,14 +2608,12 @@ static void do_profile(struct job *j)
 			 * candidate), digested by the reference; and the reference's
 			 * overhead too, measured now, beside the new loop.
 			 */
-			if (!j->ship) {
-				draw_seeds(j);
-				if (profile_sets(j, &digests) != 0) {
-					jv_free(named);
-					loop_clock_free(&ours);
-					jv_free(digests);
-					return;
-				}
+			draw_seeds(j);
+			if (profile_sets(j, &digests) != 0) {
+				jv_free(named);
+				loop_clock_free(&ours);
+				jv_free(digests);
+				return;
 			}
 			if (fresh_overhead(j, &overhead) != 0) {
 				jv_free(digests);
@@ -2447,11 +2652,12 @@ static void do_profile(struct job *j)
 	j->result = set_num(j->result, "host_us", host_us);
 	j->result = jv_object_set(j->result, jv_string("iterations"), jv_number(cfg->iters));
 	j->result = jv_object_set(j->result, jv_string("warmup"), jv_number(cfg->warmup));
-	/* Distinct input sets the loop saw: one per call when drawn, the shipped sets cycled otherwise. */
-	int nsets = loop_sets(j) < cfg->warmup + cfg->iters ? loop_sets(j) : cfg->warmup + cfg->iters;
+	/* Distinct input sets the loop saw: one per call when drawn; shipped, the files. */
+	int nsets = j->ship ? ship_warm(j) + j->nship : loop_sets(j);
 	j->result = jv_object_set(j->result, jv_string("input_sets"), jv_number(nsets));
-	const char *inputs_how = j->ship ? "inputs refilled per call from the shipped sets, cycled"
-					 : "inputs drawn afresh under their own seed before every call";
+	const char *inputs_how = !j->ship ? "inputs drawn afresh under their own seed before every call"
+		: j->nship < cfg->iters ? "inputs shipped as files, each timed call's shown to the worker at its turn, cycled"
+		: "inputs shipped as files, a file for every timed call, each shown to the worker at its turn";
 	char how[512];
 	snprintf(how, sizeof how, "%s; %s", events
 		? "CUDA events on the current stream around the call, plus the device-wide synchronize's wait beyond an idle one; L2 flushed"
@@ -2522,12 +2728,9 @@ static void do_profile(struct job *j)
 		 * the loop, drawn under that call's seed or, shipped, set
 		 * (warmup + i) % sets.
 		 */
-		int call = cfg->warmup + (int)index, expected_set = call % loop_sets(j);
+		int call = cfg->warmup + (int)index;
 		char ref[PATHLEN], got[PATHLEN];
-		if (j->ship)
-			snprintf(ref, sizeof ref, "%s/tref-%d.ten", s->trusted, expected_set);
-		else
-			snprintf(ref, sizeof ref, "%s/tref-call-%d.ten", s->trusted, call);
+		snprintf(ref, sizeof ref, "%s/tref-call-%d.ten", s->trusted, call);
 		snprintf(got, sizeof got, "%s/kept-%d.ten", j->io, (int)index);
 		if (after && ours.nticks == cfg->iters) {
 			/*
@@ -2549,20 +2752,14 @@ static void do_profile(struct job *j)
 				goto out;
 			}
 		}
-		if (!j->ship) {
-			/* The reference's output for this call, now that it is known to be checked. */
-			jv ref_reply;
-			gpu_lock(s, LOCK_SH);
-			int rc = reference_call(j, inputs_request(j, call_seed(j, call), NULL, ref), cfg->timeout_s * 4, &ref_reply);
-			gpu_lock(s, LOCK_UN);
-			if (rc != 0)
-				goto out;
-			jv_free(ref_reply);
-		}
+		/* The reference's output for this call, now that it is known to be checked. */
+		jv ref_reply;
+		if (reference_on_call(j, (int)index, ref, &ref_reply) != 0)
+			goto out;
+		jv_free(ref_reply);
 		struct ca_compare_result cr;
 		int c = ca_compare_files(ref, got, &cfg->tol, &cr);
-		if (!j->ship)
-			unlink(ref);
+		unlink(ref);
 		if (c != 1) {
 			char msg[800];
 			snprintf(msg, sizeof msg, "timed call %d: %s", (int)index, cr.message);
@@ -2570,7 +2767,7 @@ static void do_profile(struct job *j)
 			goto out;
 		}
 	}
-	if (!after && !j->ship && ours.nticks == cfg->iters &&
+	if (!after && ours.nticks == cfg->iters &&
 	    digest_spot_checks(j, &ours, named) != 0)
 		goto out;
 	if (nbad && !cfg->allow_torch) {
@@ -2673,6 +2870,7 @@ static jv evaluate_record(struct slot *s, jv record, int *status)
 	j.started = ca_proc_now();
 	j.mark = j.started;
 	j.phases = jv_object();
+	j.ship_digests = jv_array();
 	if (cfg->mode == CA_EVAL_PROFILE && !cfg->also_verify) {
 		jv verify = ca_json_get(record, "verify");
 		int vok = jv_get_kind(verify) == JV_KIND_OBJECT ? ca_json_bool(verify, "ok") : -2;
@@ -2709,6 +2907,7 @@ static jv evaluate_record(struct slot *s, jv record, int *status)
 	if (j.cand.dir[0] || j.cand.running)
 		candidate_release(s, &j.cand);
 	free(j.seeds);
+	jv_free(j.ship_digests);
 	phase(&j, "release");
 	double seconds = ca_proc_now() - j.started;
 	if (cfg->verbose)

@@ -17,7 +17,7 @@ if ! has_torch || ! command -v cc >/dev/null 2>&1; then
 fi
 C=$TRASH_BASE/candidates
 mkdir -p "$C"
-for c in honest/relu cheat/timer_patch cheat/tick_drop cheat/lazy_unchecked cheat/lazy_before cheat/precompute cheat/late_write cheat/recognise; do
+for c in honest/relu cheat/timer_patch cheat/tick_drop cheat/lazy_unchecked cheat/lazy_before cheat/precompute cheat/late_write cheat/recognise cheat/ship_peek; do
 	d=$C/$(basename "$c")
 	cp -R "$ADV/$c" "$d" && rm -rf "$d/kernels" && mkdir -p "$d/build" &&
 		cc -O2 -shared -fPIC -o "$d/build/libkernels.so" "$ADV/cpu/relu_cpu.c"
@@ -54,6 +54,17 @@ expect_success 'a candidate that recognises inputs it has seen gains nothing' '
 	pick recognise | jq -e ".profile | .ok and .input_sets == 12" &&
 	h=$(pick honest | jq .profile.candidate_us) && r=$(pick recognise | jq .profile.candidate_us) &&
 	echo "honest $h us, recognise $r us" &&
+	awk -v h="$h" -v r="$r" "BEGIN { exit !(r >= 0.5 * h) }"
+'
+# ship_peek makes its draws differ, so its inputs are shipped as files,
+# and keeps the output of every input file it finds in its .ca-io: with the
+# files written before the loop it would have them all from its first call.
+expect_success 'shipped inputs: each timed call'"'"'s file appears at its turn, so peeking gains nothing' '
+	record peek relu_mid "$C/ship_peek" | ca-profile $OPTS >peek.ndjson
+	jq -c ".profile | {ok, stage, inputs_shipped, input_sets, candidate_us, method, error}" peek.ndjson | cut -c1-400 | sed "s/^/# /"
+	jq -e ".profile | .ok and .inputs_shipped and .input_sets == 12 and (.method | test(\"a file for every timed call\"))" peek.ndjson &&
+	h=$(pick honest | jq .profile.candidate_us) && r=$(jq .profile.candidate_us peek.ndjson) &&
+	echo "honest $h us, ship_peek $r us" &&
 	awk -v h="$h" -v r="$r" "BEGIN { exit !(r >= 0.5 * h) }"
 '
 expect_success 'a patched clock is caught against our own (timed twice to be sure)' '

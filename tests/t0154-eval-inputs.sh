@@ -41,7 +41,7 @@ expect_success 'ca-profile --verify adds verify and profile from one run; -v pri
 	jq -e -s "length == 2 and all(.verify.ok and .profile.ok and .verify.checks == 5)" out &&
 	jq -e -s ".[0].profile.phases | has(\"checks\") and has(\"candidate\") and has(\"load\")" out &&
 	jq -e -s ".[1].profile.inputs_shipped == true" out &&
-	jq -e -s "map(.profile.input_sets) == [6, 3]" out &&
+	jq -e -s "map(.profile.input_sets) == [6, 6]" out &&
 	grep -q "seeded: .* s: .*checks" err && grep -q "urandom: " err
 '
 expect_success 'ca-profile --verify does not time a candidate that fails verification' '

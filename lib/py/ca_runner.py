@@ -20,7 +20,8 @@ and every request gets exactly one reply, {"ok": true, ...} or
     {"ok": false, "stage": "load"|"weights"|"run"|"policy"|"time"|"protocol",
      "error": "one line", "detail": "traceback tail"}
 except "time", which also writes {"timing": "start"} when its timed loop
-begins, {"timing": "seed"} when it needs a timed call's seed (see "live"),
+begins, {"timing": "seed"} or {"timing": "input"} when it needs a timed
+call's seed or shipped inputs (see "live"),
 {"timing": "ready"} when a timed call's inputs are in place,
 {"timing": "tick"} after each timed call and {"timing": "end"} when the
 loop ends (before the kept outputs are written), so the parent can clock
@@ -32,9 +33,10 @@ Requests (paths are files; tensor files are described in lib/tensor.h):
       seed the generators with S, build Model(*get_init_inputs()) on the
       device in eval mode; write its state_dict and the init inputs.
       Reply adds "parameters" (count) and "sha256" of the source.
-  {"op": "inputs", "seed": S, "out": P?, "ref_out": P?, "ref_digest": bool?}
+  {"op": "inputs", "seed": S | "inputs": P, "out": P?, "ref_out": P?, "ref_digest": bool?}
       reference: draw the inputs under seed S (see Worker.make_inputs: on
-      the GPU with it as the default device, else on the host), write
+      the GPU with it as the default device, else on the host), or read
+      them from the tensor file P, write
       them to out when given, run the reference on them and write its
       outputs to ref_out when given. Reply adds "gen" ("device"|"host")
       and "digest" (a fingerprint of the inputs; see digest()). With
@@ -75,9 +77,14 @@ Requests (paths are files; tensor files are described in lib/tensor.h):
       no timed call's inputs can be drawn (nor its output computed)
       before the calls before it are done; a bad line fails with stage
       "protocol".
-      With inputs (files), the sets are loaded to the device once and
-      before every call the working input tensors are refilled from set
-      (call % sets). Then the L2 cache is flushed by writing a buffer
+      With inputs (files) and no live, the sets are loaded to the device
+      once and before every call the working input tensors are refilled
+      from set (call % sets). With inputs and live, the files are the
+      warm-up calls' (cycled), and right before each timed call the
+      worker writes {"timing": "input"} and reads one line {"input": P}:
+      the parent answers, and only then puts the call's file at P, after
+      the ticks of every timed call before (as with seeds); the call runs
+      on the tensors read from P. Then the L2 cache is flushed by writing a buffer
       twice its size and the device is synchronized. On a GPU a call's time is the device time
       between CUDA events recorded on the current stream just before the
       call and just after it returns, plus its tail: how much longer than
@@ -632,7 +639,10 @@ class Worker:
                 "sha256": hashlib.sha256(source).hexdigest()}
 
     def op_inputs(self, req):
-        inputs = self.make_inputs(int(req["seed"]))
+        if req.get("inputs"):
+            inputs = self.to_device(read_tensors(req["inputs"]))
+        else:
+            inputs = self.make_inputs(int(req["seed"]))
         reply = {"gen": self.gen, "digest": digest(inputs)}
         if req.get("out"):
             write_tensors(req["out"], inputs)
@@ -768,14 +778,20 @@ class Worker:
                 self.compiled = t.compile(self.model, mode=None if cm in (None, "default") else cm)
             model = self.compiled
         warmup, iters = int(req.get("warmup", 3)), int(req.get("iters", 20))
+        live = int(req.get("live") or 0)
+        if live and live != iters:
+            raise _Stage("protocol", "live seeds or inputs for %d calls, %d timed" % (live, iters))
         if req.get("inputs"):
             # Shipped sets: loaded once, the working tensors refilled from
-            # set (call % sets) before every call.
+            # set (call % sets) before every call. With live, these are the
+            # warm-up calls' only, and each timed call's file is named by
+            # the parent right before the call (see _live_input), its
+            # tensors loaded then and used as they are.
             sets = self.load_inputs(req, "inputs", False)
             digests = [digest(x) for x in sets]
             work = [x.clone() if isinstance(x, t.Tensor) else x for x in sets[0]]
             seeds = None
-            distinct = min(len(sets), warmup + iters)
+            distinct = None if live else min(len(sets), warmup + iters)
         else:
             # Drawn here: every call's inputs under its own seed, right
             # before it (one set in memory), so no call sees another's data.
@@ -785,15 +801,12 @@ class Worker:
             seeds = [int(x) for x in req.get("seeds", [])]
             digests, work = [], None
             distinct = None
-        live = 0 if seeds is None else int(req.get("live") or 0)
-        if live and live != iters:
-            raise _Stage("protocol", "live seeds for %d calls, %d timed" % (live, iters))
         if seeds is not None and not seeds and (warmup or not live):
             raise _Stage("protocol", "no seeds to draw the calls' inputs under")
         used = []
         # The index of call c's inputs among the sets or seeds (with live
         # seeds, the call's own index).
-        nsets = len(sets) if seeds is None else (warmup + iters if live else len(seeds))
+        nsets = warmup + iters if live else (len(sets) if seeds is None else len(seeds))
         keep = set(int(i) for i in req.get("keep", []))
         # keep_after: a copy of every timed call's output is kept (when they
         # fit in RETAIN_BYTES), and the parent names the calls it checks
@@ -844,8 +857,13 @@ class Worker:
                     self.tracer.start(timing=True)
                 _send({"timing": "start"})
                 loop_start = _perf()
-            if seeds is None:
-                for w, s in zip(work, sets[i % nsets]):
+            if seeds is None and live and timed:
+                work = None
+                path = _live_input()
+                used.append(path)
+                work = self.to_device(read_tensors(path))
+            elif seeds is None:
+                for w, s in zip(work, sets[i % len(sets)]):
                     if isinstance(w, t.Tensor):
                         w.copy_(s)
             else:
@@ -941,7 +959,7 @@ class Worker:
             written.append({"index": index, "set": set_index, "path": path})
         kept = written
         if distinct is None:
-            distinct = len(set(used))
+            distinct = len(set(used)) + (min(len(sets), warmup) if seeds is None else 0)
         median = _median(times)
         mean = sum(times) / len(times)
         cv = (sum((x - mean) ** 2 for x in times) / len(times)) ** 0.5 / mean if mean > 0 else 0.0
@@ -1136,6 +1154,23 @@ def _live_seed():
         return int(seed)
     except (ValueError, KeyError, TypeError):
         raise _Stage("protocol", "no seed for the next timed call: %r" % line[:80])
+
+
+def _live_input():
+    """A timed call's shipped inputs, asked for with {"timing": "input"}:
+    the parent answers with one line {"input": P} only once every timed
+    call before this one has ticked, and only then puts the file at P, so
+    no timed call's inputs can be read before the calls before it are
+    done."""
+    _send({"timing": "input"})
+    line = sys.stdin.readline()
+    try:
+        path = json.loads(line)["input"]
+        if not isinstance(path, str) or not path:
+            raise ValueError(path)
+        return path
+    except (ValueError, KeyError, TypeError):
+        raise _Stage("protocol", "no inputs for the next timed call: %r" % line[:80])
 
 
 def _send(obj):

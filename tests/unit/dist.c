@@ -119,7 +119,8 @@ int main(void)
 	if (p == 0) {
 		set_rank(0, 2, dir);
 		setenv("CA_DIST_TIMEOUT", "0.2", 1);
-		freopen("/dev/null", "w", stderr);
+		if (!freopen("/dev/null", "w", stderr))
+			_exit(3);
 		struct ca_dist e;
 		ca_dist_init(&e);
 		double y = 1;
