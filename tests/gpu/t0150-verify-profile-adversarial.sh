@@ -119,6 +119,14 @@ expect_success 'a candidate that recognises inputs it has seen gains nothing' '
 		map(select(.id == \"cheat/recognise\"))[0].profile |
 		.ok and .input_sets == .warmup + .iterations and .candidate_us >= 0.5 * \$h" "$LOG/profiled.ndjson"
 '
+# cheat/ship_peek forces shipped inputs and keeps the output of every input
+# file it finds: each timed call's file appears only at its turn.
+expect_success 'a candidate that peeks at shipped input files gains nothing' '
+	jq -c "select(.id == \"cheat/ship_peek\") | .profile | {ok, stage, inputs_shipped, input_sets, candidate_us, error}" "$LOG/profiled.ndjson" | cut -c1-300 | sed "s/^/# /"
+	jq -e -s "(map(select(.id == \"honest/relu\"))[0].profile.candidate_us) as \$h |
+		map(select(.id == \"cheat/ship_peek\"))[0].profile |
+		.ok and .inputs_shipped and .input_sets == 2 + .iterations and .candidate_us >= 0.5 * \$h" "$LOG/profiled.ndjson"
+'
 
 expect_success 'honest candidates report speedups and the kernels that ran' '
 	jq -e -s "map(select(.id | startswith(\"honest/\")) | .profile) | all(.ok and .candidate_us > 0 and .eager_us > 0 and (.kernels | length) > 0)" "$LOG/profiled.ndjson" &&
