@@ -439,44 +439,102 @@ def make_guard(workspace):
 
 
 def _refuse_compile():
+    """torch.compile and torch._dynamo.optimize refused in a candidate. The
+    latter is patched when torch._dynamo is first imported (an import hook:
+    importing it here would cost seconds of every candidate's start-up)."""
     import torch
 
     def refused(*args, **kwargs):
         raise _Violation("torch fallback refused: torch.compile is not allowed in a candidate")
     torch.compile = refused
-    try:
-        import torch._dynamo
-        torch._dynamo.optimize = refused
-    except Exception:
-        pass
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:
+        dynamo.optimize = refused
+        return
+
+    class _PatchDynamo:
+        def find_spec(self, name, path=None, target=None):
+            if name != "torch._dynamo":
+                return None
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(name, path, target)
+                if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    real = spec.loader.exec_module
+
+                    def exec_module(module, real=real):
+                        real(module)
+                        module.optimize = refused
+                    spec.loader.exec_module = exec_module
+                    return spec
+            return None
+
+    sys.meta_path.insert(0, _PatchDynamo())
 
 
 # ---------------------------------------------------------------- kernel tracing
+
+class _CuptiEarly:
+    """Loading the CUPTI shim ($CA_CUPTI_LIB) and registering its callbacks
+    takes seconds; a candidate starts it in a thread of its own before it
+    imports torch (ctypes calls release the interpreter), and its Tracer
+    waits for it before CUDA is touched or any candidate code is imported."""
+
+    def __init__(self):
+        self.lib = self.error = None
+        self.thread = None
+
+    def run(self):
+        path = os.environ.get("CA_CUPTI_LIB")
+        if not path or not os.path.isfile(path):
+            return
+        try:
+            import ctypes
+            lib = ctypes.CDLL(path)
+            lib.ca_cupti_name.restype = ctypes.c_char_p
+            lib.ca_cupti_calls.restype = ctypes.c_ulonglong
+            lib.ca_cupti_total_ns.restype = ctypes.c_ulonglong
+            if lib.ca_cupti_init() == 0:
+                self.lib = lib
+            else:
+                self.error = "ca_cupti_init failed"
+        except Exception as e:
+            self.error = e
+
+    def start(self):
+        import threading
+        self.thread = threading.Thread(target=self.run, name="ca-cupti", daemon=True)
+        self.thread.start()
+        return self
+
+    def join(self):
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+
 
 class Tracer:
     """GPU kernel activity: the CUPTI shim when $CA_CUPTI_LIB loads, else
     torch.profiler (run requests only), else nothing."""
 
-    def __init__(self, device):
+    def __init__(self, device, early=None):
         self.kind = None
         self.lib = None
+        self._prof = None
         if device != "cuda":
             return
-        path = os.environ.get("CA_CUPTI_LIB")
-        if path and os.path.isfile(path):
-            try:
-                import ctypes
-                lib = ctypes.CDLL(path)
-                lib.ca_cupti_name.restype = ctypes.c_char_p
-                lib.ca_cupti_calls.restype = ctypes.c_ulonglong
-                lib.ca_cupti_total_ns.restype = ctypes.c_ulonglong
-                if lib.ca_cupti_init() == 0:
-                    self.lib, self.kind = lib, "cupti"
-            except Exception as e:
-                print("ca_runner: CUPTI shim unusable: %s" % e, file=sys.stderr)
+        if early is None:
+            early = _CuptiEarly()
+            early.run()
+        else:
+            early.join()
+        if early.lib is not None:
+            self.lib, self.kind = early.lib, "cupti"
+        elif early.error is not None:
+            print("ca_runner: CUPTI shim unusable: %s" % early.error, file=sys.stderr)
         if self.kind is None:
             self.kind = "profiler"
-        self._prof = None
 
     def start(self, timing=False):
         if self.kind == "cupti":
@@ -515,8 +573,10 @@ class Tracer:
 # ---------------------------------------------------------------- the worker
 
 class Worker:
-    def __init__(self, role, device):
+    def __init__(self, role, device, early=None):
         import torch
+        if early is not None:
+            early.join()  # the tracer's callbacks in place before CUDA starts
         self.torch = torch
         self.role = role
         self.device = device
@@ -532,7 +592,7 @@ class Worker:
         self.allow_torch = True
         # The candidate's tracer is set up before its code is imported; the
         # reference's when it first times (cached baselines never do).
-        self._tracer = Tracer(device) if role == "candidate" else None
+        self._tracer = Tracer(device, early) if role == "candidate" else None
         self.flush_buffer = None
         if device == "cuda":
             global _ev_record, _ev_sync, _ev_elapsed
@@ -1189,6 +1249,31 @@ def _detail(e):
     return "".join(lines)[-3000:]
 
 
+def _bytecode(role):
+    """Where this process's bytecode goes. A torch installed without
+    bytecode of its own (images built with pip --no-compile: the H200's
+    has none for its 2,141 modules) is compiled from source by every
+    worker, seconds each; then $CA_PYCACHE (set by the C side, read-only
+    for a candidate) becomes sys.pycache_prefix: the trusted reference
+    writes there, a candidate only reads. Elsewhere nothing changes (no
+    bytecode written, as -B asks)."""
+    prefix = os.environ.get("CA_PYCACHE")
+    if not prefix or not os.path.isdir(prefix):
+        return
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("torch")
+        if spec is None or not spec.origin:
+            return
+        cached = importlib.util.cache_from_source(spec.origin)
+    except Exception:
+        return
+    if os.path.exists(cached):
+        return
+    sys.pycache_prefix = prefix
+    sys.dont_write_bytecode = role != "reference"
+
+
 def main():
     global _proto
     ap = argparse.ArgumentParser()
@@ -1199,8 +1284,11 @@ def main():
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    _bytecode(args.role)
     try:
-        worker = Worker(args.role, args.device)
+        # A candidate's tracer loads while torch is imported (see _CuptiEarly).
+        early = _CuptiEarly().start() if args.role == "candidate" and args.device == "cuda" else None
+        worker = Worker(args.role, args.device, early)
     except Exception as e:
         _send({"ready": False, "error": _one_line(e), "detail": _detail(e)})
         return 4

@@ -125,7 +125,7 @@ expect_success 'a candidate that peeks at shipped input files gains nothing' '
 	jq -c "select(.id == \"cheat/ship_peek\") | .profile | {ok, stage, inputs_shipped, input_sets, candidate_us, error}" "$LOG/profiled.ndjson" | cut -c1-300 | sed "s/^/# /"
 	jq -e -s "(map(select(.id == \"honest/relu\"))[0].profile.candidate_us) as \$h |
 		map(select(.id == \"cheat/ship_peek\"))[0].profile |
-		.ok and .inputs_shipped and .input_sets == 2 + .iterations and .candidate_us >= 0.5 * \$h" "$LOG/profiled.ndjson"
+		.ok and .inputs_shipped and .input_sets > 2 + 3 and .candidate_us >= 0.5 * \$h" "$LOG/profiled.ndjson"
 '
 
 expect_success 'honest candidates report speedups and the kernels that ran' '
