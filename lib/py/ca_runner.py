@@ -637,7 +637,12 @@ class Worker:
             raise ImportError("cannot import %s" % path)
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
-        spec.loader.exec_module(mod)
+        # A task's or candidate's own module: no bytecode of it kept (see _bytecode).
+        keep, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+        try:
+            spec.loader.exec_module(mod)
+        finally:
+            sys.dont_write_bytecode = keep
         return mod
 
     def make_inputs(self, seed):
