@@ -67,6 +67,20 @@ with g:
     z = torch.empty(3)
 print("%s\ta caught refusal is still recorded\t%s" % ("ok" if g.violations == ["aten::relu"] else "bad", g.violations))
 
+# torch.compile and torch._dynamo.optimize refused, the latter patched when
+# torch._dynamo is first imported (here, as in a candidate, after the refusal).
+was = "torch._dynamo" in sys.modules
+r._refuse_compile()
+import torch._dynamo
+refused = []
+for name, f in (("torch.compile", lambda: torch.compile(torch.relu)), ("torch._dynamo.optimize", lambda: torch._dynamo.optimize("eager"))):
+    try:
+        f()
+    except r._Violation:
+        refused.append(name)
+print("%s\ttorch.compile and torch._dynamo.optimize are refused (torch._dynamo imported before: %s)\t%s"
+      % ("ok" if len(refused) == 2 else "bad", was, refused))
+
 names = ["void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::launch_clamp_scalar>",
          "triton_poi_fused_relu_0", "void at::native::elementwise_kernel<128, 2, at::native::FillFunctor<float>>",
          "sm90_xmma_gemm_f32f32_f32f32_f32_nn_n_cublas", "relu_vec4(float4 const*, float4*, long long)"]
@@ -74,6 +88,23 @@ bad = r.forbidden_kernels([{"name": n} for n in names])
 print("%s\tkernel names: ATen and torch.compile compute refused; fills, cuBLAS, own kernels allowed\t%s"
       % ("ok" if bad == names[:2] else "bad", bad))
 PYEOF
+# In a fresh process torch._dynamo is not imported yet: the import hook patches it.
+expect_success 'torch._dynamo.optimize is refused when torch._dynamo is imported after the refusal' '
+	"$PY" - "$ROOT/lib/py" <<-EOF
+	import sys
+	sys.path.insert(0, sys.argv[1])
+	import torch
+	import ca_runner as r
+	r._refuse_compile()
+	assert "torch._dynamo" not in sys.modules, "imported already"
+	import torch._dynamo
+	try:
+	    torch._dynamo.optimize("eager")
+	except r._Violation:
+	    sys.exit(0)
+	sys.exit("not refused")
+	EOF
+'
 expect_success 'the guard script ran' 'test -s "$TRASH_BASE/results" || { cat "$TRASH_BASE/errors"; exit 1; }'
 while IFS='	' read -r verdict what detail; do
 	expect_success "$what" "test '$verdict' = ok || { echo 'violations: $detail'; exit 1; }"

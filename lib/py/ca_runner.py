@@ -1279,6 +1279,33 @@ def _bytecode(role):
     sys.dont_write_bytecode = role != "reference"
 
 
+def _warm_imports(role):
+    """torch._dynamo is imported by the first TorchDispatchMode a process
+    enters (the candidate's fallback guard, at its first check): seconds
+    from source, most of a second from bytecode. A candidate imports it in
+    a thread once it is up, while it waits for its build and the
+    reference; the reference does too, once, when it writes the bytecode
+    cache and that module's is missing there, so candidates find it."""
+    if role != "candidate":
+        if not getattr(sys, "pycache_prefix", None) or sys.dont_write_bytecode:
+            return
+        try:
+            import importlib.util
+            spec = importlib.util.find_spec("torch._dynamo")
+            if spec is None or not spec.origin or os.path.exists(importlib.util.cache_from_source(spec.origin)):
+                return
+        except Exception:
+            return
+
+    def run():
+        try:
+            import torch._dynamo  # noqa: F401
+        except Exception:
+            pass
+    import threading
+    threading.Thread(target=run, name="ca-warm", daemon=True).start()
+
+
 def main():
     global _proto
     ap = argparse.ArgumentParser()
@@ -1298,6 +1325,8 @@ def main():
         _send({"ready": False, "error": _one_line(e), "detail": _detail(e)})
         return 4
     _send(worker.hello())
+    if args.device == "cuda":
+        _warm_imports(args.role)
     ops = {"task": worker.op_task, "inputs": worker.op_inputs, "candidate": worker.op_candidate,
            "run": worker.op_run, "time": worker.op_time, "digests": worker.op_digests}
     for line in sys.stdin:
