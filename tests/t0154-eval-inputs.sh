@@ -36,9 +36,11 @@ expect_success 'seeded inputs are drawn by each process; urandom ones are shippe
 	jq -e -s ".[0].verify | .inputs_drawn_on == \"host\" and .inputs_shipped == null" out &&
 	jq -e -s ".[1].verify.inputs_shipped == true" out
 '
+# Calls of 40 us beside a loop of milliseconds: on a busy CPU our clock may
+# doubt one (stage "timing", tested in t0152); what is tested here holds either way.
 expect_success 'ca-profile --verify adds verify and profile from one run; -v prints the phases' '
-	ca-profile --verify -v $OPTS --no-compile --iters 5 --warmup 1 "$TRASH_BASE/in.ndjson" >out 2>err &&
-	jq -e -s "length == 2 and all(.verify.ok and .profile.ok and .verify.checks == 5)" out &&
+	ca-profile --verify -v $OPTS --no-compile --iters 5 --warmup 1 "$TRASH_BASE/in.ndjson" >out 2>err; test $? -le 1 &&
+	jq -e -s "length == 2 and all(.verify.ok and (.profile.ok or .profile.stage == \"timing\") and .verify.checks == 5)" out &&
 	jq -e -s ".[0].profile.phases | has(\"checks\") and has(\"candidate\") and has(\"load\")" out &&
 	jq -e -s ".[1].profile.inputs_shipped == true" out &&
 	jq -e -s "map(.profile.input_sets) == [6, 6]" out &&
@@ -62,9 +64,9 @@ trap 'kill $server 2>/dev/null; rm -rf "$TRASH_BASE"' EXIT
 i=0
 while [ ! -S "$SOCKDIR/s" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
 expect_success 'through a server: the same records come back, scored by its warm slots' '
-	CA_EVAL_SERVER=$SOCKDIR/s ca-profile --verify -v $OPTS --no-compile --iters 5 --warmup 1 "$TRASH_BASE/in.ndjson" >out 2>err &&
+	CA_EVAL_SERVER=$SOCKDIR/s ca-profile --verify -v $OPTS --no-compile --iters 5 --warmup 1 "$TRASH_BASE/in.ndjson" >out 2>err; test $? -le 1 &&
 	grep -q "scoring through the evaluation server" err &&
-	jq -e -s "map(.id) == [\"seeded\", \"urandom\"] and all(.verify.ok and .profile.ok)" out &&
+	jq -e -s "map(.id) == [\"seeded\", \"urandom\"] and all(.verify.ok and (.profile.ok or .profile.stage == \"timing\"))" out &&
 	CA_EVAL_SERVER=$SOCKDIR/s ca-verify $OPTS --checks 2 -H "$TRASH_BASE/in.ndjson" >human &&
 	test "$(grep -c "PASS 2/2 checks" human)" -eq 2
 '
