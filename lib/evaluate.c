@@ -333,7 +333,8 @@ static void gpu_lock(struct slot *s, int op)
  * while a loop is timed, and a timed loop first waits until the workers
  * starting have said they are up (their first line is there, or they are
  * gone), each wait at most quiet_wait_s ($CA_EVAL_QUIET_S, 6 s by default;
- * 0 turns it off). Workers are known by their stdout pipe and pid,
+ * 0 turns it off); by GPU, so that the slots of several GPUs do not wait
+ * for each other. Workers are known by their stdout pipe and pid,
  * registered when started and dropped when their hello is read or they
  * are stopped, under quiet_mu.
  */
@@ -343,8 +344,10 @@ static pthread_cond_t quiet_cv = PTHREAD_COND_INITIALIZER;
 static struct {
 	int fd;
 	pid_t pid;
+	int gpu;
 } starting[MAX_STARTING];
-static int nstarting, ntiming;
+static int nstarting;
+static int ntiming[1025];  /* by GPU + 1 (0: the CPU) */
 
 static double quiet_wait_s(void)
 {
@@ -363,22 +366,28 @@ static void quiet_nap(int ms)
 	pthread_cond_timedwait(&quiet_cv, &quiet_mu, &ts);
 }
 
-/* Before a worker is started: not while a loop is timed. */
-static void quiet_before_start(void)
+static int quiet_index(int gpu)
+{
+	return gpu < 0 ? 0 : gpu < 1024 ? gpu + 1 : 1024;
+}
+
+/* Before a worker is started on gpu (-1: the CPU): not while a loop is timed there. */
+static void quiet_before_start(int gpu)
 {
 	double until = ca_proc_now() + quiet_wait_s();
 	pthread_mutex_lock(&quiet_mu);
-	while (ntiming > 0 && ca_proc_now() < until)
+	while (ntiming[quiet_index(gpu)] > 0 && ca_proc_now() < until)
 		quiet_nap(10);
 	pthread_mutex_unlock(&quiet_mu);
 }
 
-static void quiet_started(int fd, pid_t pid)
+static void quiet_started(int fd, pid_t pid, int gpu)
 {
 	pthread_mutex_lock(&quiet_mu);
 	if (fd >= 0 && nstarting < MAX_STARTING) {
 		starting[nstarting].fd = fd;
 		starting[nstarting].pid = pid;
+		starting[nstarting].gpu = quiet_index(gpu);
 		nstarting++;
 	}
 	pthread_mutex_unlock(&quiet_mu);
@@ -402,30 +411,34 @@ static void quiet_done(int fd, pid_t pid)
  * waits for the starts in flight, a worker whose first line is there (or
  * whose pipe closed) counting as up.
  */
-static void quiet_loop_begin(void)
+static void quiet_loop_begin(int gpu)
 {
 	double until = ca_proc_now() + quiet_wait_s();
+	int at = quiet_index(gpu);
 	pthread_mutex_lock(&quiet_mu);
-	ntiming++;
+	ntiming[at]++;
 	for (;;) {
+		int left = 0;
 		for (int i = 0; i < nstarting;) {
 			struct pollfd p = {starting[i].fd, POLLIN, 0};
-			if (poll(&p, 1, 0) != 0)
+			if (poll(&p, 1, 0) != 0) {
 				starting[i] = starting[--nstarting];
-			else
-				i++;
+				continue;
+			}
+			left += starting[i].gpu == at;
+			i++;
 		}
-		if (nstarting == 0 || ca_proc_now() >= until)
+		if (left == 0 || ca_proc_now() >= until)
 			break;
 		quiet_nap(5);
 	}
 	pthread_mutex_unlock(&quiet_mu);
 }
 
-static void quiet_loop_end(void)
+static void quiet_loop_end(int gpu)
 {
 	pthread_mutex_lock(&quiet_mu);
-	ntiming--;
+	ntiming[quiet_index(gpu)]--;
 	pthread_cond_broadcast(&quiet_cv);
 	pthread_mutex_unlock(&quiet_mu);
 }
@@ -987,7 +1000,7 @@ static int worker_start(struct slot *s, struct worker *w, int candidate, jv *fau
 	char runner[PATHLEN], buf[PATHLEN + 64];
 	size_t n = 0;
 	snprintf(runner, sizeof runner, "%s/ca_runner.py", ca_paths_pydir());
-	quiet_before_start();
+	quiet_before_start(s->gpu);
 	w->env = make_env(s, candidate);
 	w->argv = NULL;
 	w->hello = jv_invalid();
@@ -1067,7 +1080,7 @@ static int worker_start(struct slot *s, struct worker *w, int candidate, jv *fau
 		return -1;
 	}
 	w->running = 1;
-	quiet_started(w->co.proc.out, w->co.proc.pid);
+	quiet_started(w->co.proc.out, w->co.proc.pid, s->gpu);
 	return 0;
 }
 
@@ -2232,11 +2245,11 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached, int f
 		live[i] = fresh_seed();
 	jv req = time_request(j, mode, prefix, keep_indices(cfg, j->seed), &ours, live);
 	jv fault;
-	quiet_loop_begin();
+	quiet_loop_begin(s->gpu);
 	gpu_lock(s, LOCK_EX);
 	int rc = worker_call(&s->reference, req, cfg->timeout_s * 10 + (strcmp(mode, "compile") ? 0 : 600), &reply, &fault, &ours);
 	gpu_lock(s, LOCK_UN);
-	quiet_loop_end();
+	quiet_loop_end(s->gpu);
 	free(live);
 	ship_unreveal(j);
 	if (rc != 0) {
@@ -2743,11 +2756,11 @@ static void do_profile(struct job *j)
 			loop_clock_free(&ours);
 			return;
 		}
-		quiet_loop_begin();
+		quiet_loop_begin(s->gpu);
 		gpu_lock(s, LOCK_EX);
 		int rc = candidate_call(j, req, cfg->timeout_s * 10, &reply, &ours);
 		gpu_lock(s, LOCK_UN);
-		quiet_loop_end();
+		quiet_loop_end(s->gpu);
 		ship_unreveal(j);
 		if (rc != 0) {
 			if (jv_get_kind(reply) == JV_KIND_OBJECT)
