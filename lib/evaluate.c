@@ -859,6 +859,17 @@ static int loop_clock_phases(const struct loop_clock *c, double *inputs, double 
 	return n;
 }
 
+/* Stop a worker at a fault in its protocol: *fault gets {"stage","error"}; returns -1. */
+static int worker_abort(struct worker *w, const char *stage, const char *error, jv *fault)
+{
+	ca_proc_kill(&w->co.proc, SIGKILL);
+	ca_coproc_close(&w->co, 0);
+	w->running = 0;
+	*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string(stage)),
+		jv_string("error"), jv_string(error));
+	return -1;
+}
+
 /*
  * Wait for the reply object to a request sent, until the absolute time
  * deadline. On a fault the worker is stopped and *fault gets
@@ -878,22 +889,12 @@ static int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, 
 		char *line = ca_coproc_read_line(&w->co, left > 0 ? left : 0, NULL);
 		if (!line) {
 			if (errno == ETIMEDOUT) {
-				ca_proc_kill(&w->co.proc, SIGKILL);
-				ca_coproc_close(&w->co, 0);
-				w->running = 0;
 				char buf[128];
 				snprintf(buf, sizeof buf, "no answer within %g s", w->limit_s);
-				*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("timeout")),
-					jv_string("error"), jv_string(buf));
-				return -1;
+				return worker_abort(w, "timeout", buf, fault);
 			}
 			if (errno == EMSGSIZE) {
-				ca_proc_kill(&w->co.proc, SIGKILL);
-				ca_coproc_close(&w->co, 0);
-				w->running = 0;
-				*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("protocol")),
-					jv_string("error"), jv_string("reply line too long"));
-				return -1;
+				return worker_abort(w, "protocol", "reply line too long", fault);
 			}
 			break;
 		}
@@ -918,12 +919,7 @@ static int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, 
 						ours->nsent, ours->nticks, ours->nlive);
 					jv_free(timing);
 					jv_free(v);
-					ca_proc_kill(&w->co.proc, SIGKILL);
-					ca_coproc_close(&w->co, 0);
-					w->running = 0;
-					*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("timing")),
-						jv_string("error"), jv_string(buf));
-					return -1;
+					return worker_abort(w, "timing", buf, fault);
 				}
 				jv seed;
 				if (wants_seed) {
@@ -936,12 +932,7 @@ static int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, 
 					if (reveal_file(from, to) != 0) {
 						jv_free(timing);
 						jv_free(v);
-						ca_proc_kill(&w->co.proc, SIGKILL);
-						ca_coproc_close(&w->co, 0);
-						w->running = 0;
-						*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("system")),
-							jv_string("error"), jv_string("cannot put a timed call's shipped inputs in place"));
-						return -1;
+						return worker_abort(w, "system", "cannot put a timed call's shipped inputs in place", fault);
 					}
 					seed = jv_object_set(jv_object(), jv_string("input"), jv_string(to));
 				}
@@ -973,12 +964,7 @@ static int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, 
 			return 0;
 		}
 		jv_free(v);
-		ca_proc_kill(&w->co.proc, SIGKILL);
-		ca_coproc_close(&w->co, 0);
-		w->running = 0;
-		*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("protocol")),
-			jv_string("error"), jv_string("malformed reply from the worker"));
-		return -1;
+		return worker_abort(w, "protocol", "malformed reply from the worker", fault);
 	}
 	return worker_gone(w, fault);
 }
@@ -1823,6 +1809,16 @@ static int reference_recv(struct job *j, double timeout, jv *reply)
 }
 
 /* The reference's request for check or set inputs: drawn under seed, outputs to ref_out. */
+/* Where the reference drew the inputs (its reply's "gen", borrowed), into the result. */
+static void note_drawn_on(struct job *j, jv reply)
+{
+	jv gen = ca_json_get(reply, "gen");
+	if (jv_get_kind(gen) == JV_KIND_STRING)
+		j->result = jv_object_set(j->result, jv_string("inputs_drawn_on"), gen);
+	else
+		jv_free(gen);
+}
+
 static jv inputs_request(struct job *j, unsigned long long seed, const char *in, const char *ref_out)
 {
 	jv req = set_num(set_str(jv_object(), "op", "inputs"), "seed", (double)seed);
@@ -1890,11 +1886,7 @@ static int verify_check(struct job *j, int k, int trace, jv *reply, int *ref_mut
 		}
 		*ref_mutated = ca_json_bool(rreply, "inputs_mutated") == 1;
 		jv want = ca_json_get(rreply, "digest");
-		jv gen = ca_json_get(rreply, "gen");
-		if (jv_get_kind(gen) == JV_KIND_STRING)
-			j->result = jv_object_set(j->result, jv_string("inputs_drawn_on"), gen);
-		else
-			jv_free(gen);
+		note_drawn_on(j, rreply);
 		jv_free(rreply);
 		if (cand_sent < 0) {
 			jv_free(want);
@@ -2112,6 +2104,8 @@ static void ship_unreveal(const struct job *j)
 {
 	const struct ca_eval_config *cfg = j->slot->cfg;
 	char path[PATHLEN];
+	if (!j->ship)
+		return;
 	for (int k = 0; k < cfg->iters; k++) {
 		snprintf(path, sizeof path, "%s/tin-call-%d.ten", j->io, k);
 		unlink(path);
@@ -2348,11 +2342,7 @@ static int ship_write(struct job *j, unsigned long long seed, const char *path, 
 		return -1;
 	jv d = ca_json_get(reply, "digest");
 	*digests = jv_array_append(*digests, jv_get_kind(d) == JV_KIND_STRING ? d : (jv_free(d), jv_null()));
-	jv gen = ca_json_get(reply, "gen");
-	if (jv_get_kind(gen) == JV_KIND_STRING)
-		j->result = jv_object_set(j->result, jv_string("inputs_drawn_on"), gen);
-	else
-		jv_free(gen);
+	note_drawn_on(j, reply);
 	jv_free(reply);
 	chmod(path, 0644);
 	return 0;
@@ -2393,11 +2383,7 @@ static int profile_sets(struct job *j, jv *digests)
 		} else {
 			jv_free(d);
 		}
-		jv gen = ca_json_get(reply, "gen");
-		if (jv_get_kind(gen) == JV_KIND_STRING)
-			j->result = jv_object_set(j->result, jv_string("inputs_drawn_on"), gen);
-		else
-			jv_free(gen);
+		note_drawn_on(j, reply);
 		jv_free(reply);
 		gpu_lock(s, LOCK_UN);
 		return 0;
