@@ -105,6 +105,29 @@ expect_success 'torch._dynamo.optimize is refused when torch._dynamo is imported
 	sys.exit("not refused")
 	EOF
 '
+# A candidate's guarded checks must not pay torch._dynamo's import (its
+# TorchDispatchMode wrappers are told dynamo never traces there): on the
+# H200 that import made the first check 1 s slower, and a loop beside the
+# thread that once did it waited for the GIL.
+expect_success 'a guarded check in a candidate does not import torch._dynamo' '
+	"$PY" - "$ROOT/lib/py" <<-EOF
+	import sys
+	sys.path.insert(0, sys.argv[1])
+	import torch
+	import ca_runner as r
+	r._refuse_compile()
+	g = r.make_guard("/nonexistent")
+	with g:
+	    torch.ones(4).clone()
+	try:
+	    with g:
+	        torch.ones(4) + 1
+	except r._Violation:
+	    pass
+	assert g.violations == ["aten::add"], g.violations
+	assert "torch._dynamo" not in sys.modules, "torch._dynamo imported by the guard"
+	EOF
+'
 expect_success 'the guard script ran' 'test -s "$TRASH_BASE/results" || { cat "$TRASH_BASE/errors"; exit 1; }'
 while IFS='	' read -r verdict what detail; do
 	expect_success "$what" "test '$verdict' = ok || { echo 'violations: $detail'; exit 1; }"

@@ -435,6 +435,7 @@ def make_guard(workspace):
                                  "see ca-verify(1) FALLBACK POLICY)" % what)
             return func(*args, **(kwargs or {}))
 
+    _skip_dynamo_disable(FallbackGuard)
     return FallbackGuard()
 
 
@@ -471,6 +472,35 @@ def _refuse_compile():
             return None
 
     sys.meta_path.insert(0, _PatchDynamo())
+    _skip_dynamo_disable()
+
+
+def _skip_dynamo_disable(*owners):
+    """Functions torch wraps in torch._disable_dynamo import torch._dynamo
+    at their first call, to build their disabled form: a TorchDispatchMode
+    subclass's __torch_dispatch__ among them, so a candidate's first guarded check
+    paid that import (about a second from bytecode, with the GIL held, on
+    the H200: checks 1.7-1.9 s against 0.7 in a warm worker). With
+    torch.compile refused, dynamo never traces in a candidate and the
+    disabled form is the function itself, so each wrapper is given that."""
+    import torch
+    wrap = getattr(torch, "_disable_dynamo", None)
+    if wrap is None:
+        return
+    try:
+        code = wrap(lambda: None).__code__
+        from torch.utils import _python_dispatch
+    except Exception:
+        return
+    for owner in owners + (_python_dispatch.TorchDispatchMode, _python_dispatch):
+        for f in list(vars(owner).values()):
+            raw = getattr(f, "__wrapped__", None)
+            if getattr(f, "__code__", None) is code and raw is not None \
+                    and getattr(raw, "__dynamo_disable", None) is None:
+                try:
+                    raw.__dynamo_disable = raw
+                except (AttributeError, TypeError):
+                    pass
 
 
 # ---------------------------------------------------------------- kernel tracing
@@ -834,6 +864,7 @@ class Worker:
         return reply
 
     def op_time(self, req):
+        _warm_done()
         t = self.torch
         mode = req.get("mode", "eager")
         model = self.model
@@ -1279,23 +1310,24 @@ def _bytecode(role):
     sys.dont_write_bytecode = role != "reference"
 
 
+_warm_thread = None
+
+
 def _warm_imports(role):
-    """torch._dynamo is imported by the first TorchDispatchMode a process
-    enters (the candidate's fallback guard, at its first check): seconds
-    from source, most of a second from bytecode. A candidate imports it in
-    a thread once it is up, while it waits for its build and the
-    reference; the reference does too, once, when it writes the bytecode
-    cache and that module's is missing there, so candidates find it."""
-    if role != "candidate":
-        if not getattr(sys, "pycache_prefix", None) or sys.dont_write_bytecode:
+    """A reference that writes the bytecode cache imports torch._dynamo
+    once in a thread (torch.compile's baselines need it; seconds from
+    source) when that module's bytecode is missing there. Candidates need
+    no such import (see _skip_dynamo_disable)."""
+    global _warm_thread
+    if role == "candidate" or not getattr(sys, "pycache_prefix", None) or sys.dont_write_bytecode:
+        return
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("torch._dynamo")
+        if spec is None or not spec.origin or os.path.exists(importlib.util.cache_from_source(spec.origin)):
             return
-        try:
-            import importlib.util
-            spec = importlib.util.find_spec("torch._dynamo")
-            if spec is None or not spec.origin or os.path.exists(importlib.util.cache_from_source(spec.origin)):
-                return
-        except Exception:
-            return
+    except Exception:
+        return
 
     def run():
         try:
@@ -1303,7 +1335,18 @@ def _warm_imports(role):
         except Exception:
             pass
     import threading
-    threading.Thread(target=run, name="ca-warm", daemon=True).start()
+    _warm_thread = threading.Thread(target=run, name="ca-warm", daemon=True)
+    _warm_thread.start()
+
+
+def _warm_done():
+    """Before a timed loop: a thread importing modules holds the GIL for
+    most of its time, and a loop beside it waits for the GIL between its
+    launches (on the H200 a matmul profile's calls spread to cv 0.67)."""
+    global _warm_thread
+    if _warm_thread is not None:
+        _warm_thread.join(60)
+        _warm_thread = None
 
 
 def main():
