@@ -78,7 +78,17 @@ const char *ca_paths_python(void)
 	const char *env = getenv("CA_PYTHON");
 	char probe[PATH_MAX + 32];
 	if (env && *env) {
-		snprintf(python, sizeof python, "%s", env);
+		/*
+		 * A relative path (CA_PYTHON=.venv/bin/python3) names a file from
+		 * here, but workers start in directories of their own: made
+		 * absolute now. Not resolved through links: a virtual
+		 * environment's python3 is a link that must keep its name.
+		 */
+		char cwd[PATH_MAX];
+		if (env[0] != '/' && strchr(env, '/') && getcwd(cwd, sizeof cwd))
+			snprintf(python, sizeof python, "%s/%s", cwd, env);
+		else
+			snprintf(python, sizeof python, "%s", env);
 		return python;
 	}
 	snprintf(probe, sizeof probe, "%s/.venv/bin/python3", ca_paths_share());

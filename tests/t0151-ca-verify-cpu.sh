@@ -139,4 +139,14 @@ expect_success 'the ad-hoc form with -H prints a summary' '
 	ca-verify -H --device cpu --no-sandbox --checks 2 "$C/relu" >human &&
 	grep -q "^relu: PASS 2/2 checks" human
 '
+# CA_PYTHON=.venv/bin/python3 names the interpreter from where the command
+# runs; the workers start elsewhere, so it is made absolute first.
+py=$(ca_python)
+case $py in */*) ;; *) py=$(command -v "$py") ;; esac
+expect_success 'a relative CA_PYTHON is taken from the directory the command runs in' '
+	rel=$(realpath -s --relative-to=. "$py") && case $rel in /*) exit 9 ;; esac &&
+	CA_PYTHON=$rel ca-verify -H --device cpu --no-sandbox --checks 1 "$C/relu" >human 2>err ||
+		{ cat err; exit 1; }
+	grep -q "^relu: PASS 1/1 checks" human
+'
 test_done
