@@ -472,7 +472,11 @@ def _refuse_compile():
             return None
 
     sys.meta_path.insert(0, _PatchDynamo())
-    _skip_dynamo_disable()
+    try:
+        from torch.utils import _python_dispatch
+    except ImportError:
+        return
+    _skip_dynamo_disable(_python_dispatch.TorchDispatchMode, _python_dispatch)
 
 
 def _skip_dynamo_disable(*owners):
@@ -482,17 +486,18 @@ def _skip_dynamo_disable(*owners):
     paid that import (about a second from bytecode, with the GIL held, on
     the H200: checks 1.7-1.9 s against 0.7 in a warm worker). With
     torch.compile refused, dynamo never traces in a candidate and the
-    disabled form is the function itself, so each wrapper is given that."""
+    disabled form is the function itself, so each wrapper in owners (classes
+    or modules) is given that: TorchDispatchMode and its module once, when
+    compile is refused; each guard class as it is made."""
     import torch
     wrap = getattr(torch, "_disable_dynamo", None)
     if wrap is None:
         return
     try:
         code = wrap(lambda: None).__code__
-        from torch.utils import _python_dispatch
     except Exception:
         return
-    for owner in owners + (_python_dispatch.TorchDispatchMode, _python_dispatch):
+    for owner in owners:
         for f in list(vars(owner).values()):
             raw = getattr(f, "__wrapped__", None)
             if getattr(f, "__code__", None) is code and raw is not None \
