@@ -443,6 +443,19 @@ static void quiet_loop_end(int gpu)
 	pthread_mutex_unlock(&quiet_mu);
 }
 
+/* Around every timed loop, the reference's and the candidate's: quiet, and the GPU to itself. */
+static void timed_loop_begin(struct slot *s)
+{
+	quiet_loop_begin(s->gpu);
+	gpu_lock(s, LOCK_EX);
+}
+
+static void timed_loop_end(struct slot *s)
+{
+	gpu_lock(s, LOCK_UN);
+	quiet_loop_end(s->gpu);
+}
+
 static void free_strv(char **v)
 {
 	if (!v)
@@ -1808,7 +1821,6 @@ static int reference_recv(struct job *j, double timeout, jv *reply)
 	return 0;
 }
 
-/* The reference's request for check or set inputs: drawn under seed, outputs to ref_out. */
 /* Where the reference drew the inputs (its reply's "gen", borrowed), into the result. */
 static void note_drawn_on(struct job *j, jv reply)
 {
@@ -1819,6 +1831,7 @@ static void note_drawn_on(struct job *j, jv reply)
 		jv_free(gen);
 }
 
+/* The reference's request for check or set inputs: drawn under seed, outputs to ref_out. */
 static jv inputs_request(struct job *j, unsigned long long seed, const char *in, const char *ref_out)
 {
 	jv req = set_num(set_str(jv_object(), "op", "inputs"), "seed", (double)seed);
@@ -2239,11 +2252,9 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached, int f
 		live[i] = fresh_seed();
 	jv req = time_request(j, mode, prefix, keep_indices(cfg, j->seed), &ours, live);
 	jv fault;
-	quiet_loop_begin(s->gpu);
-	gpu_lock(s, LOCK_EX);
+	timed_loop_begin(s);
 	int rc = worker_call(&s->reference, req, cfg->timeout_s * 10 + (strcmp(mode, "compile") ? 0 : 600), &reply, &fault, &ours);
-	gpu_lock(s, LOCK_UN);
-	quiet_loop_end(s->gpu);
+	timed_loop_end(s);
 	free(live);
 	ship_unreveal(j);
 	if (rc != 0) {
@@ -2742,11 +2753,9 @@ static void do_profile(struct job *j)
 			loop_clock_free(&ours);
 			return;
 		}
-		quiet_loop_begin(s->gpu);
-		gpu_lock(s, LOCK_EX);
+		timed_loop_begin(s);
 		int rc = candidate_call(j, req, cfg->timeout_s * 10, &reply, &ours);
-		gpu_lock(s, LOCK_UN);
-		quiet_loop_end(s->gpu);
+		timed_loop_end(s);
 		ship_unreveal(j);
 		if (rc != 0) {
 			if (jv_get_kind(reply) == JV_KIND_OBJECT)
