@@ -84,7 +84,8 @@ void ca_eval_baseline_key(const char *task_sha, const char *gpu, const char *tor
 	char num[64];
 	ca_sha256_init(&s);
 	/*
-	 * 6: shipped inputs a file per timed call, each shown at its turn
+	 * 7: on a GPU with CUPTI, the call's device window (the host's
+	 * launch latency before the first kernel left out); 6: shipped inputs a file per timed call, each shown at its turn
 	 * (sets: how many distinct files); 5: every timed call's seed asked
 	 * for and sent live, so the round
 	 * trip is in the loop's overhead (4: inputs drawn afresh before every
@@ -92,7 +93,7 @@ void ca_eval_baseline_key(const char *task_sha, const char *gpu, const char *tor
 	 * copied for checks chosen after the loop; 2: CUDA events without; 1:
 	 * the host clock); old entries are not mixed in.
 	 */
-	ca_sha256_string(&s, "ca-baseline-6");
+	ca_sha256_string(&s, "ca-baseline-7");
 	ca_sha256_string(&s, task_sha);
 	ca_sha256_string(&s, gpu ? gpu : "cpu");
 	ca_sha256_string(&s, torch_version ? torch_version : "");
@@ -2840,6 +2841,7 @@ static void do_profile(struct job *j)
 	ca_json_number(reply, "host_median_us", &host_us);
 	char *clock_kind = ca_json_strdup(reply, "clock");
 	int events = clock_kind && !strcmp(clock_kind, "cuda-events");
+	int window = clock_kind && !strcmp(clock_kind, "cupti-window");
 	free(clock_kind);
 	j->result = set_num(j->result, "candidate_us", median);
 	j->result = set_num(j->result, "cv", cv);
@@ -2853,7 +2855,10 @@ static void do_profile(struct job *j)
 		: j->nship < cfg->iters ? "inputs shipped as files, each timed call's shown to the worker at its turn, cycled"
 		: "inputs shipped as files, a file for every timed call, each shown to the worker at its turn";
 	char how[512];
-	snprintf(how, sizeof how, "%s; %s", events
+	snprintf(how, sizeof how, "%s; %s", window
+		? "the call's device window from CUPTI (first kernel, copy or memset to the last one's end, on any stream), "
+		  "at least the host's time to the call's return and the CUDA events' span less it; L2 flushed"
+		: events
 		? "CUDA events on the current stream around the call, plus the device-wide synchronize's wait beyond an idle one; L2 flushed"
 		: "host clock around the call", inputs_how);
 	j->result = set_str(j->result, "method", how);

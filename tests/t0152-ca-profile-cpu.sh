@@ -42,6 +42,28 @@ expect_status 1 'every record is profiled or skipped; exit 1 for the caught chea
 	test "$(wc -l <"$TRASH_BASE/out.ndjson")" -eq 5 || exit 9
 	exit $s
 '
+# The GPU clock with CUPTI (Worker._windowed), on made-up windows: the
+# device window is the time, never below the host's time to the call's
+# return nor the events' span less it.
+expect_success 'a call is its device window, at least its host time and the events less it' '
+	"$(ca_python)" -c "
+import sys
+sys.path.insert(0, \"$ROOT/lib/py\")
+import ca_runner as r
+class T:
+    def __init__(self, w): self.w = w
+    def window(self, t0, t1): return self.w.get((t0, t1))
+class W: pass
+w = W()
+w.tracer = T({(10, 20): (1000, 2686000, 1), (30, 40): (1000, 41000, 1), (50, 60): (0, 0, 0), (70, 80): None})
+got = r.Worker._windowed(w, [2833.0, 5040.0, 2800.0, 2790.0], [176.0, 5000.0, 150.0, 140.0],
+                         [(10, 20), (30, 40), (50, 60), (70, 80)])
+# GPU-bound: the window; host work (5 ms on the host, a 40 us copy): the host time;
+# no records, or spans lost: the events less the host time.
+assert got == [2685.0, 5000.0, 2650.0, 2650.0], got
+"
+'
+
 expect_success 'an honest candidate gets times, cv, wall clock, and uncached baselines' '
 	pick honest | jq -e ".profile | .ok and .eager_us > 0 and .candidate_us > 0 and .cv >= 0 and .compile_us == null and .iterations == 10 and .wall_us > 0 and (.baseline_cached | not) and .host_us == .candidate_us and .kernel_us == null and (.method | startswith(\"host clock\"))"
 '

@@ -108,9 +108,11 @@ Requests (paths are files; tensor files are described in lib/tensor.h):
       the draws' and their digests' kernels, learnt on one draw before
       the trace starts). Reply adds
       "times_us" (timed calls), "median_us", "cv", "clock"
-      ("cuda-events"|"host"), "host_median_us" (the median on the host
+      ("cupti-window"|"cuda-events"|"host": see Worker._windowed),
+      "host_median_us" (the median on the host
       clock from just before the call to after the device-wide
-      synchronize), on a GPU "tail_median_us" and "idle_sync_us", "sets"
+      synchronize), on a GPU "tail_median_us", "idle_sync_us" and
+      "launch_median_us" (host time to the call's return), "sets"
       (distinct input sets the loop used), "kept": [{"index", "set",
       "path"}] (set: call % len(seeds or inputs), with live the call),
       "loop_s", "digests"
@@ -530,6 +532,11 @@ class _CuptiEarly:
             lib.ca_cupti_name.restype = ctypes.c_char_p
             lib.ca_cupti_calls.restype = ctypes.c_ulonglong
             lib.ca_cupti_total_ns.restype = ctypes.c_ulonglong
+            lib.ca_cupti_now.restype = ctypes.c_ulonglong
+            lib.ca_cupti_window.restype = ctypes.c_long
+            lib.ca_cupti_window.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong,
+                                            ctypes.POINTER(ctypes.c_ulonglong),
+                                            ctypes.POINTER(ctypes.c_ulonglong)]
             if lib.ca_cupti_init() == 0:
                 self.lib = lib
             else:
@@ -578,6 +585,20 @@ class Tracer:
             import torch
             self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
             self._prof.__enter__()
+
+    def now(self):
+        """CUPTI's clock (ns), which its activity records are stamped with."""
+        return self.lib.ca_cupti_now()
+
+    def window(self, t0, t1):
+        """After stop: the device's first and last busy moment (ns, on
+        now()'s clock) between t0 and t1, over kernels, copies and memsets
+        on every stream, with how many there were; None when spans were
+        lost."""
+        import ctypes
+        first, last = ctypes.c_ulonglong(0), ctypes.c_ulonglong(0)
+        n = self.lib.ca_cupti_window(t0, t1, ctypes.byref(first), ctypes.byref(last))
+        return None if n < 0 else (first.value, last.value, n)
 
     def stop(self):
         if self.kind == "cupti":
@@ -923,7 +944,11 @@ class Worker:
             starts = [t.cuda.Event(enable_timing=True) for _ in range(iters)]
             ends = [t.cuda.Event(enable_timing=True) for _ in range(iters)]
             spare = (t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True))
-        host, tails, kept, shapes = [], [], [], []
+        # The device window of each timed call from CUPTI's records (see
+        # below), when its shim traces this loop.
+        windowed = cuda and bool(req.get("trace")) and self.tracer.kind == "cupti"
+        now = self.tracer.lib.ca_cupti_now if windowed else None
+        host, tails, launches, brackets, kept, shapes = [], [], [], [], [], []
         out, slots = None, None
         flush_kernels = draw_kernels = {}
         loop_start = None
@@ -983,23 +1008,32 @@ class Worker:
             if cuda:
                 # Device clock: events on the stream around the call. The
                 # start event fires at once (the device is idle), so the
-                # launch overhead of the call is in the span, as it is in
-                # the caller's time; the host's wake-up from the final
-                # synchronize is not. Then the tail: a device-wide
-                # synchronize once the stream is done, which takes as long
-                # as work left on other streams keeps the device busy.
+                # host's launch latency before the first kernel is in the
+                # span; the host's wake-up from the final synchronize is
+                # not. Then the tail: a device-wide synchronize once the
+                # stream is done, which takes as long as work left on
+                # other streams keeps the device busy. With CUPTI, the
+                # call is also bracketed on CUPTI's clock (c0 before the
+                # start event, c1 after the synchronize) for its device
+                # window, and the host's time to the call's return
+                # (launch) is kept: see the times below.
                 a, b = (starts[i - warmup], ends[i - warmup]) if timed else spare
-                _ev_record(a, stream)
+                c0 = now() if windowed else 0
                 h0 = _perf()
+                _ev_record(a, stream)
                 out = self._forward(model, work)
+                hl = _perf()
                 _ev_record(b, stream)
                 _ev_sync(b)
                 h1 = _perf()
                 self.sync()
                 h2 = _perf()
+                c1 = now() if windowed else 0
                 if timed:
                     host.append((h2 - h0) * 1e6)
                     tails.append((h2 - h1) * 1e6)
+                    launches.append((hl - h0) * 1e6)
+                    brackets.append((c0, c1))
             else:
                 h0 = _perf()
                 out = self._forward(model, work)
@@ -1037,6 +1071,16 @@ class Worker:
         else:
             _send({"timing": "end"})
         kernels = self.tracer.stop() if req.get("trace") else None
+        # The times first: learning the digests' kernels below starts the
+        # tracer again, which clears the spans the windows are read from.
+        clock = "cuda-events" if cuda else "host"
+        if cuda:
+            times = [_span_us(a, b) + max(0.0, tail - idle_us)
+                     for a, b, tail in zip(starts, ends, tails)]
+            if windowed:
+                times, clock = self._windowed(times, launches, brackets), "cupti-window"
+        else:
+            times = host
         if kernels is not None:
             kernels = _without(kernels, flush_kernels, iters)
             kernels = _without(kernels, draw_kernels, iters)
@@ -1048,11 +1092,6 @@ class Worker:
                 last = parts
                 digested = sum(1 for x in shapes if x == shapes[-1])
                 kernels = _without(kernels, self._learn_kernels(lambda: _out_digest(last)), digested)
-        if cuda:
-            times = [_span_us(a, b) + max(0.0, tail - idle_us)
-                     for a, b, tail in zip(starts, ends, tails)]
-        else:
-            times = host
         written = []
         for index, set_index, value in kept:
             path = "%s%d.ten" % (req["keep_prefix"], index)
@@ -1067,14 +1106,32 @@ class Worker:
         reply = {"times_us": [round(x, 3) for x in times], "median_us": median, "cv": cv,
                  "host_median_us": _median(host), "sets": distinct, "kept": kept,
                  "kept_chosen": "after" if retain else "before",
-                 "loop_s": loop_s, "digests": digests,
-                 "clock": "cuda-events" if cuda else "host"}
+                 "loop_s": loop_s, "digests": digests, "clock": clock}
         if cuda:
             reply["tail_median_us"] = _median(tails)
             reply["idle_sync_us"] = idle_us
+            reply["launch_median_us"] = _median(launches)
         if kernels is not None:
             reply["kernels"] = kernels[:50]
         return reply
+
+    def _windowed(self, events, launches, brackets):
+        """Each timed call's time with CUPTI: the device window, from the
+        first kernel, copy or memset on any stream to the last one's end
+        within the call's bracket, so that the host's launch latency
+        before the first kernel (30 to 200 us per call on the H200,
+        varying with the host's state from one process to the next) does
+        not count. Never less than the host's time to the call's return
+        (work done on the host, or a synchronize inside the call, counts
+        in full), nor than the events' span less that time (records
+        CUPTI lost, or a kernel begun before the bracket, cannot shrink a
+        call below what the events saw)."""
+        times = []
+        for ev, launch, (c0, c1) in zip(events, launches, brackets):
+            w = self.tracer.window(c0, c1) if c1 > c0 else None
+            win = (w[1] - w[0]) / 1000.0 if w and w[2] > 0 else 0.0
+            times.append(max(win, ev - launch, launch))
+        return times
 
     def _flush_kernels(self):
         """The kernels one L2 flush runs, by name, with their device time:
