@@ -645,6 +645,21 @@ int ca_coproc_alive(struct ca_coproc *c)
 	return c->proc.pid > 0 && !ca_proc_wait_exit(&c->proc, 0);
 }
 
+void ca_coproc_abandon(struct ca_coproc *c)
+{
+	ca_proc_kill(&c->proc, SIGKILL);
+	if (c->proc.in_mode == CA_PROC_PIPE)
+		close_fd(&c->proc.in);
+	if (c->proc.out_mode == CA_PROC_PIPE)
+		close_fd(&c->proc.out);
+	if (c->proc.err_mode == CA_PROC_PIPE)
+		close_fd(&c->proc.err);
+	c->proc.pid = -1;
+	free(c->buf);
+	c->buf = NULL;
+	c->len = c->cap = 0;
+}
+
 int ca_coproc_close(struct ca_coproc *c, double grace_s)
 {
 	close_fd(&c->proc.in);

@@ -159,6 +159,14 @@ int ca_coproc_alive(struct ca_coproc *c);
  */
 int ca_coproc_close(struct ca_coproc *c, double grace_s);
 
+/*
+ * Kill it (its group too) with SIGKILL, close our ends and free the buffer,
+ * without waiting for it to exit: for a caller about to exit, whose
+ * children init then reaps (a process holding a CUDA context takes 0.1 to
+ * 0.3 s to die).
+ */
+void ca_coproc_abandon(struct ca_coproc *c);
+
 /* Monotonic clock in seconds. */
 double ca_proc_now(void);
 
