@@ -2892,7 +2892,7 @@ static void do_profile(struct job *j)
 	char how[512];
 	snprintf(how, sizeof how, "%s; %s", window
 		? "the call's device window from CUPTI (first kernel, copy or memset to the last one's end, on any stream), "
-		  "at least the host's time to the call's return and the CUDA events' span less it; L2 flushed"
+		  "at least the host's time to the call's return (CUDA events' span where CUPTI missed work); L2 flushed"
 		: events
 		? "CUDA events on the current stream around the call, plus the device-wide synchronize's wait beyond an idle one; L2 flushed"
 		: "host clock around the call", inputs_how);

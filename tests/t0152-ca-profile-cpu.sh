@@ -44,8 +44,9 @@ expect_status 1 'every record is profiled or skipped; exit 1 for the caught chea
 '
 # The GPU clock with CUPTI (Worker._windowed), on made-up windows: the
 # device window is the time, never below the host's time to the call's
-# return nor the events' span less it.
-expect_success 'a call is its device window, at least its host time and the events less it' '
+# return; where the events saw more device work after the return than the
+# window holds, CUPTI missed some and the events' time is the time.
+expect_success 'a call is its device window, at least its host time, the events where CUPTI missed work' '
 	"$(ca_python)" -c "
 import sys
 sys.path.insert(0, \"$ROOT/lib/py\")
@@ -55,12 +56,22 @@ class T:
     def window(self, t0, t1): return self.w.get((t0, t1))
 class W: pass
 w = W()
-w.tracer = T({(10, 20): (1000, 2686000, 1), (30, 40): (1000, 41000, 1), (50, 60): (0, 0, 0), (70, 80): None})
-got = r.Worker._windowed(w, [2833.0, 5040.0, 2800.0, 2790.0], [176.0, 5000.0, 150.0, 140.0],
-                         [(10, 20), (30, 40), (50, 60), (70, 80)])
-# GPU-bound: the window; host work (5 ms on the host, a 40 us copy): the host time;
-# no records, or spans lost: the events less the host time.
-assert got == [2685.0, 5000.0, 2650.0, 2650.0], got
+w.tracer = T({(10, 20): (1000, 2686000, 1), (30, 40): (1000, 41000, 1), (50, 60): (0, 0, 0),
+              (70, 80): None, (90, 100): (0, 0, 0), (110, 120): (5000, 100000, 2),
+              (130, 140): (1000, 269000, 1), (150, 160): (1000, 11000, 1)})
+spans = [2833.0, 5040.0, 2800.0, 2790.0, 150.0, 400.0, 380.0, 60.0]
+extras = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 40.0, 300.0]
+launches = [176.0, 5000.0, 150.0, 140.0, 148.0, 200.0, 100.0, 50.0]
+got = r.Worker._windowed(w, spans, extras, launches,
+                         [(10, 20), (30, 40), (50, 60), (70, 80), (90, 100), (110, 120), (130, 140), (150, 160)])
+# GPU-bound: the window (the events hold 176 us of launch latency more);
+# 5 ms of work on the host before a 40 us copy: the host time;
+# no records, or spans lost, with work the events saw: the events;
+# no device work at all (a view returned): the host time;
+# a window of 95 us where 200 us ran after the return: the events;
+# a slow synchronize after real work (40 us beyond an idle one): the window;
+# 300 us of work on another stream after a 10 us window: the events.
+assert got == [2685.0, 5000.0, 2800.0, 2790.0, 148.0, 400.0, 268.0, 360.0], got
 "
 '
 
