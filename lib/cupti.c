@@ -111,21 +111,26 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
 	(void)ctx; (void)stream; (void)size;
 	CUpti_Activity *record = NULL;
 	while (valid && cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+		unsigned long long start, end;
 		if (record->kind == CUPTI_ACTIVITY_KIND_KERNEL || record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
 			const kernel_record *k = (const kernel_record *)record;
 			note(k->name ? k->name : "?", k->start, k->end);
+			continue;
 		} else if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
 			/* Every version of the record begins as the first did: kind, kinds, flags, bytes, start, end. */
 			const CUpti_ActivityMemcpy *m = (const CUpti_ActivityMemcpy *)record;
-			pthread_mutex_lock(&lock);
-			keep_span(m->start, m->end);
-			pthread_mutex_unlock(&lock);
+			start = m->start;
+			end = m->end;
 		} else if (record->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
 			const CUpti_ActivityMemset *m = (const CUpti_ActivityMemset *)record;
-			pthread_mutex_lock(&lock);
-			keep_span(m->start, m->end);
-			pthread_mutex_unlock(&lock);
+			start = m->start;
+			end = m->end;
+		} else {
+			continue;
 		}
+		pthread_mutex_lock(&lock);
+		keep_span(start, end);
+		pthread_mutex_unlock(&lock);
 	}
 	free(buffer);
 }

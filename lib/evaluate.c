@@ -85,7 +85,8 @@ void ca_eval_baseline_key(const char *task_sha, const char *gpu, const char *tor
 	ca_sha256_init(&s);
 	/*
 	 * 7: on a GPU with CUPTI, the call's device window (the host's
-	 * launch latency before the first kernel left out); 6: shipped inputs a file per timed call, each shown at its turn
+	 * launch latency before the first kernel left out); 6: shipped
+	 * inputs a file per timed call, each shown at its turn
 	 * (sets: how many distinct files); 5: every timed call's seed asked
 	 * for and sent live, so the round
 	 * trip is in the loop's overhead (4: inputs drawn afresh before every

@@ -586,13 +586,10 @@ class Tracer:
             self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
             self._prof.__enter__()
 
-    def now(self):
-        """CUPTI's clock (ns), which its activity records are stamped with."""
-        return self.lib.ca_cupti_now()
-
     def window(self, t0, t1):
         """After stop: the device's first and last busy moment (ns, on
-        now()'s clock) between t0 and t1, over kernels, copies and memsets
+        the clock of lib.ca_cupti_now, which op_time brackets its calls
+        with) between t0 and t1, over kernels, copies and memsets
         on every stream, with how many there were; None when spans were
         lost."""
         import ctypes
