@@ -18,6 +18,7 @@ SOL=$KB/solutions
 TASKS=$TRASH_BASE/tasks.ndjson
 jq -c 'select(.id == "kernelbench/L1/14" or .id == "kernelbench/L2/18")' "$KB/tasks.ndjson" >"$TASKS"
 LOG=${CA_GPU_LOG:-$TRASH_BASE}
+mkdir -p "$LOG"
 export TASKS LOG
 
 if ! has_gpu; then

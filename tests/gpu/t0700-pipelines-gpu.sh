@@ -41,6 +41,7 @@ export REC
 expect_success 'ca-eval: both problems solved through the loop, reward 3, Table 1 per level' '
 	ca-eval -j 2 --tasks "$TASKS" --policy "policy-replay $REC" -o "$TRASH_BASE/eval" >table 2>err; s=$?
 	if [ -n "${CA_GPU_LOG:-}" ]; then
+		mkdir -p "$CA_GPU_LOG"
 		cp err "$CA_GPU_LOG/t0700-eval.err"; cp "$TRASH_BASE/eval/rollout/serve.log" "$CA_GPU_LOG/t0700-serve.log"
 		jq -c "{id: .snapshot.trajectory, verify_s: .verify.seconds, profile_s: .profile.seconds, reward: .reward.value,
 			phases: .profile.phases}" "$TRASH_BASE/eval/rollout/scored.ndjson" >"$CA_GPU_LOG/t0700-scored.ndjson"
