@@ -12,6 +12,8 @@
 # bench/eval-h200.md (session 8) has the figures.
 #
 #   make all && sh bench/probe-bound.sh [OUTDIR]
+#
+# CA_PROBE_RUNS names the runs to do (default: all five below, in order).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-/tmp/ca-probe-bound}
@@ -41,8 +43,9 @@ profile() { # name, then ca-profile's options
 	show "$OUT/$name.ndjson"
 }
 # The first run also caches the tasks' baselines.
-profile warm
-profile one-slot-1
-profile one-slot-2
-profile three-slots-1 --gpus 0,0,0
-profile three-slots-2 --gpus 0,0,0
+for run in ${CA_PROBE_RUNS:-warm one-slot-1 one-slot-2 three-slots-1 three-slots-2}; do
+	case $run in
+	three-slots*) profile "$run" --gpus 0,0,0 ;;
+	*) profile "$run" ;;
+	esac
+done
