@@ -327,7 +327,8 @@ void ca_proc_kill(struct ca_proc *p, int sig)
 	kill(p->pid, sig);
 }
 
-int ca_proc_finish(struct ca_proc *p)
+/* Close our ends of the pipes we made for the child. */
+static void close_pipes(struct ca_proc *p)
 {
 	if (p->in_mode == CA_PROC_PIPE)
 		close_fd(&p->in);
@@ -335,6 +336,11 @@ int ca_proc_finish(struct ca_proc *p)
 		close_fd(&p->out);
 	if (p->err_mode == CA_PROC_PIPE)
 		close_fd(&p->err);
+}
+
+int ca_proc_finish(struct ca_proc *p)
+{
+	close_pipes(p);
 	if (p->pid <= 0)
 		return p->status;
 	if (!p->timed_out && p->timeout_s > 0) {
@@ -645,19 +651,20 @@ int ca_coproc_alive(struct ca_coproc *c)
 	return c->proc.pid > 0 && !ca_proc_wait_exit(&c->proc, 0);
 }
 
-void ca_coproc_abandon(struct ca_coproc *c)
+/* Free the line buffer. */
+static void coproc_drop_buf(struct ca_coproc *c)
 {
-	ca_proc_kill(&c->proc, SIGKILL);
-	if (c->proc.in_mode == CA_PROC_PIPE)
-		close_fd(&c->proc.in);
-	if (c->proc.out_mode == CA_PROC_PIPE)
-		close_fd(&c->proc.out);
-	if (c->proc.err_mode == CA_PROC_PIPE)
-		close_fd(&c->proc.err);
-	c->proc.pid = -1;
 	free(c->buf);
 	c->buf = NULL;
 	c->len = c->cap = 0;
+}
+
+void ca_coproc_abandon(struct ca_coproc *c)
+{
+	ca_proc_kill(&c->proc, SIGKILL);
+	close_pipes(&c->proc);
+	c->proc.pid = -1;
+	coproc_drop_buf(c);
 }
 
 int ca_coproc_close(struct ca_coproc *c, double grace_s)
@@ -667,8 +674,6 @@ int ca_coproc_close(struct ca_coproc *c, double grace_s)
 		c->proc.timed_out = 1;
 	c->proc.timeout_s = 0;
 	int status = ca_proc_finish(&c->proc);
-	free(c->buf);
-	c->buf = NULL;
-	c->len = c->cap = 0;
+	coproc_drop_buf(c);
 	return status;
 }
