@@ -22,7 +22,7 @@ if [ ! -f "$data" ] || [ "$(wc -c <"$data")" -lt "$bytes" ]; then
 		srand(42)
 		while (total < bytes) {
 			n = 1000 + int(rand() * 7000)
-			line = sprintf("{\"id\":\"traj-%d\",\"verify\":{\"ok\":true},\"profile\":{\"eager_us\":%.1f,\"compile_us\":%.1f,\"candidate_us\":%.1f},\"values\":[", r++, 50 + rand() * 500, 40 + rand() * 400, 30 + rand() * 600)
+			line = sprintf("{\"id\":\"traj-%d\",\"verify\":{\"ok\":true},\"profile\":{\"ok\":true,\"eager_us\":%.1f,\"compile_us\":%.1f,\"candidate_us\":%.1f},\"values\":[", r++, 50 + rand() * 500, 40 + rand() * 400, 30 + rand() * 600)
 			v = ""; m = ""
 			for (i = 0; i < n; i++) {
 				v = v sprintf("%s%.6f", (i ? "," : ""), rand() * 2 - 1)

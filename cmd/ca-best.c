@@ -207,13 +207,42 @@ static double reward_of(jv record)
 	return r;
 }
 
+/* Passed verify and profile (borrows record). */
+static int profile_passed(jv record)
+{
+	jv v = ca_json_path(record, "verify.ok"), p = ca_json_path(record, "profile.ok");
+	int passed = jv_get_kind(v) == JV_KIND_TRUE && jv_get_kind(p) == JV_KIND_TRUE;
+	jv_free(v);
+	jv_free(p);
+	return passed;
+}
+
+/* Correct: a reward above 0, or without a reward, verify passed (borrows record). */
+static int correct_of(jv record)
+{
+	jv v = ca_json_path(record, "reward.value");
+	int correct;
+	if (jv_get_kind(v) == JV_KIND_NUMBER) {
+		correct = jv_number_value(v) > 0;
+	} else {
+		jv ok = ca_json_path(record, "verify.ok"), profile = ca_json_get(record, "profile");
+		correct = jv_get_kind(ok) == JV_KIND_TRUE &&
+			(jv_get_kind(profile) != JV_KIND_OBJECT || profile_passed(record));
+		jv_free(ok);
+		jv_free(profile);
+	}
+	jv_free(v);
+	return correct;
+}
+
+/* The speedup over torch.compile; a time the profile did not pass counts for nothing. */
 static double speedup_of(jv record)
 {
 	jv v = ca_json_path(record, "reward.speedup_compile");
 	double s = 0;
 	if (jv_get_kind(v) == JV_KIND_NUMBER) {
 		s = jv_number_value(v);
-	} else {
+	} else if (profile_passed(record)) {
 		jv c = ca_json_path(record, "profile.compile_us"), t = ca_json_path(record, "profile.candidate_us");
 		if (jv_get_kind(c) == JV_KIND_NUMBER && jv_get_kind(t) == JV_KIND_NUMBER && jv_number_value(t) > 0)
 			s = jv_number_value(c) / jv_number_value(t);
@@ -296,10 +325,7 @@ static int run_select(int nfiles, char **files, const char *trajectories)
 		}
 		jv_free(tid);
 		g->count++;
-		jv ok = ca_json_path(v, "verify.ok");
-		if (jv_get_kind(ok) == JV_KIND_TRUE)
-			g->correct++;
-		jv_free(ok);
+		g->correct += correct_of(v);
 		if (jv_get_kind(g->best) == JV_KIND_NULL || better(v, g->best)) {
 			jv_free(g->best);
 			g->best = v;

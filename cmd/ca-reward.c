@@ -4,6 +4,10 @@
  * -1 incorrect; 1 correct; 2 faster than eager by more than the threshold;
  * 3 faster than both eager and torch.compile by more than the threshold.
  * "Faster than t0 by more than thr" is (t0 - t) / t0 > thr, strictly.
+ * Only a candidate that passed both verify and profile (ok true in each)
+ * is rewarded for speed; one caught by either gets -1 with the stage as
+ * reason; where the evaluator itself failed (ok null) the value is null,
+ * so training drops the sample instead of learning a false -1.
  * Only verify and profile are parsed; the rest of each line is passed
  * through as text (ca_ndjson_map_field).
  */
@@ -11,6 +15,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "err.h"
 #include "json.h"
@@ -40,55 +45,109 @@ static int faster(double t0, double t, double threshold)
 	return (t0 - t) / t0 > threshold;
 }
 
-/* The reward object of a record (borrowed). */
+/*
+ * Where the evaluator stopped, from a verify or profile object (borrowed):
+ * "verify: compare", "profile: timing"; "verify" alone without a stage.
+ */
+static jv reason_of(const char *what, jv result)
+{
+	char *stage = ca_json_strdup(result, "stage");
+	jv reason = stage ? jv_string_fmt("%s: %s", what, stage) : jv_string(what);
+	free(stage);
+	return reason;
+}
+
+/* A reward without speed: -1 (value) for a candidate caught, null for an evaluator fault. */
+static jv no_speed(jv value, jv reason, int evaluator_fault)
+{
+	jv r = jv_object_set(jv_object(), jv_string("value"), value);
+	r = jv_object_set(r, jv_string("speedup_eager"), jv_null());
+	r = jv_object_set(r, jv_string("speedup_compile"), jv_null());
+	r = jv_object_set(r, jv_string("reason"), reason);
+	if (evaluator_fault)
+		r = jv_object_set(r, jv_string("evaluator_fault"), jv_true());
+	return r;
+}
+
+/*
+ * The verdict of one evaluator object (borrowed): 1 passed, 0 caught, 2
+ * its evaluator failed (ok null); -1 with *why set when ok is unusable.
+ */
+static int verdict(jv result, const char *what, const char **why)
+{
+	static char message[64];
+	jv ok = ca_json_get(result, "ok");
+	jv_kind kind = jv_get_kind(ok);
+	jv_free(ok);
+	if (kind == JV_KIND_TRUE || kind == JV_KIND_FALSE)
+		return kind == JV_KIND_TRUE;
+	if (kind == JV_KIND_NULL)
+		return 2;
+	snprintf(message, sizeof message, "%s.ok is missing or not a boolean", what);
+	*why = message;
+	return -1;
+}
+
+/* The speed reward of a candidate both verified and profiled (profile borrowed). */
+static jv speed_reward(jv profile, const struct config *cfg, int *status)
+{
+	double eager, compiled, candidate;
+	const char *missing = NULL;
+	if (ca_json_number(profile, "eager_us", &eager) != 1 || !(eager > 0))
+		missing = "profile.eager_us is missing or not a positive number";
+	else if (ca_json_number(profile, "compile_us", &compiled) != 1 || !(compiled > 0))
+		missing = "profile.compile_us is missing or not a positive number";
+	else if (ca_json_number(profile, "candidate_us", &candidate) != 1 || !(candidate > 0))
+		missing = "profile.candidate_us is missing or not a positive number";
+	if (missing)
+		return reward_error(missing, status);
+	double value;
+	if (cfg->continuous)
+		value = compiled / candidate;
+	else if (faster(eager, candidate, cfg->threshold) && faster(compiled, candidate, cfg->threshold))
+		value = 3;
+	else if (faster(eager, candidate, cfg->threshold))
+		value = 2;
+	else
+		value = 1;
+	jv r = jv_object_set(jv_object(), jv_string("value"), jv_number(value));
+	r = jv_object_set(r, jv_string("speedup_eager"), jv_number(eager / candidate));
+	return jv_object_set(r, jv_string("speedup_compile"), jv_number(compiled / candidate));
+}
+
+/*
+ * The reward object of a record (borrowed). The reward follows the
+ * evaluator's whole verdict: a candidate caught by verify or by profile
+ * gets -1, and no time is read from a profile that did not pass.
+ */
 static jv reward_of(jv record, void *ctx, int *status)
 {
 	const struct config *cfg = ctx;
-	jv verify = ca_json_get(record, "verify");
-	if (jv_get_kind(verify) != JV_KIND_OBJECT) {
-		jv_free(verify);
-		return reward_error("no verify object in record", status);
-	}
-	int ok = ca_json_bool(verify, "ok");
+	jv verify = ca_json_get(record, "verify"), profile = ca_json_get(record, "profile");
+	const char *why = NULL;
+	jv r;
+	int v = jv_get_kind(verify) == JV_KIND_OBJECT ? verdict(verify, "verify", &why) : -1;
+	int p = v == 1 && jv_get_kind(profile) == JV_KIND_OBJECT ? verdict(profile, "profile", &why) : -1;
+	if (jv_get_kind(verify) != JV_KIND_OBJECT)
+		r = reward_error("no verify object in record", status);
+	else if (v < 0)
+		r = reward_error(why, status);
+	else if (v == 2)
+		r = no_speed(jv_null(), reason_of("verify", verify), 1);
+	else if (v == 0)
+		r = no_speed(jv_number(-1), reason_of("verify", verify), 0);
+	else if (jv_get_kind(profile) != JV_KIND_OBJECT)
+		r = reward_error("correct candidate without a profile object", status);
+	else if (p < 0)
+		r = reward_error(why, status);
+	else if (p == 2)
+		r = no_speed(jv_null(), reason_of("profile", profile), 1);
+	else if (p == 0)
+		r = no_speed(jv_number(-1), reason_of("profile", profile), 0);
+	else
+		r = speed_reward(profile, cfg, status);
 	jv_free(verify);
-	if (ok < 0)
-		return reward_error("verify.ok is missing or not a boolean", status);
-
-	jv r = jv_object();
-	if (!ok) {
-		r = jv_object_set(r, jv_string("value"), jv_number(-1));
-		r = jv_object_set(r, jv_string("speedup_eager"), jv_null());
-		r = jv_object_set(r, jv_string("speedup_compile"), jv_null());
-	} else {
-		jv profile = ca_json_get(record, "profile");
-		double eager, compiled, candidate;
-		const char *missing = NULL;
-		if (jv_get_kind(profile) != JV_KIND_OBJECT)
-			missing = "correct candidate without a profile object";
-		else if (ca_json_number(profile, "eager_us", &eager) != 1 || !(eager > 0))
-			missing = "profile.eager_us is missing or not a positive number";
-		else if (ca_json_number(profile, "compile_us", &compiled) != 1 || !(compiled > 0))
-			missing = "profile.compile_us is missing or not a positive number";
-		else if (ca_json_number(profile, "candidate_us", &candidate) != 1 || !(candidate > 0))
-			missing = "profile.candidate_us is missing or not a positive number";
-		jv_free(profile);
-		if (missing) {
-			jv_free(r);
-			return reward_error(missing, status);
-		}
-		double value;
-		if (cfg->continuous)
-			value = compiled / candidate;
-		else if (faster(eager, candidate, cfg->threshold) && faster(compiled, candidate, cfg->threshold))
-			value = 3;
-		else if (faster(eager, candidate, cfg->threshold))
-			value = 2;
-		else
-			value = 1;
-		r = jv_object_set(r, jv_string("value"), jv_number(value));
-		r = jv_object_set(r, jv_string("speedup_eager"), jv_number(eager / candidate));
-		r = jv_object_set(r, jv_string("speedup_compile"), jv_number(compiled / candidate));
-	}
+	jv_free(profile);
 	if (cfg->continuous)
 		r = jv_object_set(r, jv_string("continuous"), jv_true());
 	else
@@ -114,7 +173,7 @@ int main(int argc, char **argv)
 		case 'c': cfg.continuous = 1; break;
 		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case 'P': ca_ndjson_set_progress(1); break;
-		case 't': cfg.threshold = ca_opt_double("--threshold", optarg, -1e9, 1e9); break;
+		case 't': cfg.threshold = ca_opt_double("--threshold", optarg, 0, 1e9); break;
 		case 'u': ca_ndjson_set_unbuffered(1); break;
 		default: fputs(usage_text, stderr); ca_opt_bad_usage();
 		}

@@ -380,13 +380,20 @@ static jv tokenize(const struct ca_tokenizer *t, jv record)
 		return jv_invalid_with_msg(failure);
 	}
 	jv_free(failure);
-	jv reward = ca_json_path(record, "reward.value");
+	jv reward = ca_json_path(record, "reward.value"), fault = ca_json_path(record, "reward.evaluator_fault");
 	record = jv_object_set(record, jv_string("tokens"), tokens);
 	record = jv_object_set(record, jv_string("mask"), mask);
-	/* A trajectory none of whose candidates was scored counts as a failure. */
-	record = jv_object_set(record, jv_string("reward"),
-		jv_get_kind(reward) == JV_KIND_NUMBER ? reward : (jv_free(reward), jv_number(-1)));
-	return record;
+	/*
+	 * A trajectory none of whose candidates was scored counts as a
+	 * failure; one the evaluator failed on has no reward (null), so the
+	 * training steps leave it out rather than learn a false -1.
+	 */
+	if (jv_get_kind(reward) != JV_KIND_NUMBER) {
+		jv_free(reward);
+		reward = jv_get_kind(fault) == JV_KIND_TRUE ? jv_null() : jv_number(-1);
+	}
+	jv_free(fault);
+	return jv_object_set(record, jv_string("reward"), reward);
 }
 
 int main(int argc, char **argv)

@@ -7,9 +7,12 @@
  * fast_p (share of all records that are correct with speedup > p).
  * One NDJSON record per group, or an aligned table with -t.
  *
- * A record is correct when verify.ok is true and it carries a numeric
- * reward.value; anything else (no verify, no reward, an error record or a
- * malformed line) counts as an incorrect record of its group.
+ * A record is correct when verify.ok is true and its reward.value is a
+ * number above 0 (a candidate the profile caught has -1); anything else
+ * (no verify, no reward, an error record or a malformed line) counts as an
+ * incorrect record of its group. An evaluator fault (verify.ok or
+ * profile.ok null, or reward.evaluator_fault) is no verdict on the
+ * candidate: it counts in errors and evaluator_faults and in no rate.
  */
 #include <getopt.h>
 #include <math.h>
@@ -37,7 +40,7 @@ struct config {
 
 struct group {
 	jv key;                /* array of the --by values */
-	long count, correct, errors, faster_eager, faster_compile;
+	long count, correct, errors, faults, faster_eager, faster_compile;
 	long n_log_eager, n_log_compile;
 	double log_eager, log_compile;
 	long *fast_eager, *fast_compile;  /* [np] */
@@ -87,10 +90,11 @@ static double speedup(jv reward, const char *key)
 	return NAN;
 }
 
-static void count(struct group *g, const struct config *cfg, int error, int correct, double se, double sc)
+static void count(struct group *g, const struct config *cfg, int error, int fault, int correct, double se, double sc)
 {
 	g->count++;
-	g->errors += error;
+	g->errors += error || fault;
+	g->faults += fault;
 	if (!correct)
 		return;
 	g->correct++;
@@ -112,11 +116,29 @@ static void count(struct group *g, const struct config *cfg, int error, int corr
 	}
 }
 
+/* Whether the evaluator itself failed on a record (borrowed): a verdict of null. */
+static int evaluator_fault(jv record)
+{
+	static const char *const verdicts[] = {"verify.ok", "profile.ok"};
+	int fault = 0;
+	for (size_t i = 0; i < sizeof verdicts / sizeof verdicts[0]; i++) {
+		jv parent = ca_json_get(record, i ? "profile" : "verify");
+		jv ok = ca_json_get(parent, "ok");
+		fault |= jv_get_kind(parent) == JV_KIND_OBJECT && jv_get_kind(ok) == JV_KIND_NULL;
+		jv_free(parent);
+		jv_free(ok);
+	}
+	jv flag = ca_json_path(record, "reward.evaluator_fault");
+	fault |= jv_get_kind(flag) == JV_KIND_TRUE;
+	jv_free(flag);
+	return fault;
+}
+
 /* Account one record (borrowed; jv_null() for a malformed line). */
 static void add(struct stats *st, const struct config *cfg, jv record)
 {
 	int error = jv_get_kind(record) != JV_KIND_OBJECT;
-	int correct = 0;
+	int correct = 0, fault = 0;
 	double se = NAN, sc = NAN;
 	if (!error) {
 		jv e = ca_json_get(record, "error");
@@ -124,10 +146,12 @@ static void add(struct stats *st, const struct config *cfg, jv record)
 		jv_free(e);
 	}
 	if (!error) {
+		fault = evaluator_fault(record);
 		jv ok = ca_json_path(record, "verify.ok");
 		jv reward = ca_json_get(record, "reward");
 		jv value = ca_json_get(reward, "value");
-		correct = jv_get_kind(ok) == JV_KIND_TRUE && jv_get_kind(value) == JV_KIND_NUMBER;
+		correct = !fault && jv_get_kind(ok) == JV_KIND_TRUE && jv_get_kind(value) == JV_KIND_NUMBER &&
+			jv_number_value(value) > 0;
 		if (correct) {
 			se = speedup(reward, "speedup_eager");
 			sc = speedup(reward, "speedup_compile");
@@ -136,13 +160,13 @@ static void add(struct stats *st, const struct config *cfg, jv record)
 		jv_free(reward);
 		jv_free(value);
 	}
-	count(&st->groups[0], cfg, error, correct, se, sc);
+	count(&st->groups[0], cfg, error, fault, correct, se, sc);
 	if (cfg->nby == 0)
 		return;
 	jv key = jv_array();
 	for (int i = 0; i < cfg->nby; i++)
 		key = jv_array_append(key, error && jv_get_kind(record) != JV_KIND_OBJECT ? jv_null() : ca_json_path(record, cfg->by[i]));
-	count(find_group(st, cfg, key), cfg, error, correct, se, sc);
+	count(find_group(st, cfg, key), cfg, error, fault, correct, se, sc);
 }
 
 static jv rate(long n, long total)
@@ -160,19 +184,21 @@ static jv group_record(const struct group *g, const struct config *cfg, int all)
 	jv group = jv_object();
 	for (int i = 0; !all && i < cfg->nby; i++)
 		group = jv_object_set(group, jv_string(cfg->by[i]), jv_array_get(jv_copy(g->key), i));
+	long judged = g->count - g->faults;  /* records the evaluator gave a verdict on */
 	jv r = jv_object();
 	r = jv_object_set(r, jv_string("group"), group);
 	r = jv_object_set(r, jv_string("count"), jv_number((double)g->count));
 	r = jv_object_set(r, jv_string("errors"), jv_number((double)g->errors));
-	r = jv_object_set(r, jv_string("pass_rate"), rate(g->correct, g->count));
-	r = jv_object_set(r, jv_string("faster_eager_rate"), rate(g->faster_eager, g->count));
-	r = jv_object_set(r, jv_string("faster_compile_rate"), rate(g->faster_compile, g->count));
+	r = jv_object_set(r, jv_string("evaluator_faults"), jv_number((double)g->faults));
+	r = jv_object_set(r, jv_string("pass_rate"), rate(g->correct, judged));
+	r = jv_object_set(r, jv_string("faster_eager_rate"), rate(g->faster_eager, judged));
+	r = jv_object_set(r, jv_string("faster_compile_rate"), rate(g->faster_compile, judged));
 	r = jv_object_set(r, jv_string("geomean_speedup_eager"), geomean(g->log_eager, g->n_log_eager));
 	r = jv_object_set(r, jv_string("geomean_speedup_compile"), geomean(g->log_compile, g->n_log_compile));
 	jv fe = jv_object(), fc = jv_object();
 	for (int i = 0; i < cfg->np; i++) {
-		fe = jv_object_set(fe, jv_string(cfg->p_text[i]), rate(g->fast_eager[i], g->count));
-		fc = jv_object_set(fc, jv_string(cfg->p_text[i]), rate(g->fast_compile[i], g->count));
+		fe = jv_object_set(fe, jv_string(cfg->p_text[i]), rate(g->fast_eager[i], judged));
+		fc = jv_object_set(fc, jv_string(cfg->p_text[i]), rate(g->fast_compile[i], judged));
 	}
 	r = jv_object_set(r, jv_string("fast_p"), fe);
 	return jv_object_set(r, jv_string("fast_p_compile"), fc);

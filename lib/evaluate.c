@@ -2748,6 +2748,20 @@ static int digest_spot_checks(struct job *j, const struct loop_clock *ours, jv n
 	return rc;
 }
 
+/*
+ * A loop the profile did not pass: the median the candidate reported is
+ * no measurement, so it leaves candidate_us (where the reward reads one)
+ * for reported_us.
+ */
+static void distrust_reported_time(struct job *j)
+{
+	jv reported = ca_json_get(j->result, "candidate_us");
+	if (!jv_is_valid(reported))
+		return;
+	j->result = jv_object_delete(j->result, jv_string("candidate_us"));
+	j->result = jv_object_set(j->result, jv_string("reported_us"), reported);
+}
+
 static void do_profile(struct job *j)
 {
 	struct slot *s = j->slot;
@@ -3049,6 +3063,8 @@ static void do_profile(struct job *j)
 	}
 	j->result = jv_object_set(j->result, jv_string("ok"), jv_true());
 out:
+	if (ca_json_bool(j->result, "ok") != 1)
+		distrust_reported_time(j);
 	phase(j, "spot_checks");
 	loop_clock_free(&ours);
 	jv_free(named);

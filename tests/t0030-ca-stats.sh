@@ -22,5 +22,15 @@ expect_status 3 'a malformed line is counted as an incorrect record, exit 3' '
 	jq -e ".count == 7 and .errors == 2" out >/dev/null && grep -q "stdin:7: malformed" err && exit $s'
 expect_success 'the demo pipeline: ca-reward | ca-stats over the shipped examples' '
 	ca-reward "$ROOT/examples/profiled.ndjson" | ca-stats --by level | jq -s -e "length == 4 and .[0].count == 24"'
+expect_success 'a candidate the profile caught (reward -1) is not correct, whatever verify said' '
+	printf "%s\n" "{\"verify\":{\"ok\":true},\"profile\":{\"ok\":false,\"stage\":\"timing\"},\"reward\":{\"value\":-1}}" \
+		"{\"verify\":{\"ok\":true},\"profile\":{\"ok\":true},\"reward\":{\"value\":1,\"speedup_eager\":1,\"speedup_compile\":1}}" |
+	ca-stats | jq -e ".count == 2 and .pass_rate == 0.5 and .errors == 0"'
+expect_success 'an evaluator fault counts in errors and evaluator_faults, in no rate' '
+	printf "%s\n" "{\"verify\":{\"ok\":null,\"stage\":\"reference\"},\"reward\":{\"value\":null,\"evaluator_fault\":true}}" \
+		"{\"verify\":{\"ok\":true},\"profile\":{\"ok\":null,\"stage\":\"system\"}}" \
+		"{\"verify\":{\"ok\":false},\"reward\":{\"value\":-1}}" \
+		"{\"verify\":{\"ok\":true},\"profile\":{\"ok\":true},\"reward\":{\"value\":2,\"speedup_eager\":1.5,\"speedup_compile\":0.9}}" |
+	ca-stats | jq -e ".count == 4 and .errors == 2 and .evaluator_faults == 2 and .pass_rate == 0.5 and .fast_p[\"1\"] == 0.5"'
 expect_status 2 '--by with an empty path is a usage error' 'ca-stats --by "" </dev/null'
 test_done

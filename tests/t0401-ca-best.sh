@@ -60,4 +60,9 @@ expect_status 3 'explode: a record without a trajectory is an error record' '
 
 expect_success 'writing to a full disk fails with status 4' 'ca-best --explode "$T" >/dev/full; [ $? -eq 4 ]'
 
+expect_success 'select: a candidate the profile caught is neither correct nor fast' '
+	printf "%s\n" "{\"snapshot\":{\"trajectory\":\"T\",\"index\":0},\"verify\":{\"ok\":false},\"reward\":{\"value\":-1}}" \
+		"{\"snapshot\":{\"trajectory\":\"T\",\"index\":1},\"verify\":{\"ok\":true},\"profile\":{\"ok\":false,\"stage\":\"timing\",\"compile_us\":100,\"candidate_us\":1},\"reward\":{\"value\":-1,\"speedup_compile\":null}}" |
+	ca-best | jq -e ".best.index == 0 and .best.correct == 0"
+'
 test_done

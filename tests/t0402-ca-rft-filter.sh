@@ -106,6 +106,12 @@ assert \"not json\" in said[1], said
 			ca-rft-filter --keep-marked --tokens "$FX/tok-llama3" >out 2>/dev/null;
 		jq -e ".rft.keep == false and .reward == -1 and (.mask | add) > 0" out
 	'
+	expect_success '--tokens with --keep-marked: a trajectory the evaluator failed on has reward null, not -1' '
+		jq -cn "{id: \"t\", trajectory: {messages: [{role: \"user\", content: \"u\"}, {role: \"assistant\", content: \"a\"}]},
+			reward: {value: null, evaluator_fault: true}}" |
+			ca-rft-filter --keep-marked --tokens "$FX/tok-llama3" >out 2>/dev/null;
+		jq -e ".rft.keep == false and .reward == null" out
+	'
 else
 	skip '--tokens' 'the tokenizers library is not installed (make deps)'
 fi

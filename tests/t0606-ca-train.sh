@@ -53,6 +53,13 @@ expect_success 'killed in the middle of steps, a rerun loses and repeats nothing
 	jq -s -e "map(select(.command == \"ca-ppo-step\") | .global_step) == [1, 2, 3, 4, 5, 6]" run/stats.ndjson &&
 	jq -s -e "map(select(.command == \"ca-ppo-step\") | .step) == [4, 8, 12, 16, 20, 24]" run/stats.ndjson'
 
+expect_success 'rollout records the evaluator failed on (reward null) are left out, not trained on as -1' '
+	'"$setup"' &&
+	faulty="$rollout | jq -c \"if (.id | tostring | test(\\\"[05]$\\\")) then .reward = {value: null, evaluator_fault: true} else . end\"" &&
+	ca-train -a pol -c crit -t tasks -o run --batch 8 --warmup-steps 0 --rft-steps 0 --value-steps 0 \
+		--steps 1 --rollout "$faulty" 2>log || { cat log; exit 1; }
+	grep -q "rollout record(s) without a reward (evaluator faults) left out" log &&
+	jq -s -e "map(select(.command == \"ca-ppo-step\"))[0].sequences < 8" run/stats.ndjson'
 expect_status 4 'a failing step stops the run with exit 4' '
 	'"$setup"' &&
 	ca-train -a pol -c crit -t tasks -o run --batch 8 --warmup-steps 0 --rft-steps 0 --value-steps 0 \
