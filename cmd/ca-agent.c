@@ -455,6 +455,17 @@ static char *append_note(char *text, const char *note)
 	return text;
 }
 
+/* Whether a trusted command's result (borrowed) says the evaluator failed in field (ok null). */
+static int evaluator_failed(jv result, const char *field)
+{
+	jv f = jv_get_kind(result) == JV_KIND_OBJECT ? obj_get(result, field) : jv_null();
+	jv flag = jv_get_kind(f) == JV_KIND_OBJECT ? obj_get(f, "evaluator_fault") : jv_null();
+	int failed = jv_get_kind(flag) == JV_KIND_TRUE;
+	jv_free(flag);
+	jv_free(f);
+	return failed;
+}
+
 /* Run a trusted evaluation command on a snapshot; returns the observation. */
 static char *run_trusted(struct session *s, const char *which, jv args, int *is_error)
 {
@@ -587,6 +598,12 @@ static char *run_trusted(struct session *s, const char *which, jv args, int *is_
 			size_t used = strlen(shown);
 			snprintf(shown + used, len - used, "\n[%s exit status %d%s]", which, status,
 				status == CA_PROC_TIMEOUT_STATUS ? ": time limit" : "");
+		}
+		if (field && evaluator_failed(result, field)) {
+			const char *note = "\n[the evaluator itself failed, not your kernel: this result says nothing about "
+				"your code; run the command again later]";
+			shown = ca_xrealloc(shown, strlen(shown) + strlen(note) + 1);
+			strcat(shown, note);
 		}
 		free(b);
 		free(e);

@@ -40,6 +40,7 @@ void ca_eval_defaults(struct ca_eval_config *cfg, enum ca_eval_mode mode)
 	cfg->mode = mode;
 	cfg->device = "cuda";
 	cfg->checks = 5;
+	cfg->robust = 4;
 	ca_compare_defaults(&cfg->tol);
 	cfg->sandbox = 1;
 	cfg->timeout_s = 60;
@@ -585,6 +586,11 @@ static char *describe_exit(struct worker *w, int status, const char **stage)
 	} else if (status == 125) {
 		*stage = "sandbox";
 		snprintf(head, sizeof head, "the sandbox failed to start it (status 125)");
+	} else if (!jv_is_valid(w->hello) && (status == 126 || status == 127)) {
+		/* Nothing of the candidate's ran yet: the interpreter itself could not be run. */
+		*stage = "start";
+		snprintf(head, sizeof head, "the Python interpreter (CA_PYTHON) could not be run (status %d); a candidate's "
+			"runs as the sandbox user, who must be able to read it and every directory above it", status);
 	} else if (status > 128) {
 		*stage = "crash";
 		snprintf(head, sizeof head, "killed by signal %d (%s)", status - 128, strsignal(status - 128));
@@ -1324,6 +1330,13 @@ struct job {
 	double mark;             /* when the last phase ended */
 };
 
+/* A robustness check's inputs: the task's draw under seed moved to dist (ca_runner's robust_inputs). */
+struct robust_spec {
+	const char *dist;
+	int signed_values;       /* a random sign per value; 0: magnitudes with the task's signs */
+	unsigned long long seed;
+};
+
 static jv set_str(jv o, const char *k, const char *v) { return jv_object_set(o, jv_string(k), jv_string(v)); }
 static jv set_num(jv o, const char *k, double v) { return jv_object_set(o, jv_string(k), ca_json_num_or_null(v)); }
 
@@ -1883,6 +1896,30 @@ static int digest_matches(jv reply, const char *key, int i, jv want)
 	return same;
 }
 
+/* Check k's files: its inputs and the candidate's outputs in the job's io, the reference's in trusted. */
+static void check_paths(const struct job *j, int k, char in[PATHLEN], char ref[PATHLEN], char out[PATHLEN])
+{
+	snprintf(in, PATHLEN, "%s/in-%d.ten", j->io, k);
+	snprintf(ref, PATHLEN, "%s/ref-%d.ten", j->slot->trusted, k);
+	snprintf(out, PATHLEN, "%s/out-%d.ten", j->io, k);
+}
+
+static void check_paths_remove(const struct job *j, int k)
+{
+	char in[PATHLEN], ref[PATHLEN], out[PATHLEN];
+	check_paths(j, k, in, ref, out);
+	unlink(in);
+	unlink(ref);
+	unlink(out);
+}
+
+static jv robust_json(const struct robust_spec *r)
+{
+	jv o = set_str(jv_object(), "dist", r->dist);
+	o = jv_object_set(o, jv_string("signed"), jv_bool(r->signed_values));
+	return set_num(o, "seed", (double)r->seed);
+}
+
 /*
  * One check of verify: the reference draws the inputs under seed and runs
  * on them while the candidate, at the same time, draws the same inputs in
@@ -1892,19 +1929,22 @@ static int digest_matches(jv reply, const char *key, int i, jv want)
  * as a file, and so are the checks after it. 0 with the candidate's reply
  * in *reply and *ref_mutated set; -1 when the result already says why not.
  */
-static int verify_check(struct job *j, int k, int trace, jv *reply, int *ref_mutated)
+static int verify_check(struct job *j, int k, const struct robust_spec *robust, int trace, jv *reply,
+		int *ref_mutated, jv *ref_info)
 {
 	struct slot *s = j->slot;
 	const struct ca_eval_config *cfg = s->cfg;
 	char in[PATHLEN], ref[PATHLEN], out[PATHLEN];
-	unsigned long long seed = j->seed + 1 + (unsigned)k;
-	snprintf(in, sizeof in, "%s/in-%d.ten", j->io, k);
-	snprintf(ref, sizeof ref, "%s/ref-%d.ten", s->trusted, k);
-	snprintf(out, sizeof out, "%s/out-%d.ten", j->io, k);
+	unsigned long long seed = robust ? robust->seed : j->seed + 1 + (unsigned)k;
+	check_paths(j, k, in, ref, out);
 	jv fault, rreply, cfault = jv_invalid();
 	*reply = jv_invalid();
+	if (ref_info)
+		*ref_info = jv_invalid();
 	for (;;) {
 		jv req = inputs_request(j, seed, in, ref);
+		if (robust)
+			req = jv_object_set(req, jv_string("robust"), robust_json(robust));
 		if (worker_send(&s->reference, req, &fault) != 0) {
 			reference_failed(j, fault);
 			return -1;
@@ -1914,6 +1954,8 @@ static int verify_check(struct job *j, int k, int trace, jv *reply, int *ref_mut
 		if (!j->ship) {
 			jv creq = set_str(set_num(set_str(jv_object(), "op", "run"), "seed", (double)seed), "out", out);
 			creq = jv_object_set(creq, jv_string("trace"), jv_bool(trace));
+			if (robust)
+				creq = jv_object_set(creq, jv_string("robust"), robust_json(robust));
 			j->cand.limit_s = cfg->timeout_s;
 			/* A candidate already gone is reported after the reference's reply is in. */
 			if (worker_send(&j->cand, creq, &cfault) != 0)
@@ -1928,7 +1970,12 @@ static int verify_check(struct job *j, int k, int trace, jv *reply, int *ref_mut
 		*ref_mutated = ca_json_bool(rreply, "inputs_mutated") == 1;
 		jv want = ca_json_get(rreply, "digest");
 		note_drawn_on(j, rreply);
-		jv_free(rreply);
+		if (ref_info) {
+			jv_free(*ref_info);
+			*ref_info = rreply;
+		} else {
+			jv_free(rreply);
+		}
 		if (cand_sent < 0) {
 			jv_free(want);
 			job_fault(j, cfault, NULL);
@@ -1969,82 +2016,255 @@ static int verify_check(struct job *j, int k, int trace, jv *reply, int *ref_mut
 	}
 }
 
+/* What verify's checks add up to, for the record. */
+struct verify_tally {
+	double max_abs, max_rel;
+	int passed;              /* of the checks (the robustness checks count in "robust") */
+	jv kernels, bad_names;   /* the first check's top kernels; the forbidden ones */
+	int nbad;
+};
+
+/*
+ * Judge check k once both ran (the candidate's reply consumed): the
+ * inputs left as the reference leaves them, no torch fallback, the
+ * outputs within tol. what names the check in a failure's message.
+ * 0 when it passed; -1 when the result says why not.
+ */
+static int judge_check(struct job *j, int k, jv reply, int ref_mutated, const struct ca_compare_options *tol,
+		const char *what, struct verify_tally *t)
+{
+	const struct ca_eval_config *cfg = j->slot->cfg;
+	if (k == 0) {
+		jv kl = ca_json_get(reply, "kernels");
+		jv_free(t->kernels);
+		t->kernels = top_kernels(kl, cfg->top, &t->nbad, &t->bad_names);
+		jv_free(kl);
+	}
+	int mutated = ca_json_bool(reply, "inputs_mutated") == 1;
+	jv_free(reply);
+	if (mutated && !ref_mutated) {
+		check_paths_remove(j, k);
+		job_fail(j, "run", "the candidate modified its inputs in place (the reference does not)");
+		return -1;
+	}
+	if (t->nbad && !cfg->allow_torch) {
+		char msg[1024];
+		jv first = jv_array_get(jv_copy(t->bad_names), 0);
+		snprintf(msg, sizeof msg, "torch fallback refused: %d ATen/torch.compile kernel%s ran, e.g. %.400s",
+			t->nbad, t->nbad == 1 ? "" : "s", jv_string_value(first));
+		jv_free(first);
+		check_paths_remove(j, k);
+		job_fail(j, "policy", msg);
+		j->result = jv_object_set(j->result, jv_string("forbidden"), jv_copy(t->bad_names));
+		return -1;
+	}
+	char in[PATHLEN], ref[PATHLEN], out[PATHLEN];
+	check_paths(j, k, in, ref, out);
+	struct ca_compare_result cr;
+	int c = ca_compare_files(ref, out, tol, &cr);
+	phase(j, "compare");
+	check_paths_remove(j, k);
+	if (cr.max_abs_err > t->max_abs)
+		t->max_abs = cr.max_abs_err;
+	if (cr.max_rel_err > t->max_rel)
+		t->max_rel = cr.max_rel_err;
+	if (c < 0) {
+		job_fail(j, "reference", cr.message);
+		return -1;
+	}
+	if (c == 0) {
+		char msg[1200];
+		snprintf(msg, sizeof msg, "%s: %s", what, cr.message);
+		job_fail(j, "compare", msg);
+		return -1;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------ robustness checks */
+
+/*
+ * The robustness checks' value distributions, in the order they are
+ * tried (lib/py/ca_runner.py, ROBUST_DISTS, does the moving), with what
+ * the agent reads of each when its kernel fails there.
+ */
+static const struct {
+	const char *name, *described;
+	int has_sign;   /* a signed form and, after it, one of magnitudes alone */
+} robust_dists[] = {
+	/* Its magnitudes alone would be the task's own draw for positive inputs. */
+	{"signed", "the task's values, each with a random sign (zero mean)", 0},
+	{"spikes", "random signs, and one value in 1000 made 50 times the typical magnitude", 1},
+	{"ties", "random signs, magnitudes rounded to quarters of the typical one (many ties), one value in four exactly zero", 1},
+	{"shifted", "the task's values shifted up by 4 times their typical magnitude", 0},
+	{"large", "random signs, 100 times the task's magnitudes", 1},
+	{"small", "random signs, 1/100 of the task's magnitudes", 1},
+};
+enum { NROBUST_DISTS = sizeof robust_dists / sizeof robust_dists[0] };
+
+struct robust_run {
+	int asked, run, attempts;
+	jv used, skipped;
+	int usable[NROBUST_DISTS][2];   /* by dist and form (1 signed): -1 unknown, 0 no, 1 yes */
+};
+
+/*
+ * One robustness check of dist in one form: 1 passed, 0 the reference's
+ * output cannot judge it there (noted in skipped), -1 failed (the result
+ * says why).
+ */
+static int robust_check(struct job *j, struct verify_tally *t, struct robust_run *rr, int d, int signed_values)
+{
+	struct slot *s = j->slot;
+	const struct ca_eval_config *cfg = s->cfg;
+	int k = cfg->checks + rr->attempts;
+	struct robust_spec spec = {robust_dists[d].name, signed_values, j->seed + 1 + (unsigned long long)k};
+	rr->attempts++;
+	jv reply, info;
+	int ref_mutated = 0;
+	gpu_lock(s, LOCK_SH);
+	int vc = verify_check(j, k, &spec, 0, &reply, &ref_mutated, &info);
+	gpu_lock(s, LOCK_UN);
+	phase(j, "robust");
+	if (vc != 0) {
+		jv_free(info);
+		check_paths_remove(j, k);
+		return -1;
+	}
+	double rms = 0;
+	int usable = ca_json_bool(info, "out_usable") == 1 && ca_json_number(info, "out_rms", &rms) == 1 && rms > 0;
+	rr->usable[d][signed_values] = usable;
+	jv form = jv_string_fmt("%s%s", spec.dist, signed_values || !robust_dists[d].has_sign ? "" : " (magnitudes)");
+	if (!usable) {
+		char *why = ca_json_strdup(info, "out_unusable_why");
+		rr->skipped = jv_array_append(rr->skipped,
+			jv_string_fmt("%s: %s", jv_string_value(form), why ? why : "no usable reference output"));
+		free(why);
+		jv_free(form);
+		jv_free(info);
+		jv_free(reply);
+		check_paths_remove(j, k);
+		return 0;
+	}
+	jv_free(info);
+	/*
+	 * The absolute tolerance follows the output's scale: these inputs
+	 * are not the task's magnitudes, and a kernel's rounding is relative
+	 * to them (a TF32 matmul on zero-mean inputs has outputs near zero
+	 * that atol 1e-2 alone would reject); small inputs get a smaller
+	 * atol, so a wrong answer of small magnitude still fails.
+	 */
+	struct ca_compare_options tol = cfg->tol;
+	tol.atol = cfg->tol.atol * rms;
+	jv used = set_str(jv_object(), "dist", spec.dist);
+	if (robust_dists[d].has_sign)
+		used = jv_object_set(used, jv_string("signed"), jv_bool(signed_values));
+	used = set_num(used, "seed", (double)spec.seed);
+	used = set_num(used, "atol", tol.atol);
+	rr->used = jv_array_append(rr->used, used);
+	rr->run++;
+	char what[600];
+	snprintf(what, sizeof what, "robustness check %d (%s: %s%s; seed %llu)", rr->run, jv_string_value(form),
+		robust_dists[d].described, signed_values || !robust_dists[d].has_sign ? "" : ", signs as the task's",
+		spec.seed);
+	jv_free(form);
+	if (judge_check(j, k, reply, ref_mutated, &tol, what, t) == 0)
+		return 1;
+	char *stage = ca_json_strdup(j->result, "stage");
+	if (stage && !strcmp(stage, "compare")) {
+		char *error = ca_json_strdup(j->result, "error");
+		j->result = set_str(j->result, "stage", "robust");
+		jv msg = jv_string_fmt("%s; the kernel must be correct for any input of the task's shapes and dtypes, "
+			"not only for values like get_inputs()'s", error ? error : "");
+		j->result = jv_object_set(j->result, jv_string("error"), msg);
+		free(error);
+	}
+	free(stage);
+	return -1;
+}
+
+/*
+ * verify's robustness checks (--robust N, after the checks passed): the
+ * same shapes, dtypes and weights with values from other distributions,
+ * each used only where the reference's output is finite and not
+ * degenerate (a signed form first, then magnitudes alone for a task
+ * defined on positive values). Once every distribution was tried, the
+ * usable ones are used again under new seeds until N ran. The record's
+ * "robust" says what ran. 0 when all passed.
+ */
+static int robust_checks(struct job *j, struct verify_tally *t)
+{
+	const struct ca_eval_config *cfg = j->slot->cfg;
+	if (cfg->robust <= 0)
+		return 0;
+	struct robust_run rr = {.asked = cfg->robust, .used = jv_array(), .skipped = jv_array()};
+	memset(rr.usable, -1, sizeof rr.usable);
+	int rc = 0, any = 1;
+	for (int pass = 0; rc == 0 && rr.run < rr.asked && any; pass++) {
+		any = 0;
+		for (int d = 0; d < NROBUST_DISTS && rc == 0 && rr.run < rr.asked; d++) {
+			for (int sv = 1; sv >= (robust_dists[d].has_sign ? 0 : 1); sv--) {
+				if (pass > 0 && rr.usable[d][sv] != 1)
+					continue;
+				int r = robust_check(j, t, &rr, d, sv);
+				if (r < 0)
+					rc = -1;
+				if (r != 0)
+					break;  /* passed or failed: this distribution's other form is not needed */
+			}
+			any |= rr.usable[d][1] == 1 || rr.usable[d][0] == 1;
+		}
+	}
+	jv o = jv_object_set(jv_object(), jv_string("asked"), jv_number(rr.asked));
+	o = jv_object_set(o, jv_string("checks"), jv_number(rr.run));
+	o = jv_object_set(o, jv_string("passed"), jv_number(rc == 0 ? rr.run : rr.run - 1));
+	o = jv_object_set(o, jv_string("dists"), rr.used);
+	o = jv_object_set(o, jv_string("skipped"), rr.skipped);
+	jv failed = jv_null();
+	if (rc != 0 && rr.run > 0) {
+		jv last = jv_array_get(ca_json_get(o, "dists"), rr.run - 1);
+		failed = ca_json_get(last, "dist");
+		jv_free(last);
+	}
+	o = jv_object_set(o, jv_string("failed"), failed);
+	j->result = jv_object_set(j->result, jv_string("robust"), o);
+	return rc;
+}
+
 static void do_verify(struct job *j)
 {
 	struct slot *s = j->slot;
 	const struct ca_eval_config *cfg = s->cfg;
 	j->result = set_num(j->result, "atol", cfg->tol.atol);
 	j->result = set_num(j->result, "rtol", cfg->tol.rtol);
-	double max_abs = 0, max_rel = 0;
-	int passed = 0;
-	jv kernels = jv_array();
-	int nbad = 0;
-	jv bad_names = jv_array();
+	struct verify_tally t = {.kernels = jv_array(), .bad_names = jv_array()};
 	for (int k = 0; k < cfg->checks; k++) {
-		char ref[PATHLEN], out[PATHLEN];
-		snprintf(ref, sizeof ref, "%s/ref-%d.ten", s->trusted, k);
-		snprintf(out, sizeof out, "%s/out-%d.ten", j->io, k);
 		jv reply;
 		int ref_mutated = 0;
 		gpu_lock(s, LOCK_SH);
-		int vc = verify_check(j, k, k == 0 && strcmp(cfg->device, "cpu"), &reply, &ref_mutated);
+		int vc = verify_check(j, k, NULL, k == 0 && strcmp(cfg->device, "cpu"), &reply, &ref_mutated, NULL);
 		gpu_lock(s, LOCK_UN);
-		if (vc != 0)
+		if (vc != 0) {
+			check_paths_remove(j, k);
 			goto done;
+		}
 		phase(j, "checks");
-		if (k == 0) {
-			jv kl = ca_json_get(reply, "kernels");
-			jv_free(kernels);
-			kernels = top_kernels(kl, cfg->top, &nbad, &bad_names);
-			jv_free(kl);
-		}
-		int mutated = ca_json_bool(reply, "inputs_mutated") == 1;
-		jv_free(reply);
-		if (mutated && !ref_mutated) {
-			job_fail(j, "run", "the candidate modified its inputs in place (the reference does not)");
+		char what[32];
+		snprintf(what, sizeof what, "check %d", k + 1);
+		if (judge_check(j, k, reply, ref_mutated, &cfg->tol, what, &t) != 0)
 			goto done;
-		}
-		if (nbad && !cfg->allow_torch) {
-			char msg[1024];
-			jv first = jv_array_get(jv_copy(bad_names), 0);
-			snprintf(msg, sizeof msg, "torch fallback refused: %d ATen/torch.compile kernel%s ran, e.g. %.400s",
-				nbad, nbad == 1 ? "" : "s", jv_string_value(first));
-			jv_free(first);
-			job_fail(j, "policy", msg);
-			j->result = jv_object_set(j->result, jv_string("forbidden"), jv_copy(bad_names));
-			goto done;
-		}
-		struct ca_compare_result cr;
-		int c = ca_compare_files(ref, out, &cfg->tol, &cr);
-		phase(j, "compare");
-		unlink(ref);
-		unlink(out);
-		snprintf(out, sizeof out, "%s/in-%d.ten", j->io, k);
-		unlink(out);
-		if (cr.max_abs_err > max_abs)
-			max_abs = cr.max_abs_err;
-		if (cr.max_rel_err > max_rel)
-			max_rel = cr.max_rel_err;
-		if (c < 0) {
-			job_fail(j, "reference", cr.message);
-			goto done;
-		}
-		if (c == 0) {
-			char msg[700];
-			snprintf(msg, sizeof msg, "check %d: %s", k + 1, cr.message);
-			job_fail(j, "compare", msg);
-			goto done;
-		}
-		passed++;
+		t.passed++;
 	}
+	if (robust_checks(j, &t) != 0)
+		goto done;
 	j->result = jv_object_set(j->result, jv_string("ok"), jv_true());
 done:
 	j->result = jv_object_set(j->result, jv_string("checks"), jv_number(cfg->checks));
-	j->result = jv_object_set(j->result, jv_string("checks_passed"), jv_number(passed));
-	j->result = set_num(j->result, "max_abs_err", max_abs);
-	j->result = set_num(j->result, "max_rel_err", max_rel);
-	j->result = jv_object_set(j->result, jv_string("kernels"), kernels);
-	jv_free(bad_names);
+	j->result = jv_object_set(j->result, jv_string("checks_passed"), jv_number(t.passed));
+	j->result = set_num(j->result, "max_abs_err", t.max_abs);
+	j->result = set_num(j->result, "max_rel_err", t.max_rel);
+	j->result = jv_object_set(j->result, jv_string("kernels"), t.kernels);
+	jv_free(t.bad_names);
 }
 
 /* ------------------------------------------------------------------ profile */
@@ -3074,22 +3294,43 @@ out:
 
 /* ------------------------------------------------------------------ dispatch */
 
+/*
+ * The stages where the evaluator itself failed, before or beside the
+ * candidate's code: the reference (its worker, the task's code, torch),
+ * the system (files, processes), the sandbox, a worker's start (the
+ * interpreter, torch and CUDA, before any candidate code is imported),
+ * no GPU. Such a record says nothing of the candidate: ok is null, the
+ * reward null, and the exit status 4 (ca-records(5)).
+ */
+static int evaluator_stage(const char *stage)
+{
+	static const char *const stages[] = {"reference", "system", "sandbox", "start", "gpu", NULL};
+	for (int i = 0; stage && stages[i]; i++)
+		if (!strcmp(stage, stages[i]))
+			return 1;
+	return 0;
+}
+
 /* A result (consumed) finished: "ok" first, the exit status worsened by a failure. */
 static jv finish_result(jv result, int *status)
 {
 	int ok = ca_json_bool(result, "ok");
+	int fault = 0;
 	if (ok != 1) {
 		char *stage = ca_json_strdup(result, "stage");
+		fault = evaluator_stage(stage);
 		if (stage && !strcmp(stage, "input"))
 			*status = ca_err_worst(*status, CA_EXIT_DATA);
-		else if (stage && (!strcmp(stage, "system") || !strcmp(stage, "reference") || !strcmp(stage, "sandbox")))
+		else if (fault)
 			*status = ca_err_worst(*status, CA_EXIT_SYSTEM);
 		else
 			*status = ca_err_worst(*status, CA_EXIT_NEGATIVE);
 		free(stage);
 	}
-	/* Put "ok" first for people reading the records. */
-	jv ordered = jv_object_set(jv_object(), jv_string("ok"), jv_bool(ok == 1));
+	if (fault)
+		result = jv_object_set(result, jv_string("evaluator_fault"), jv_true());
+	/* Put "ok" first for people reading the records: true, false, or null for an evaluator fault. */
+	jv ordered = jv_object_set(jv_object(), jv_string("ok"), fault ? jv_null() : jv_bool(ok == 1));
 	jv_object_foreach(result, key, value) {
 		if (strcmp(jv_string_value(key), "ok"))
 			ordered = jv_object_set(ordered, key, value);
@@ -3102,11 +3343,15 @@ static jv finish_result(jv result, int *status)
 	return ordered;
 }
 
-static jv not_profiled(void)
+/* The profile of a record not timed: verify failed, or (fault) the evaluator failed in it. */
+static jv not_profiled(int fault)
 {
-	jv r = jv_object_set(jv_object(), jv_string("ok"), jv_false());
+	jv r = jv_object_set(jv_object(), jv_string("ok"), fault ? jv_null() : jv_false());
 	r = jv_object_set(r, jv_string("skipped"), jv_true());
-	return set_str(r, "error", "not profiled: verify.ok is not true");
+	if (fault)
+		r = jv_object_set(r, jv_string("evaluator_fault"), jv_true());
+	return set_str(r, "error", fault ? "not profiled: the evaluator failed in verify (verify.ok is null)"
+		: "not profiled: verify.ok is not true");
 }
 
 /* -v: the record's phases on stderr, one line. */
@@ -3126,6 +3371,41 @@ static void print_phases(jv record, jv phases, double seconds)
 	free(id);
 }
 
+/*
+ * Why no GPU can run a record here, from the driver's traces alone (no
+ * CUDA context: starting one to find out took seconds per record); NULL
+ * when one may. why holds the message.
+ */
+static const char *gpu_missing(char *why, size_t size)
+{
+	static const char *const traces[] = {"/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", NULL};
+	const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+	if (visible && (!*visible || !strcmp(visible, "-1"))) {
+		snprintf(why, size, "no GPU is visible (CUDA_VISIBLE_DEVICES=\"%s\"); the record needs one "
+			"(--device cpu for CPU-only candidates)", visible);
+		return why;
+	}
+	for (int i = 0; traces[i]; i++)
+		if (access(traces[i], F_OK) == 0)
+			return NULL;
+	snprintf(why, size, "no GPU here (no GPU driver: neither /proc/driver/nvidia nor /dev/nvidiactl); the record "
+		"needs one: run it on a GPU machine, or --device cpu for CPU-only candidates");
+	return why;
+}
+
+/* A record without a GPU (record consumed): an evaluator fault at once, no worker started. */
+static jv no_gpu_record(const struct ca_eval_config *cfg, jv record, int *status)
+{
+	jv r = set_str(set_str(jv_object(), "stage", "gpu"), "error", cfg->no_gpu_why);
+	r = jv_object_set(r, jv_string("ok"), jv_false());
+	if (cfg->mode == CA_EVAL_VERIFY || cfg->also_verify)
+		record = jv_object_set(record, jv_string("verify"), finish_result(jv_copy(r), status));
+	if (cfg->mode == CA_EVAL_PROFILE)
+		record = jv_object_set(record, jv_string("profile"), cfg->also_verify ? not_profiled(1) : finish_result(jv_copy(r), status));
+	jv_free(r);
+	return record;
+}
+
 static jv evaluate_record(struct slot *s, jv record, int *status)
 {
 	const struct ca_eval_config *cfg = s->cfg;
@@ -3142,13 +3422,20 @@ static jv evaluate_record(struct slot *s, jv record, int *status)
 	if (cfg->mode == CA_EVAL_PROFILE && !cfg->also_verify) {
 		jv verify = ca_json_get(record, "verify");
 		int vok = jv_get_kind(verify) == JV_KIND_OBJECT ? ca_json_bool(verify, "ok") : -2;
+		jv vnull = jv_get_kind(verify) == JV_KIND_OBJECT ? ca_json_get(verify, "ok") : jv_invalid();
+		int fault = jv_get_kind(vnull) == JV_KIND_NULL;
+		jv_free(vnull);
 		jv_free(verify);
 		if (vok == 0 || vok == -1) {
 			jv_free(j.result);
 			jv_free(j.phases);
-			return jv_object_set(record, jv_string(field), not_profiled());
+			if (fault)
+				*status = ca_err_worst(*status, CA_EXIT_SYSTEM);
+			return jv_object_set(record, jv_string(field), not_profiled(fault));
 		}
 	}
+	if (cfg->no_gpu_why)
+		return no_gpu_record(cfg, record, status);
 	jv verified = jv_invalid();  /* --verify: the verify object, made by this same run */
 	if (job_prepare(&j, record) == 0) {
 		if (cfg->mode == CA_EVAL_VERIFY) {
@@ -3184,11 +3471,13 @@ static jv evaluate_record(struct slot *s, jv record, int *status)
 		int vok = ca_json_bool(verified, "ok") == 1;
 		verified = set_num(verified, "seconds", seconds);
 		verified = jv_object_set(verified, jv_string("phases"), jv_copy(j.phases));
-		record = jv_object_set(record, jv_string("verify"), finish_result(verified, status));
+		verified = finish_result(verified, status);
+		int fault = ca_json_bool(verified, "evaluator_fault") == 1;
+		record = jv_object_set(record, jv_string("verify"), verified);
 		if (!vok) {
 			jv_free(j.result);
 			jv_free(j.phases);
-			return jv_object_set(record, jv_string(field), not_profiled());
+			return jv_object_set(record, jv_string(field), not_profiled(fault));
 		}
 	}
 	j.result = set_num(j.result, "seconds", seconds);
@@ -3230,13 +3519,19 @@ static void print_human(const struct ca_eval_config *cfg, jv record)
 	double a = 0, b = 0, c = NAN, d = 0, e = 0;
 	printf("%s: ", id ? id : "-");
 	if (!ok) {
-		printf("FAIL (%s): %s\n", stage ? stage : "?", error ? error : "");
+		printf("%s (%s): %s\n", ca_json_bool(r, "evaluator_fault") == 1 ? "EVALUATOR FAULT" : "FAIL",
+			stage ? stage : "?", error ? error : "");
 	} else if (cfg->mode == CA_EVAL_VERIFY) {
+		double robust = 0;
 		ca_json_number(r, "checks_passed", &a);
 		ca_json_number(r, "max_abs_err", &b);
 		ca_json_number(r, "max_rel_err", &d);
 		ca_json_number(r, "seconds", &e);
-		printf("PASS %g/%g checks, max abs err %.3g, max rel err %.3g (%.1f s)\n", a, a, b, d, e);
+		jv rb = ca_json_get(r, "robust");
+		if (jv_get_kind(rb) == JV_KIND_OBJECT)
+			ca_json_number(rb, "checks", &robust);
+		jv_free(rb);
+		printf("PASS %g/%g checks + %g robustness, max abs err %.3g, max rel err %.3g (%.1f s)\n", a, a, robust, b, d, e);
 	} else {
 		ca_json_number(r, "eager_us", &a);
 		ca_json_number(r, "candidate_us", &b);
@@ -3381,6 +3676,15 @@ int ca_eval_stream(const struct ca_eval_config *cfg, int nfiles, char **files)
 		if (st >= 0)
 			return st;
 	}
+	char why[512];
+	struct ca_eval_config none;
+	if (strcmp(cfg->device, "cpu") && gpu_missing(why, sizeof why)) {
+		/* Said once, at once; every record then gets it without a worker started. */
+		ca_err_warn("%s", why);
+		none = *cfg;
+		none.no_gpu_why = why;
+		cfg = &none;
+	}
 	int nslots = cfg->ngpus > 0 ? cfg->ngpus : 1;
 	struct slot *slots = ca_xcalloc((size_t)nslots, sizeof *slots);
 	struct thread_arg *args = ca_xcalloc((size_t)nslots, sizeof *args);
@@ -3403,9 +3707,10 @@ int ca_eval_stream(const struct ca_eval_config *cfg, int nfiles, char **files)
 		slots[i].pool = &p;
 		/* Start the reference worker and a spare candidate now: both take seconds. */
 		jv fault;
-		if (worker_start(&slots[i], &slots[i].reference, 0, &fault) != 0)
+		if (!cfg->no_gpu_why && worker_start(&slots[i], &slots[i].reference, 0, &fault) != 0)
 			jv_free(fault);
-		spare_start(&slots[i]);
+		if (!cfg->no_gpu_why)
+			spare_start(&slots[i]);
 		if (pthread_create(&slots[i].thread, NULL, slot_thread, &args[i]) != 0)
 			ca_err_die_sys(CA_EXIT_SYSTEM, "cannot start a worker thread");
 	}
@@ -3563,6 +3868,7 @@ static jv conn_options(const struct ca_eval_config *c)
 	o = jv_object_set(o, jv_string("sandbox"), jv_bool(c->sandbox));
 	o = jv_object_set(o, jv_string("sandbox_user"), c->sandbox_user ? jv_string(c->sandbox_user) : jv_null());
 	o = set_num(o, "checks", c->checks);
+	o = set_num(o, "robust", c->robust);
 	o = set_num(o, "seed", (double)c->seed);
 	o = jv_object_set(o, jv_string("seed_set"), jv_bool(c->seed_set));
 	o = set_num(o, "atol", c->tol.atol);
@@ -3705,6 +4011,7 @@ static void *conn_thread(void *arg)
 		 */
 		cfg.adhoc = 1;
 		if (ca_json_number(opts, "checks", &v) == 1) cfg.checks = (int)v;
+		if (ca_json_number(opts, "robust", &v) == 1) cfg.robust = (int)v;
 		if (ca_json_number(opts, "seed", &v) == 1) cfg.seed = (unsigned long long)v;
 		cfg.seed_set = ca_json_bool(opts, "seed_set") == 1;
 		if (ca_json_number(opts, "atol", &v) == 1) cfg.tol.atol = v;

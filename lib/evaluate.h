@@ -32,6 +32,7 @@ struct ca_eval_config {
 	int unordered;
 	int human;                   /* -H: a summary line per record instead of JSON */
 	int checks;                  /* verify: number of checks (default 5) */
+	int robust;                  /* verify: robustness checks after them (default 4, 0: none) */
 	unsigned long long seed;     /* base seed */
 	int seed_set;                /* 0: a fresh random seed per record */
 	struct ca_compare_options tol;
@@ -54,6 +55,7 @@ struct ca_eval_config {
 	int verbose;                 /* -v: each record's phases on stderr */
 	int also_verify;             /* profile --verify: verify first, same workers, both fields */
 	int serving;                 /* set by ca_eval_serve (4 spares per GPU slot) */
+	const char *no_gpu_why;      /* set by ca_eval_stream: why no GPU can run a record here */
 };
 
 void ca_eval_defaults(struct ca_eval_config *cfg, enum ca_eval_mode mode);

@@ -16,14 +16,14 @@
 
 static const char verify_usage[] =
 	"usage: ca-verify [-Hhuv] [--allow-torch] [--arch sm_NN] [--atol X] [--build-cache DIR]\n"
-	"                 [--checks N] [--device cuda|cpu] [--gpus LIST] [--no-sandbox] [--rtol X]\n"
+	"                 [--checks N] [--device cuda|cpu] [--gpus LIST] [--no-sandbox] [--robust N] [--rtol X]\n"
 	"                 [--sandbox-user UID] [--seed N] [--serve SOCKET] [--timeout S] [--unordered]\n"
 	"                 [file ... | DIR]\n";
 
 static const char profile_usage[] =
 	"usage: ca-profile [-Hhuv] [--allow-torch] [--arch sm_NN] [--atol X] [--build-cache DIR]\n"
 	"                  [--compile-mode MODE] [--device cuda|cpu] [--gpus LIST] [--iters N]\n"
-	"                  [--keep N] [--no-cache] [--no-compile] [--no-sandbox] [--rtol X]\n"
+	"                  [--keep N] [--no-cache] [--no-compile] [--no-sandbox] [--robust N] [--rtol X]\n"
 	"                  [--sandbox-user UID] [--seed N] [--serve SOCKET] [--sets N] [--timeout S] [--top N]\n"
 	"                  [--unordered] [--verify] [--warmup N] [file ... | DIR]\n";
 
@@ -53,6 +53,7 @@ static void parse_gpus(struct ca_eval_config *cfg, const char *text)
 	{"gpus", required_argument, NULL, 'g'}, \
 	{"help", no_argument, NULL, 'h'}, \
 	{"no-sandbox", no_argument, NULL, 'S'}, \
+	{"robust", required_argument, NULL, 'R'}, \
 	{"rtol", required_argument, NULL, 'r'}, \
 	{"sandbox-user", required_argument, NULL, 'Y'}, \
 	{"seed", required_argument, NULL, 's'}, \
@@ -114,6 +115,7 @@ int ca_eval_parse_args(struct ca_eval_config *cfg, enum ca_eval_mode mode, int a
 		case 'h': fputs(usage, stdout); exit(ca_err_finish(CA_EXIT_OK));
 		case 'S': cfg->sandbox = 0; break;
 		case 'r': cfg->tol.rtol = ca_opt_double("--rtol", optarg, 0, 1e9); break;
+		case 'R': cfg->robust = (int)ca_opt_long("--robust", optarg, 0, 1000); break;
 		case 's':
 			cfg->seed = (unsigned long long)ca_opt_long("--seed", optarg, 0, (1LL << 48) - 1);
 			cfg->seed_set = 1;

@@ -149,4 +149,36 @@ expect_success 'a relative CA_PYTHON is taken from the directory the command run
 		{ cat err; exit 1; }
 	grep -q "^relu: PASS 1/1 checks" human
 '
+# Evaluator faults: nothing of the candidate's ran, so the record says
+# nothing of it: verify.ok null, evaluator_fault, exit 4, the real cause.
+expect_status 4 'no GPU: one line at once, every record an evaluator fault (ok null), no worker started' '
+	printf "%s\n" "{\"id\": \"a\"}" "{\"id\": \"b\"}" | CUDA_VISIBLE_DEVICES= ca-verify >out 2>err; s=$?
+	test "$(wc -l <err)" = 1 && grep -q "no GPU is visible" err &&
+	jq -e -s "length == 2 and all(.[]; .verify.ok == null and .verify.stage == \"gpu\" and .verify.evaluator_fault)" out >/dev/null &&
+	printf "%s\n" "{\"id\": \"a\"}" | CUDA_VISIBLE_DEVICES= ca-profile --verify 2>/dev/null |
+		jq -e ".verify.ok == null and .profile.ok == null and .profile.evaluator_fault" >/dev/null && exit $s
+'
+mkdir -p "$C/fakepy"
+printf '%s\n' '#!/bin/sh' 'echo "ModuleNotFoundError: No module named '"'"'torch'"'"'" >&2' 'exit 1' >"$C/fakepy/python3"
+chmod +x "$C/fakepy/python3"
+expect_status 4 'the reference cannot run (no torch): an evaluator fault naming the cause' '
+	record honest/relu relu_small "$C/relu" | CA_PYTHON="$C/fakepy/python3" ca-verify --device cpu --no-sandbox >out 2>/dev/null; s=$?
+	jq -c ".verify | {ok, stage, error}" out | sed "s/^/# /"
+	jq -e ".verify | .ok == null and .evaluator_fault and .stage == \"reference\" and (.error | test(\"No module named .torch\"))" out >/dev/null &&
+	exit $s
+'
+if [ "$(id -u)" = 0 ] && ca-sandbox --help >/dev/null 2>&1; then
+	# An interpreter under a directory the sandbox user cannot enter.
+	mkdir -p "$TRASH_BASE/private" && chmod 700 "$TRASH_BASE/private" &&
+		ln -s "$(dirname "$(dirname "$(ca_python)")")" "$TRASH_BASE/private/venv"
+	expect_status 4 'the sandbox cannot run the interpreter: an evaluator fault that says why' '
+		record honest/relu relu_small "$C/relu" |
+			CA_PYTHON="$TRASH_BASE/private/venv/bin/python3" ca-verify --device cpu >out 2>/dev/null; s=$?
+		jq -c ".verify | {ok, stage, error}" out | sed "s/^/# /"
+		jq -e ".verify | .ok == null and .evaluator_fault and (.stage == \"start\" or .stage == \"sandbox\")" out >/dev/null &&
+		exit $s
+	'
+else
+	skip 'the sandbox cannot run the interpreter' 'needs root and ca-sandbox'
+fi
 test_done

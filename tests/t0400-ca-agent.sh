@@ -343,4 +343,10 @@ else
 	'
 fi
 
+expect_success 'an evaluator fault is shown as the evaluator failing, not the kernel' '
+	{ call write "{\"path\": \"model_new.py\", \"content\": \"EVALFAULT\"}"
+	  call bash "{\"command\": \"ca-verify\"}"; } >turns &&
+	agent && obs 1 >seen && cat seen | sed "s/^/# /" &&
+	grep -q "the evaluator itself failed, not your kernel" seen && grep -q "exit status 4" seen
+'
 test_done

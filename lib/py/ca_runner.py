@@ -33,16 +33,20 @@ Requests (paths are files; tensor files are described in lib/tensor.h):
       seed the generators with S, build Model(*get_init_inputs()) on the
       device in eval mode; write its state_dict and the init inputs.
       Reply adds "parameters" (count) and "sha256" of the source.
-  {"op": "inputs", "seed": S | "inputs": P, "out": P?, "ref_out": P?, "ref_digest": bool?}
+  {"op": "inputs", "seed": S | "inputs": P, "out": P?, "ref_out": P?, "ref_digest": bool?,
+   "robust": {"dist": D, "signed": bool, "seed": S}?}
       reference: draw the inputs under seed S (see Worker.make_inputs: on
-      the GPU with it as the default device, else on the host), or read
+      the GPU with it as the default device, else on the host; with
+      robust, moved to distribution D by robust_inputs), or read
       them from the tensor file P, write
       them to out when given, run the reference on them and write its
       outputs to ref_out when given. Reply adds "gen" ("device"|"host")
       and "digest" (a fingerprint of the inputs; see digest()). With
       ref_digest (and no ref_out) the reference runs on them and the reply
       adds "out_digest" (_out_digest of its output) and "out_numel" (its
-      elements), nothing written.
+      elements), nothing written. With robust and ref_out the reply adds
+      "out_usable" (the output can judge the check: finite, not all zero,
+      not constant), "out_unusable_why" and "out_rms" (see _out_usable).
   {"op": "candidate", "path": P, "weights": P, "init": P, "seed": S,
    "allow_torch": bool, "kernels_lib": P|null, "task": P?, "ext_dir": P?,
    "ext_key": K?}
@@ -52,10 +56,11 @@ Requests (paths are files; tensor files are described in lib/tensor.h):
       /tmp/ca-ext-K seeded from and copied back to ext_dir), build
       ModelNew(*init), load the
       reference's weights strictly; a mismatch lists the keys.
-  {"op": "run", "inputs": P | "seed": S, "out": P, "trace": bool}
+  {"op": "run", "inputs": P | "seed": S, "out": P, "trace": bool, "robust": R?}
       run the current model once on the inputs (read from the file
-      inputs, or drawn here under seed S exactly as the reference draws
-      them) under torch.no_grad(), synchronize, write the outputs to P.
+      inputs, or drawn here under seed S, and moved by robust, exactly as
+      the reference draws them) under torch.no_grad(), synchronize, write
+      the outputs to P.
       Reply adds "digest" of the inputs, "inputs_mutated" (bool),
       "forbidden" (torch operations the fallback policy refused,
       candidate role without allow_torch) and, with trace, "kernels":
@@ -698,7 +703,7 @@ class Worker:
             sys.dont_write_bytecode = keep
         return mod
 
-    def make_inputs(self, seed):
+    def make_inputs(self, seed, robust=None):
         """Draw the task's inputs under seed. On a GPU, get_inputs() runs
         with the device as the default device, so its tensors are made
         there (gigabytes of input cost milliseconds, and every process that
@@ -715,7 +720,8 @@ class Worker:
                 with t.device(self.dev):
                     inputs = list(self.task.get_inputs())
                 self.gen = "device"
-                return self.to_device(inputs)
+                inputs = self.to_device(inputs)
+                return robust_inputs(inputs, robust) if robust else inputs
             except Exception:
                 if self.gen == "device":
                     raise
@@ -723,7 +729,8 @@ class Worker:
         self.seed(seed)
         inputs = list(self.task.get_inputs())
         self.gen = self.gen or "host"
-        return self.to_device(inputs)
+        inputs = self.to_device(inputs)
+        return robust_inputs(inputs, robust) if robust else inputs
 
     def load_inputs(self, req, key, one):
         """Inputs of a run or time request: from tensor files (key names
@@ -733,7 +740,7 @@ class Worker:
             sets = [self.to_device(read_tensors(p)) for p in paths]
         else:
             seeds = [req["seed"]] if one else req["seeds"]
-            sets = [self.make_inputs(int(s)) for s in seeds]
+            sets = [self.make_inputs(int(s), req.get("robust")) for s in seeds]
         return sets
 
     def to_device(self, value):
@@ -760,13 +767,13 @@ class Worker:
         if req.get("inputs"):
             inputs = self.to_device(read_tensors(req["inputs"]))
         else:
-            inputs = self.make_inputs(int(req["seed"]))
+            inputs = self.make_inputs(int(req["seed"]), req.get("robust"))
         reply = {"gen": self.gen, "digest": digest(inputs)}
         if req.get("out"):
             write_tensors(req["out"], inputs)
         if req.get("ref_out"):
             # Run the reference on them at once.
-            reply.update(self._run(inputs, req["ref_out"], False))
+            reply.update(self._run(inputs, req["ref_out"], False, usable=bool(req.get("robust"))))
         elif req.get("ref_digest"):
             # Run the reference and give only its output's digest and size.
             out = self._forward(self.model, inputs)
@@ -852,7 +859,7 @@ class Worker:
         reply["digest"] = d
         return reply
 
-    def _run(self, inputs, out_path, trace):
+    def _run(self, inputs, out_path, trace, usable=False):
         t = self.torch
         before = [x.clone() if isinstance(x, t.Tensor) else None for x in inputs]
         self.sync()
@@ -884,6 +891,9 @@ class Worker:
         mutated = any(b is not None and not t.equal(b, x) for b, x in zip(before, inputs))
         write_tensors(out_path, out)
         reply.update({"inputs_mutated": mutated, "forbidden": []})
+        if usable:
+            ok, why, rms = _out_usable(_leaves(out))
+            reply.update({"out_usable": ok, "out_unusable_why": why, "out_rms": rms})
         return reply
 
     def op_time(self, req):
@@ -1197,6 +1207,117 @@ def _median(values):
 # iterations' outputs, copied on the device); above it the checked calls
 # are the ones named before the loop.
 RETAIN_BYTES = 4 << 30
+
+
+# ---------------------------------------------------------------- robustness inputs
+
+# The value distributions of verify's robustness checks, in the order they
+# are tried (the parent's --robust N takes the first N the reference is
+# defined on). Each is a function of each value alone (see _robust_value),
+# so whatever structure the task's draw has -- zeros of a triangular or
+# masked input, a symmetric matrix, repeated values -- is kept, while the
+# values themselves leave the task's own distribution.
+ROBUST_DISTS = ("signed", "spikes", "ties", "shifted", "large", "small")
+
+
+def _value_hash(x, seed):
+    """A 31-bit hash of each element's bits under seed (int64, same shape):
+    integer arithmetic only, so every process and device gets the same."""
+    import torch
+    width = {2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
+    bits = x.contiguous().view(width).to(torch.int64)
+    if x.element_size() == 8:
+        bits = bits ^ (bits >> 32)
+    mask = 0xFFFFFFFF
+    h = (bits & mask) ^ (seed & mask) ^ ((seed >> 32) & mask)
+    for _ in range(2):
+        h = ((h ^ (h >> 16)) * 0x45D9F3B) & mask
+    return (h ^ (h >> 16)) & 0x7FFFFFFF
+
+
+def _robust_value(x, dist, signed, seed):
+    """One floating-point tensor of the task's draw moved to dist.
+    Zeros stay zeros. The scale is the draw's root mean square rounded
+    to a power of two, so it is exact and the same in every process.
+    signed: a sign drawn per value (a zero-mean distribution whatever the
+    task draws); else the magnitudes alone, for a reference defined only
+    on positive values."""
+    import math
+    import torch
+    if not x.is_floating_point() or x.numel() == 0 or x.element_size() not in (2, 4, 8):
+        return x
+    wide = torch.float64 if x.dtype == torch.float64 else torch.float32
+    v = x.detach().to(wide)
+    nonzero = v != 0
+    count = int(nonzero.sum())
+    rms = math.sqrt(float((v.to(torch.float64) ** 2).sum()) / count) if count else 0.0
+    scale = 2.0 ** round(math.log2(rms)) if rms > 0 and math.isfinite(rms) else 1.0
+    h = _value_hash(x, seed)
+    sign = torch.where((h & 1) == 1, -1.0, 1.0).to(wide) if signed else torch.ones_like(v)
+    mag = v.abs()
+    if dist == "signed":
+        y = sign * mag
+    elif dist == "spikes":
+        # One value in a thousand, at positions only the values decide,
+        # fifty times the typical magnitude: a reduction that skips
+        # inputs misses them.
+        y = sign * torch.where((h >> 1) % 1000 == 0, mag + 50 * scale, mag)
+    elif dist == "ties":
+        # Magnitudes rounded up to quarters of the scale (many equal
+        # values), and one value in four exactly zero.
+        y = sign * torch.ceil(mag / scale * 4) / 4 * scale
+        y = torch.where((h >> 1) % 4 == 0, torch.zeros_like(y), y)
+    elif dist == "shifted":
+        y = v + 4 * scale
+    elif dist == "large":
+        y = sign * mag * 100
+    elif dist == "small":
+        y = sign * mag / 100
+    else:
+        raise ValueError("unknown robustness distribution %r" % dist)
+    return torch.where(nonzero, y, torch.zeros_like(y)).to(x.dtype)
+
+
+def robust_inputs(inputs, spec):
+    """The task's draw moved to the distribution spec names:
+    {"dist": one of ROBUST_DISTS, "signed": bool, "seed": S}. Only
+    floating-point tensors change; integers, booleans and Python values
+    (indices, sizes, flags) are the task's."""
+    dist, signed, seed = spec["dist"], bool(spec.get("signed", True)), int(spec["seed"])
+    return _map_tensors(inputs, lambda x: _robust_value(x, dist, signed, seed))
+
+
+def _out_usable(parts):
+    """Whether a reference output can judge a robustness check: every
+    value finite and not degenerate (all zero, or every tensor constant).
+    Returns (usable, why, rms): rms is the root mean square of its
+    floating-point elements, the scale of the check's absolute tolerance."""
+    import torch
+    total, count, varies, nonzero = 0.0, 0, False, False
+    for _, v in parts:
+        if isinstance(v, torch.Tensor):
+            if not v.numel():
+                continue
+            x = v.detach().reshape(-1)
+            if x.is_floating_point() or x.is_complex():
+                if not bool(torch.isfinite(x).all()):
+                    return False, "the reference's output is not finite there", None
+                d = x.to(torch.float64)
+                total += float((d * d).sum())
+                count += x.numel()
+            varies = varies or (x.numel() > 1 and bool((x != x[0]).any()))
+            nonzero = nonzero or bool((x != 0).any())
+        elif v is not None:
+            f = float(v)
+            if f != f or abs(f) == float("inf"):
+                return False, "the reference's output is not finite there", None
+            nonzero = nonzero or f != 0
+    if not nonzero:
+        return False, "the reference's output is all zero there", None
+    if not varies and count > 1:
+        return False, "the reference's output is constant there", None
+    rms = (total / count) ** 0.5 if count else None
+    return True, None, rms
 
 
 def _leaves(value):
