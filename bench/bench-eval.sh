@@ -17,6 +17,8 @@
 #      baselines through a running evaluation server, the RL pipeline's case:
 #      no Python, torch or CUDA start-up on the record's path) and in
 #      CUDA-Agent's layout (built by ca-build);
+#   2b. the cost of verify's robustness checks: ca-verify --robust 0 against
+#      the default on the matmul and on a ~70 us ReLU;
 #   4. repeatability: three profiles of the matmul candidate, the spread of
 #      their medians (and of the host clock's, the method before CUDA
 #      events), and ca's candidate time beside the sum of the kernel
@@ -25,7 +27,7 @@
 # Results: one JSON object per measurement on stdout and in $CA_BENCH_OUT/bench-eval.ndjson.
 # CA_BENCH_BUDGET (seconds, default 600) bounds the whole run: steps that
 # would not fit are skipped and say so; CA_BENCH_SKIP names sections to
-# leave out (ratio, layouts, single, server, repeat, stream, ncu).
+# leave out (ratio, layouts, single, robust, server, repeat, stream, ncu).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 : "${CA_BIN:=$ROOT/bin}"
@@ -53,7 +55,7 @@ fits() {
 	return 1
 }
 emit() { echo "$1" | tee -a "$RESULTS"; }
-# want SECTION: not named in $CA_BENCH_SKIP (ratio, layouts, single, server, repeat, stream, ncu).
+# want SECTION: not named in $CA_BENCH_SKIP (ratio, layouts, single, robust, server, repeat, stream, ncu).
 want() { case " ${CA_BENCH_SKIP:-} " in *" $1 "*) return 1 ;; esac; return 0; }
 record() { # id task dir
 	jq -nc --arg id "$1" --rawfile code "$ADV/tasks/$2.py" --arg dir "$3" \
@@ -152,6 +154,28 @@ if want single && fits 30 "verify+profile, matmul"; then
 	done
 	t0=$(now); ca-verify $O <"$WORK/mm.ndjson" | ca-profile $O >"$WORK/pipe.ndjson"; w=$(since "$t0")
 	emit "$(jq -c --arg w "$w" '{bench: "verify+profile, baselines cached, ca-verify | ca-profile, single shot", wall_s: ($w | tonumber), ok: (.verify.ok and .profile.ok), verify_s: .verify.seconds, profile_s: .profile.seconds}' "$WORK/pipe.ndjson")"
+fi
+# What verify's robustness checks cost: ca-verify of one candidate with
+# --robust 0 (the paper's 5 checks) and the default 3, three times each,
+# interleaved, on the 2.7 ms matmul and on a ReLU of about 70 us
+# (4096 x 6144 fp32). The ratio is of the medians of whole single shots.
+if want robust && fits 60 "robustness checks' cost"; then
+	sed 's/^dim = 32768$/dim = 6144/' "$ADV/tasks/relu.py" >"$WORK/relu70.py"
+	jq -nc --rawfile code "$WORK/relu70.py" --arg dir "$ADV/honest/relu" '{id: "relu70", code: $code, candidate: {dir: $dir}}' >"$WORK/relu70.ndjson"
+	for t in mm relu70; do
+		for i in 1 2 3; do
+			for n in 0 3; do
+				t0=$(now); ca-verify --robust $n $O <"$WORK/$t.ndjson" >"$WORK/rob-$t-$n-$i.ndjson"; w=$(since "$t0")
+				jq -c --arg w "$w" --argjson n $n '{robust: $n, wall_s: ($w | tonumber), ok: .verify.ok, checks_s: ((.verify.phases.checks // 0) + (.verify.phases.compare // 0)), robust_s: (.verify.phases.robust // 0)}' \
+					"$WORK/rob-$t-$n-$i.ndjson" >>"$WORK/rob-$t.ndjson"
+			done
+		done
+		emit "$(jq -c -s --arg t "$t" 'def med: sort | .[(length / 2 | floor)];
+			(map(select(.robust == 0) | .wall_s) | med) as $a | (map(select(.robust == 3) | .wall_s) | med) as $b |
+			{bench: ("verify with robustness checks, " + (if $t == "mm" then "matmul 4096^2 (2.7 ms)" else "ReLU 4096x6144 (~70 us)" end)),
+			robust0_wall_s: $a, robust3_wall_s: $b, added: ($b / $a - 1), ok: map(.ok), robust_s: map(select(.robust == 3) | .robust_s),
+			target: "added <= 0.20"}' "$WORK/rob-$t.ndjson")"
+	done
 fi
 # The same single shots through an evaluation server (warm reference worker and spare candidates).
 if want server && fits 25 "verify+profile through a server"; then

@@ -40,7 +40,7 @@ void ca_eval_defaults(struct ca_eval_config *cfg, enum ca_eval_mode mode)
 	cfg->mode = mode;
 	cfg->device = "cuda";
 	cfg->checks = 5;
-	cfg->robust = 4;
+	cfg->robust = 3;
 	ca_compare_defaults(&cfg->tol);
 	cfg->sandbox = 1;
 	cfg->timeout_s = 60;

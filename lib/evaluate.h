@@ -32,7 +32,7 @@ struct ca_eval_config {
 	int unordered;
 	int human;                   /* -H: a summary line per record instead of JSON */
 	int checks;                  /* verify: number of checks (default 5) */
-	int robust;                  /* verify: robustness checks after them (default 4, 0: none) */
+	int robust;                  /* verify: robustness checks after them (default 3, 0: none) */
 	unsigned long long seed;     /* base seed */
 	int seed_set;                /* 0: a fresh random seed per record */
 	struct ca_compare_options tol;

@@ -703,7 +703,7 @@ class Worker:
             sys.dont_write_bytecode = keep
         return mod
 
-    def make_inputs(self, seed, robust=None):
+    def make_inputs(self, seed):
         """Draw the task's inputs under seed. On a GPU, get_inputs() runs
         with the device as the default device, so its tensors are made
         there (gigabytes of input cost milliseconds, and every process that
@@ -720,8 +720,7 @@ class Worker:
                 with t.device(self.dev):
                     inputs = list(self.task.get_inputs())
                 self.gen = "device"
-                inputs = self.to_device(inputs)
-                return robust_inputs(inputs, robust) if robust else inputs
+                return self.to_device(inputs)
             except Exception:
                 if self.gen == "device":
                     raise
@@ -729,7 +728,12 @@ class Worker:
         self.seed(seed)
         inputs = list(self.task.get_inputs())
         self.gen = self.gen or "host"
-        inputs = self.to_device(inputs)
+        return self.to_device(inputs)
+
+    def draw(self, seed, robust=None):
+        """make_inputs under seed, moved by a robustness check's spec
+        (robust_inputs) when one is given."""
+        inputs = self.make_inputs(seed)
         return robust_inputs(inputs, robust) if robust else inputs
 
     def load_inputs(self, req, key, one):
@@ -740,7 +744,7 @@ class Worker:
             sets = [self.to_device(read_tensors(p)) for p in paths]
         else:
             seeds = [req["seed"]] if one else req["seeds"]
-            sets = [self.make_inputs(int(s), req.get("robust")) for s in seeds]
+            sets = [self.draw(int(s), req.get("robust")) for s in seeds]
         return sets
 
     def to_device(self, value):
@@ -767,7 +771,7 @@ class Worker:
         if req.get("inputs"):
             inputs = self.to_device(read_tensors(req["inputs"]))
         else:
-            inputs = self.make_inputs(int(req["seed"]), req.get("robust"))
+            inputs = self.draw(int(req["seed"]), req.get("robust"))
         reply = {"gen": self.gen, "digest": digest(inputs)}
         if req.get("out"):
             write_tensors(req["out"], inputs)
@@ -1235,6 +1239,17 @@ def _value_hash(x, seed):
     return (h ^ (h >> 16)) & 0x7FFFFFFF
 
 
+# Elements per chunk when moving or judging a tensor: full-size KernelBench
+# tensors reach billions of elements, and a float64 or int64 temporary of a
+# whole one would take gigabytes more of the device's memory.
+_CHUNK = 1 << 24
+
+
+def _chunks(flat):
+    for i in range(0, flat.numel(), _CHUNK):
+        yield flat[i:i + _CHUNK]
+
+
 def _robust_value(x, dist, signed, seed):
     """One floating-point tensor of the task's draw moved to dist.
     Zeros stay zeros. The scale is the draw's root mean square rounded
@@ -1246,13 +1261,25 @@ def _robust_value(x, dist, signed, seed):
     import torch
     if not x.is_floating_point() or x.numel() == 0 or x.element_size() not in (2, 4, 8):
         return x
-    wide = torch.float64 if x.dtype == torch.float64 else torch.float32
-    v = x.detach().to(wide)
-    nonzero = v != 0
-    count = int(nonzero.sum())
-    rms = math.sqrt(float((v.to(torch.float64) ** 2).sum()) / count) if count else 0.0
+    flat = x.detach().contiguous().reshape(-1)
+    total, count = 0.0, 0
+    for c in _chunks(flat):
+        count += int((c != 0).sum())
+        total += float((c.to(torch.float64) ** 2).sum())
+    rms = math.sqrt(total / count) if count else 0.0
     scale = 2.0 ** round(math.log2(rms)) if rms > 0 and math.isfinite(rms) else 1.0
-    h = _value_hash(x, seed)
+    out = torch.empty_like(flat)
+    for i, c in enumerate(_chunks(flat)):
+        out[i * _CHUNK:i * _CHUNK + c.numel()] = _move(c, dist, signed, seed, scale)
+    return out.reshape(x.shape)
+
+
+def _move(c, dist, signed, seed, scale):
+    """A contiguous chunk of values moved to dist (see _robust_value)."""
+    import torch
+    wide = torch.float64 if c.dtype == torch.float64 else torch.float32
+    v = c.to(wide)
+    h = _value_hash(c, seed)
     sign = torch.where((h & 1) == 1, -1.0, 1.0).to(wide) if signed else torch.ones_like(v)
     mag = v.abs()
     if dist == "signed":
@@ -1275,7 +1302,7 @@ def _robust_value(x, dist, signed, seed):
         y = sign * mag / 100
     else:
         raise ValueError("unknown robustness distribution %r" % dist)
-    return torch.where(nonzero, y, torch.zeros_like(y)).to(x.dtype)
+    return torch.where(v != 0, y, torch.zeros_like(y)).to(c.dtype)
 
 
 def robust_inputs(inputs, spec):
@@ -1298,15 +1325,16 @@ def _out_usable(parts):
         if isinstance(v, torch.Tensor):
             if not v.numel():
                 continue
-            x = v.detach().reshape(-1)
-            if x.is_floating_point() or x.is_complex():
-                if not bool(torch.isfinite(x).all()):
-                    return False, "the reference's output is not finite there", None
-                d = x.to(torch.float64)
-                total += float((d * d).sum())
-                count += x.numel()
-            varies = varies or (x.numel() > 1 and bool((x != x[0]).any()))
-            nonzero = nonzero or bool((x != 0).any())
+            flat = v.detach().reshape(-1)
+            first = flat[0]
+            for x in _chunks(flat):
+                if x.is_floating_point() or x.is_complex():
+                    if not bool(torch.isfinite(x).all()):
+                        return False, "the reference's output is not finite there", None
+                    total += float((x.to(torch.float64).abs() ** 2).sum())
+                    count += x.numel()
+                varies = varies or bool((x != first).any())
+                nonzero = nonzero or bool((x != 0).any())
         elif v is not None:
             f = float(v)
             if f != f or abs(f) == float("inf"):
