@@ -46,30 +46,31 @@ size_t ca_ppo_agg_weights(int agg, size_t nseq, const size_t *start, const unsig
 	double *weights)
 {
 	size_t nonempty, tokens = agg_counts(nseq, start, mask, &nonempty);
-	ca_ppo_agg_weights_of(agg, nseq, start, mask, (double)tokens, (double)nonempty, (double)nseq, weights);
+	ca_ppo_agg_weights_of(agg, nseq, start, mask, (double)tokens, (double)nonempty, weights);
 	return tokens;
 }
 
 void ca_ppo_agg_weights_of(int agg, size_t nseq, const size_t *start, const unsigned char *mask, double tokens,
-	double nonempty, double all_seqs, double *weights)
+	double nonempty, double *weights)
 {
 	for (size_t s = 0; s < nseq; s++) {
 		size_t count = 0;
 		for (size_t i = start[s]; i < start[s + 1]; i++)
 			count += ACTIVE(mask, i) != 0;
-		double w;
-		switch (agg) {
-		case CA_PPO_SEQ_MEAN_TOKEN_MEAN:
-			/* Written as verl computes it: the sum over a row divided by
-			 * its token count, then the mean over rows. */
-			w = count ? 1.0 / (double)count / nonempty : 0;
-			break;
-		case CA_PPO_SEQ_MEAN_TOKEN_SUM:
-			w = 1.0 / all_seqs;
-			break;
-		default:
-			w = 1.0 / (tokens + CA_PPO_MEAN_EPS);
-			break;
+		double w = 0;  /* a sequence without tokens is out of every mean (verl's sequence mask) */
+		if (count > 0) {
+			switch (agg) {
+			case CA_PPO_SEQ_MEAN_TOKEN_MEAN:
+				/* In verl's order: a row's sum over its count + 1e-8, then the mean over rows. */
+				w = 1.0 / ((double)count + CA_PPO_MEAN_EPS) / nonempty;
+				break;
+			case CA_PPO_SEQ_MEAN_TOKEN_SUM:
+				w = 1.0 / nonempty;
+				break;
+			default:
+				w = 1.0 / tokens;
+				break;
+			}
 		}
 		for (size_t i = start[s]; i < start[s + 1]; i++)
 			weights[i] = ACTIVE(mask, i) ? w : 0;

@@ -354,13 +354,11 @@ void ca_train_pack(struct ca_train_pack *p, const struct ca_train_data *d, int f
 	size_t nonempty;
 	p->all_tokens = (double)ca_ppo_agg_counts((size_t)nseq, p->start, p->mask, &nonempty);
 	p->all_nonempty = (double)nonempty;
-	p->all_seqs = nseq;
 }
 
 void ca_train_weights(struct ca_train_pack *p, int agg)
 {
-	ca_ppo_agg_weights_of(agg, (size_t)p->nseq, p->start, p->mask, p->all_tokens, p->all_nonempty, p->all_seqs,
-		p->weights);
+	ca_ppo_agg_weights_of(agg, (size_t)p->nseq, p->start, p->mask, p->all_tokens, p->all_nonempty, p->weights);
 }
 
 void ca_train_pack_free(struct ca_train_pack *p)
@@ -667,7 +665,6 @@ static void whole_batch_denominators(struct ca_train_pack *p, const struct ca_tr
 	}
 	p->all_tokens = tokens;
 	p->all_nonempty = nonempty;
-	p->all_seqs = count;
 }
 
 double ca_train_epochs(struct ca_train_engine *e, const struct ca_train_data *d, const struct ca_train_opts *o,

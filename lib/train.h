@@ -79,10 +79,10 @@ struct ca_train_pack {
 	double *record[3], *weights, *grad;
 	/*
 	 * The aggregation denominators of the whole mini-batch this pack is
-	 * one rank's share of (lib/dist): mask-1 tokens, sequences with any,
-	 * sequences. ca_train_pack sets them to the pack's own.
+	 * one rank's share of (lib/dist): mask-1 tokens and sequences with
+	 * any. ca_train_pack sets them to the pack's own.
 	 */
-	double all_tokens, all_nonempty, all_seqs;
+	double all_tokens, all_nonempty;
 };
 void ca_train_pack(struct ca_train_pack *p, const struct ca_train_data *d, int first, int nseq);
 void ca_train_pack_free(struct ca_train_pack *p);

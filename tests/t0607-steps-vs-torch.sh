@@ -55,4 +55,34 @@ expect_success "ca-ppo-step, ca-value-step, ca-sft-step = PyTorch (token-mean, s
 	# The modes differ on this batch (records with 5 and 6 policy tokens).
 	test "$(sed -n 1p ref | jq .loss)" != "$(sed -n 4p ref | jq .loss)"'
 
+# rel FILE_A FILE_B FIELD: ca's stats (FILE_A) and verl's (FILE_B) agree on FIELD within 1e-9 relative.
+rel='rel() { jq -n -e --slurpfile a "$1" --slurpfile b "$2" --arg f "$3" "
+	(\$a[0][\$f] - \$b[0][\$f]) | fabs <= 1e-9 * (\$b[0][\$f] | fabs)" >/dev/null ||
+	{ echo "$3: ca $(jq ".$3" "$1"), verl $(jq ".$3" "$2")"; return 1; }; }'
+
+# The aggregation alone, in float64 on both sides: old log-probs of -1000
+# put every ratio at the clamp (e^20), so with dual clip 3 a token costs
+# -1.28 A (A > 0) or -3 A (A < 0) whatever the model computes, and pg_loss
+# is verl's agg_loss of those numbers. Two batches: the whole one with a
+# record whose mask is all 0, and a small one (that record and one with a
+# single policy token) where the 1e-8 epsilons are 1e-8 of the result.
+expect_success 'pg_loss = verl'"'"'s agg_loss in float64 (1e-9 relative), every mode, fully masked records' '
+	'"$make_batch"' && '"$rel"' &&
+	jq -c ".logprobs |= map(if . == null then null else -1000 end) |
+		if .id == \"toy-0\" then .mask |= map(0) else . end" batch >clamped &&
+	jq -c "select(.id == \"toy-0\" or .id == \"toy-1\") |
+		if .id == \"toy-1\" then .mask = [.mask | to_entries[] | if .key == 4 then 1 else 0 end] else . end" \
+		clamped >small &&
+	modes="token-mean seq-mean-token-mean seq-mean-token-sum" fail=0 &&
+	for b in clamped small; do
+		$REF ppo pol $b --agg "$(echo $modes | tr " " ,)" --dual-clip 3 >ref.$b 2>err || { cat err; exit 1; }
+		line=0
+		for agg in $modes; do
+			line=$((line + 1)); sed -n ${line}p ref.$b >verl
+			ca-ppo-step -m pol -o p2 --agg $agg --dual-clip 3 <$b >ca || exit 1
+			for f in pg_loss clipfrac dualclip_frac; do rel ca verl $f || { echo "  ($b, $agg)"; fail=1; }; done
+		done
+	done
+	exit $fail'
+
 test_done

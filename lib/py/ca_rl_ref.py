@@ -2,8 +2,8 @@
 
 The same step as ca-sft-step, ca-value-step and ca-ppo-step, written with
 torch and transformers from verl's definitions (policy loss with
-asymmetric and dual clip, value loss with optional clipping, the three
-aggregation modes), so that
+asymmetric and dual clip, value loss with optional clipping, the
+aggregation modes of verl's agg_loss), so that
 
   * a test can check ca's loss, clip fractions, KL and gradient norm
     against an independent implementation on the same checkpoint and batch;
@@ -63,17 +63,25 @@ def pack(records, device):
 
 
 def agg(loss, mask, mode):
-    """verl's agg_loss; a row without tokens is left out of seq-mean-token-mean."""
+    """verl's agg_loss on one rank, in our words.
+
+    Matched against verl-project/verl verl/trainer/ppo/core_algos.py
+    (agg_loss with dp_size 1 and the default denominators): token-mean is
+    the masked sum over the mask's count, no epsilon; the seq-mean modes
+    average over the rows that have a mask-1 token only, a row's mean
+    being its masked sum over its count + 1e-8. A batch without tokens
+    divides 0 by 0, as verl's does (ca gives 0 there).
+    """
+    tokens = mask.sum(-1)
     if mode == "token-mean":
-        return (loss * mask).sum() / (mask.sum() + 1e-8)
+        return (loss * mask).sum() / tokens.sum()
     rows = (loss * mask).sum(-1)
-    if mode == "seq-mean-token-sum":
-        return rows.mean()
-    count = mask.sum(-1)
-    keep = count > 0
-    if not keep.any():
-        return rows.sum() * 0
-    return (rows[keep] / count[keep]).mean()
+    if mode == "seq-mean-token-mean":
+        rows = rows / (tokens + 1e-8)
+    elif mode != "seq-mean-token-sum":
+        raise ValueError("unknown aggregation mode %r" % mode)
+    present = (tokens > 0).to(rows.dtype)
+    return (rows * present).sum() / present.sum()
 
 
 def masked_mean(x, mask):
