@@ -43,7 +43,7 @@ struct totals {
 	int updates;
 };
 
-/* verl's masked_whiten over every policy token of the batch. */
+/* verl's masked_whiten over every policy token of the batch; fewer than two is bad data, as verl raises. */
 static void whiten(struct ca_train_data *d)
 {
 	struct ca_rl_moments m = {0};
@@ -52,7 +52,10 @@ static void whiten(struct ca_train_data *d)
 	for (int s = 0; s < d->nseq; s++)
 		ca_rl_moments_add_centered(&m, (size_t)d->seq[s].n, d->seq[s].field[CA_TRAIN_ADVANTAGES],
 			d->seq[s].mask);
-	double mean = ca_rl_moments_mean(&m), var = ca_rl_moments_var(&m);
+	double mean = ca_rl_moments_mean(&m), var;
+	if (ca_rl_moments_var(&m, &var) < 0)
+		ca_err_die(CA_EXIT_DATA, "--whiten: %zu policy token%s in the batch; whitening needs at least 2", m.count,
+			m.count == 1 ? "" : "s");
 	for (int s = 0; s < d->nseq; s++) {
 		double *a = d->seq[s].field[CA_TRAIN_ADVANTAGES];
 		ca_rl_whiten((size_t)d->seq[s].n, a, d->seq[s].mask, mean, var, a);

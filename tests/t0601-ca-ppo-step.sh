@@ -61,6 +61,13 @@ expect_success '--whiten normalises the advantages over the batch' '
 	ca-ppo-step -m pol -o o1 --whiten <batch >s1 && ca-ppo-step -m pol -o o2 --whiten <b2 >s2 &&
 	jq -s -e "(.[0].pg_loss - .[1].pg_loss) | fabs < 1e-6" s1 s2'
 
+expect_status 3 '--whiten with one policy token is bad data (verl raises): no step, no checkpoint' '
+	'"$make_batch"' &&
+	jq -c "select(.id == \"a\") | .mask = [0,0,0,0,0,1]" batch >one &&
+	ca-ppo-step -m pol -o out --whiten <one >stats 2>err; s=$?
+	grep -q "^ca-ppo-step: --whiten: 1 policy token in the batch; whitening needs at least 2$" err &&
+	! test -e out && test ! -s stats && exit $s'
+
 expect_status 3 'a bad record is reported as FILE:LINE and left out; the step still happens' '
 	'"$make_batch"' &&
 	{ head -1 batch; echo "{bad"; echo "{\"tokens\":[0,1],\"mask\":[0,1]}"; tail -1 batch; } >b2 &&

@@ -85,4 +85,25 @@ expect_success 'pg_loss = verl'"'"'s agg_loss in float64 (1e-9 relative), every 
 	done
 	exit $fail'
 
+# Whitening before it, on the same clamped batch and on one of two policy
+# tokens (the smallest verl whitens, where its epsilons are 1e-8 of the result).
+expect_success 'ca-ppo-step --whiten = verl'"'"'s masked_whiten then agg_loss in float64 (1e-9 relative)' '
+	'"$make_batch"' && '"$rel"' &&
+	jq -c ".logprobs |= map(if . == null then null else -1000 end) |
+		if .id == \"toy-0\" then .mask |= map(0) else . end" batch >clamped &&
+	jq -c "select(.id == \"toy-0\" or .id == \"toy-1\") |
+		if .id == \"toy-1\" then .mask = [.mask | to_entries[] | if .key == 4 or .key == 6 then 1 else 0 end] else . end" \
+		clamped >two &&
+	modes="token-mean seq-mean-token-sum" fail=0 &&
+	for b in clamped two; do
+		$REF ppo pol $b --agg "$(echo $modes | tr " " ,)" --dual-clip 3 --whiten >ref.$b 2>err || { cat err; exit 1; }
+		line=0
+		for agg in $modes; do
+			line=$((line + 1)); sed -n ${line}p ref.$b >verl
+			ca-ppo-step -m pol -o p2 --agg $agg --dual-clip 3 --whiten <$b >ca || exit 1
+			for f in pg_loss clipfrac dualclip_frac; do rel ca verl $f || { echo "  ($b, $agg)"; fail=1; }; done
+		done
+	done
+	exit $fail'
+
 test_done

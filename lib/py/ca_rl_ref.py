@@ -12,13 +12,15 @@ aggregation modes of verl's agg_loss), so that
 
     python3 ca_rl_ref.py KINDS POLICY BATCH.ndjson [--critic DIR] [options]
     python3 ca_rl_ref.py init DIR [--critic] [--shape small|0.5b] [--dtype D]
+    python3 ca_rl_ref.py whiten BATCH.ndjson
 
 KINDS is a comma-separated list of sft, value and ppo (value trains the
 --critic checkpoint), --agg a comma-separated list of aggregation modes;
 each kind under each mode prints one JSON object, in that order, with the
 stats of the first update (the names of the commands' stats records) and
 the timing of --repeat updates. One process serves all, since importing
-transformers costs seconds.
+transformers costs seconds. "whiten" prints verl's masked_whiten of the
+records' advantages over the whole batch (what ca-gae --whiten adds).
 Records follow ca-records(5): entry i of a per-token array belongs to
 tokens[i], scored by the model's output at position i - 1; the first
 token is never trained on.
@@ -86,6 +88,23 @@ def agg(loss, mask, mode):
 
 def masked_mean(x, mask):
     return (x * mask).sum() / (mask.sum() + 1e-8)
+
+
+def masked_whiten(x, mask):
+    """verl's masked_whiten (verl/utils/torch_functional.py), in our words.
+
+    The mean is masked_mean's (count + 1e-8); the variance is the masked
+    mean of the squared deviations from that mean, times count / (count - 1)
+    (masked_var, unbiased), and verl raises when count is below 2; the
+    result is (x - mean) / sqrt(var + 1e-8) at every position, masked ones
+    included.
+    """
+    count = mask.sum()
+    if count < 2:
+        raise ValueError("whitening needs at least two masked elements, got %d" % int(count))
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean) ** 2, mask) * (count / (count - 1))
+    return (x - mean) * torch.rsqrt(var + 1e-8)
 
 
 def policy_forward(model, ids, attn):
@@ -178,6 +197,8 @@ def step(kind, a, records, device):
             else:
                 old = per_token(records, "logprobs", device)
                 adv = per_token(records, "advantages", device)
+                if a.whiten:
+                    adv = masked_whiten(adv, mask)
                 pg, more = ppo_loss(logp, old, adv, mask, a)
                 stats.update(more)
                 stats["pg_loss"] = pg.item()
@@ -236,9 +257,35 @@ def init(argv):
     model.to(getattr(torch, a.dtype)).save_pretrained(a.dir)
 
 
+def whiten(argv):
+    """ca-gae --whiten's numbers: advantages_whitened over a whole batch of records.
+
+    Entry i of "advantages" and "mask" belong together (ca-gae's records, no
+    shift); one JSON object per record, verl's values at every position.
+    """
+    p = argparse.ArgumentParser(prog="ca_rl_ref.py whiten")
+    p.add_argument("batch")
+    a = p.parse_args(argv)
+    records = read_batch(a.batch)
+    n = max(len(r["advantages"]) for r in records)
+    adv = torch.zeros(len(records), n, dtype=torch.float64)
+    mask = torch.zeros(len(records), n, dtype=torch.float64)
+    for b, r in enumerate(records):
+        k = len(r["advantages"])
+        adv[b, :k] = torch.tensor(r["advantages"], dtype=torch.float64)
+        mask[b, :k] = torch.tensor([float(x) for x in (r.get("mask") or [1] * k)], dtype=torch.float64)
+    out = masked_whiten(adv, mask)
+    for b, r in enumerate(records):
+        json.dump({"advantages_whitened": out[b, : len(r["advantages"])].tolist()}, sys.stdout)
+        sys.stdout.write("\n")
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "init":
         init(sys.argv[2:])
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "whiten":
+        whiten(sys.argv[2:])
         return
     p = argparse.ArgumentParser()
     p.add_argument("kinds")
@@ -249,6 +296,7 @@ def main():
     p.add_argument("--clip-low", type=float, default=0.2)
     p.add_argument("--clip-high", type=float, default=0.28)
     p.add_argument("--dual-clip", type=float, default=None)
+    p.add_argument("--whiten", action="store_true", help="verl's masked_whiten of the advantages first (ppo)")
     p.add_argument("--entropy-coef", type=float, default=0.0)
     p.add_argument("--clip-value", type=float, default=None)
     p.add_argument("--lr", type=float, default=3e-6)
