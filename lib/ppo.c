@@ -114,7 +114,7 @@ double ca_ppo_policy_loss(size_t n, const double *logp, const double *old_logp,
 {
 	const double lo = 1 - clip->low, hi = 1 + clip->high, c = clip->dual;
 	const int dual = isfinite(c);
-	double loss = 0, kl = 0, clipped = 0, upper = 0, lower = 0, dualclipped = 0;
+	double loss = 0, kl = 0, clipped = 0, clipped_high = 0, clipped_low = 0, dual_clipped = 0;
 	double rmin = INFINITY, rmax = -INFINITY;
 	size_t tokens = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -148,9 +148,9 @@ double ca_ppo_policy_loss(size_t n, const double *logp, const double *old_logp,
 				CA_PPO_LOG_RATIO_LIMIT);
 		kl += -log_ratio;
 		clipped += is_clipped;
-		upper += is_clipped && a > 0;
-		lower += is_clipped && a < 0;
-		dualclipped += dual_on;
+		clipped_high += is_clipped && a > 0;
+		clipped_low += is_clipped && a < 0;
+		dual_clipped += dual_on;
 		if (ratio < rmin)
 			rmin = ratio;
 		if (ratio > rmax)
@@ -159,10 +159,10 @@ double ca_ppo_policy_loss(size_t n, const double *logp, const double *old_logp,
 	if (stats) {
 		double denominator = (double)tokens + CA_PPO_MEAN_EPS;
 		stats->loss = loss;
-		stats->clipfrac = clipped / denominator;
-		stats->clipfrac_upper = upper / denominator;
-		stats->clipfrac_lower = lower / denominator;
-		stats->dualclip_frac = dualclipped / denominator;
+		stats->pg_clipfrac = clipped / denominator;
+		stats->ratio_clipped_high_frac = clipped_high / denominator;
+		stats->ratio_clipped_low_frac = clipped_low / denominator;
+		stats->pg_clipfrac_lower = dual_clipped / denominator;
 		stats->approx_kl = kl / denominator;
 		stats->ratio_min = tokens ? rmin : 1;
 		stats->ratio_max = tokens ? rmax : 1;

@@ -81,14 +81,18 @@ struct ca_ppo_clip {
 	double dual;   /* verl clip_ratio_c, > 1; INFINITY turns dual clip off */
 };
 
-/* Per-batch statistics of the policy loss; means are verl's masked means. */
+/*
+ * Per-batch statistics of the policy loss; shares and means are verl's
+ * masked means (count + 1e-8). Named as verl names them where verl has
+ * them (compute_policy_loss_vanilla's metrics).
+ */
 struct ca_ppo_policy_stats {
-	double loss;            /* the aggregated surrogate (pg_loss) */
-	double clipfrac;        /* verl pg_clipfrac: share of tokens where the clipped term won */
-	double clipfrac_upper;  /* ... of those, ratio > 1 + high with advantage > 0 */
-	double clipfrac_lower;  /* ... ratio < 1 - low with advantage < 0 */
-	double dualclip_frac;   /* verl pg_clipfrac_lower: dual clip active (advantage < 0) */
-	double approx_kl;       /* verl ppo_kl: masked mean of old - new log-prob (clamped) */
+	double loss;                     /* the aggregated surrogate (verl pg_loss) */
+	double pg_clipfrac;              /* verl pg_clipfrac: share of tokens where the clipped term won */
+	double ratio_clipped_high_frac;  /* ca's: of those, ratio > 1 + high with advantage > 0 */
+	double ratio_clipped_low_frac;   /* ca's: ratio < 1 - low with advantage < 0 */
+	double pg_clipfrac_lower;        /* verl pg_clipfrac_lower: dual clip active (advantage < 0) */
+	double approx_kl;                /* verl ppo_kl: masked mean of old - new log-prob (clamped) */
 	double ratio_min, ratio_max;  /* over mask-1 tokens; 1 and 1 when there are none */
 	size_t tokens;          /* mask-1 tokens */
 };

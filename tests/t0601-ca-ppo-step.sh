@@ -19,7 +19,7 @@ expect_success 'on-policy step: ratio 1, pg_loss = -token-mean(A), stats fields'
 	ca-ppo-step -m pol -o pol2 --lr 1e-3 <batch >stats &&
 	test $(wc -l <stats) = 1 &&
 	jq -e ".command == \"ca-ppo-step\" and .step == 1 and .sequences == 2 and .tokens == 7 and .updates == 1" stats &&
-	jq -e ".ratio_min > 0.99999 and .ratio_max < 1.00001 and .clipfrac == 0 and (.approx_kl | fabs) < 1e-6" stats &&
+	jq -e ".ratio_min > 0.99999 and .ratio_max < 1.00001 and .pg_clipfrac == 0 and (.approx_kl | fabs) < 1e-6" stats &&
 	jq -e "(.pg_loss - (-(4 - 3) / 7)) | fabs < 1e-6" stats &&
 	jq -e ".entropy > 2 and .grad_norm > 0 and .reward_mean == 0.5 and .reward_3_share == 0 and .lr == 0.001" stats &&
 	test -f pol2/model.safetensors && test -f pol2/optimizer.safetensors && test -f pol2/config.json &&
@@ -42,7 +42,7 @@ expect_success 'checkpoint updated in place without -o; the optimizer step count
 expect_success 'a second update on the same batch is off-policy: ratios move, clipping counts' '
 	'"$make_batch"' &&
 	ca-ppo-step -m pol --lr 5e-2 --epochs 3 <batch >stats &&
-	jq -e ".updates == 3 and .ratio_max > 1.01 and .ratio_min < 0.99 and .clipfrac >= 0" stats'
+	jq -e ".updates == 3 and .ratio_max > 1.01 and .ratio_min < 0.99 and .pg_clipfrac >= 0" stats'
 
 expect_success 'mini-batches, aggregation modes, dual clip, entropy and KL terms run' '
 	'"$make_batch"' &&

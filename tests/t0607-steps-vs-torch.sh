@@ -43,9 +43,9 @@ expect_success "ca-ppo-step, ca-value-step, ca-sft-step = PyTorch (token-mean, s
 		for kind in ppo value sft; do
 			line=$((line + 1)); sed -n ${line}p ref >ref.$kind
 		done
-		jq -e ".clipfrac > 0.2 and .ratio_min < 0.8 and .ratio_max > 1.28" ppo >/dev/null &&
+		jq -e ".pg_clipfrac > 0.2 and .ratio_min < 0.8 and .ratio_max > 1.28" ppo >/dev/null &&
 		jq -e ".vf_clipfrac > 0" value >/dev/null || exit 1
-		for f in loss pg_loss clipfrac approx_kl entropy grad_norm ratio_min ratio_max dualclip_frac tokens; do
+		for f in loss pg_loss pg_clipfrac pg_clipfrac_lower approx_kl entropy grad_norm ratio_min ratio_max tokens; do
 			close ppo ref.ppo $f || exit 1
 		done
 		for f in vf_loss vf_clipfrac grad_norm tokens; do close value ref.value $f || exit 1; done
@@ -63,7 +63,8 @@ rel='rel() { jq -n -e --slurpfile a "$1" --slurpfile b "$2" --arg f "$3" "
 # The aggregation alone, in float64 on both sides: old log-probs of -1000
 # put every ratio at the clamp (e^20), so with dual clip 3 a token costs
 # -1.28 A (A > 0) or -3 A (A < 0) whatever the model computes, and pg_loss
-# is verl's agg_loss of those numbers. Two batches: the whole one with a
+# is verl's agg_loss of those numbers (pg_clipfrac and pg_clipfrac_lower
+# the shares of positive and negative advantages). Two batches: the whole one with a
 # record whose mask is all 0, and a small one (that record and one with a
 # single policy token) where the 1e-8 epsilons are 1e-8 of the result.
 expect_success 'pg_loss = verl'"'"'s agg_loss in float64 (1e-9 relative), every mode, fully masked records' '
@@ -80,7 +81,7 @@ expect_success 'pg_loss = verl'"'"'s agg_loss in float64 (1e-9 relative), every 
 		for agg in $modes; do
 			line=$((line + 1)); sed -n ${line}p ref.$b >verl
 			ca-ppo-step -m pol -o p2 --agg $agg --dual-clip 3 <$b >ca || exit 1
-			for f in pg_loss clipfrac dualclip_frac; do rel ca verl $f || { echo "  ($b, $agg)"; fail=1; }; done
+			for f in pg_loss pg_clipfrac pg_clipfrac_lower; do rel ca verl $f || { echo "  ($b, $agg)"; fail=1; }; done
 		done
 	done
 	exit $fail'
@@ -101,7 +102,7 @@ expect_success 'ca-ppo-step --whiten = verl'"'"'s masked_whiten then agg_loss in
 		for agg in $modes; do
 			line=$((line + 1)); sed -n ${line}p ref.$b >verl
 			ca-ppo-step -m pol -o p2 --agg $agg --dual-clip 3 --whiten <$b >ca || exit 1
-			for f in pg_loss clipfrac dualclip_frac; do rel ca verl $f || { echo "  ($b, $agg)"; fail=1; }; done
+			for f in pg_loss pg_clipfrac pg_clipfrac_lower; do rel ca verl $f || { echo "  ($b, $agg)"; fail=1; }; done
 		done
 	done
 	exit $fail'

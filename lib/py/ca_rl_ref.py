@@ -122,16 +122,16 @@ def ppo_loss(logp, old, adv, mask, a):
     l2 = -adv * torch.clamp(ratio, 1 - a.clip_low, 1 + a.clip_high)
     clipped = torch.maximum(l1, l2)
     stats = {
-        "clipfrac": masked_mean((l2 > l1).double(), mask).item(),
+        "pg_clipfrac": masked_mean((l2 > l1).double(), mask).item(),
         "approx_kl": masked_mean(-neg_kl, mask).item(),
     }
     if a.dual_clip is not None:
         l3 = -adv * a.dual_clip
         losses = torch.where(adv < 0, torch.minimum(l3, clipped), clipped)
-        stats["dualclip_frac"] = masked_mean(((clipped > l3) & (adv < 0)).double(), mask).item()
+        stats["pg_clipfrac_lower"] = masked_mean(((clipped > l3) & (adv < 0)).double(), mask).item()
     else:
         losses = clipped
-        stats["dualclip_frac"] = 0.0
+        stats["pg_clipfrac_lower"] = 0.0
     on = mask > 0
     stats["ratio_min"] = ratio[on].min().item() if on.any() else 1.0
     stats["ratio_max"] = ratio[on].max().item() if on.any() else 1.0

@@ -125,10 +125,10 @@ static void test_policy_by_hand(void)
 	double loss = ca_ppo_policy_loss(4, logp, old, adv, mask, w, &clip, g, &st);
 	NEAR(loss, (-1 - 2 * 1.28 + 0.8) / 3, 1e-14);
 	NEAR(st.loss, loss, 0);
-	NEAR(st.clipfrac, 2 / 3.0, 1e-8);
-	NEAR(st.clipfrac_upper, 1 / 3.0, 1e-8);
-	NEAR(st.clipfrac_lower, 1 / 3.0, 1e-8);
-	NEAR(st.dualclip_frac, 0, 0);
+	NEAR(st.pg_clipfrac, 2 / 3.0, 1e-8);
+	NEAR(st.ratio_clipped_high_frac, 1 / 3.0, 1e-8);
+	NEAR(st.ratio_clipped_low_frac, 1 / 3.0, 1e-8);
+	NEAR(st.pg_clipfrac_lower, 0, 0);
 	NEAR(st.approx_kl, 0, 1e-15);
 	NEAR(st.ratio_min, exp(-0.5), 1e-15);
 	NEAR(st.ratio_max, exp(0.5), 1e-15);
@@ -142,14 +142,14 @@ static void test_policy_by_hand(void)
 	loss = ca_ppo_policy_loss(1, logp2, old2, adv2, NULL, w, &clip, g, &st);
 	NEAR(loss, 3, 1e-14);
 	CHECK(g[0] == 0);
-	NEAR(st.dualclip_frac, 1, 1e-8);
-	NEAR(st.clipfrac, 0, 0);  /* the unclipped term won the inner max */
+	NEAR(st.pg_clipfrac_lower, 1, 1e-8);
+	NEAR(st.pg_clipfrac, 0, 0);  /* the unclipped term won the inner max */
 	/* Without dual clip the same token pays A * ratio and keeps its gradient. */
 	clip.dual = INFINITY;
 	loss = ca_ppo_policy_loss(1, logp2, old2, adv2, NULL, w, &clip, g, &st);
 	NEAR(loss, exp(2), 1e-8);
 	NEAR(g[0], exp(2), 1e-8);
-	NEAR(st.dualclip_frac, 0, 0);
+	NEAR(st.pg_clipfrac_lower, 0, 0);
 
 	/* The log-ratio clamp at +-20: the ratio is e^20 and the gradient stops. */
 	const double logp3[] = {0}, old3[] = {-30}, adv3[] = {1};
@@ -164,7 +164,7 @@ static void test_policy_by_hand(void)
 	ca_ppo_agg_weights(CA_PPO_TOKEN_MEAN, 1, start, none, w);
 	clip = (struct ca_ppo_clip){0.2, 0.28, 3};
 	loss = ca_ppo_policy_loss(4, logp, old, adv, none, w, &clip, g, &st);
-	CHECK(loss == 0 && st.tokens == 0 && st.clipfrac == 0 && st.ratio_min == 1 && st.ratio_max == 1);
+	CHECK(loss == 0 && st.tokens == 0 && st.pg_clipfrac == 0 && st.ratio_min == 1 && st.ratio_max == 1);
 	CHECK(g[0] == 0 && g[1] == 0 && g[2] == 0 && g[3] == 0);
 }
 
@@ -225,11 +225,11 @@ static double verl_agg(const struct padded *p, const double *loss, int agg)
 }
 
 static double verl_policy_loss(const struct padded *p, const struct ca_ppo_clip *clip, int agg,
-	double *clipfrac, double *kl)
+	double *pg_clipfrac, double *pg_clipfrac_lower, double *kl)
 {
 	int n = p->rows * p->cols;
 	double *losses = malloc(n * sizeof *losses), *gt = malloc(n * sizeof *gt);
-	double *negkl = malloc(n * sizeof *negkl);
+	double *dual = malloc(n * sizeof *dual), *negkl = malloc(n * sizeof *negkl);
 	for (int i = 0; i < n; i++) {
 		double nk = fmin(fmax(p->logp[i] - p->old[i], -20), 20);
 		double ratio = exp(nk);
@@ -240,13 +240,16 @@ static double verl_policy_loss(const struct padded *p, const struct ca_ppo_clip 
 		double cl2 = fmin(l3, cl1);
 		losses[i] = p->adv[i] < 0 ? cl2 : cl1;
 		gt[i] = l2 > l1;
+		dual[i] = cl1 > l3 && p->adv[i] < 0;
 		negkl[i] = -nk;
 	}
 	double loss = verl_agg(p, losses, agg);
-	*clipfrac = masked_mean(gt, p->mask, n);
+	*pg_clipfrac = masked_mean(gt, p->mask, n);
+	*pg_clipfrac_lower = masked_mean(dual, p->mask, n);
 	*kl = masked_mean(negkl, p->mask, n);
 	free(losses);
 	free(gt);
+	free(dual);
 	free(negkl);
 	return loss;
 }
@@ -325,15 +328,16 @@ static void test_random(void)
 			refclip.dual = 1e300;
 		struct ca_ppo_policy_stats st;
 		double loss = ca_ppo_policy_loss(k, logp, old, adv, mask, w, &clip, g, &st);
-		double clipfrac, kl;
-		double ref = verl_policy_loss(&p, &refclip, agg, &clipfrac, &kl);
+		double ref_pg_clipfrac, ref_pg_clipfrac_lower, ref_kl;
+		double ref = verl_policy_loss(&p, &refclip, agg, &ref_pg_clipfrac, &ref_pg_clipfrac_lower, &ref_kl);
 		if (ref == 0)
 			CHECK(loss == 0);
 		else
 			REL(loss, ref, 1e-9);
-		NEAR(st.clipfrac, clipfrac, 1e-12);
-		NEAR(st.approx_kl, kl, 1e-12);
-		NEAR(st.clipfrac_upper + st.clipfrac_lower, st.clipfrac, 1e-12);
+		NEAR(st.pg_clipfrac, ref_pg_clipfrac, 1e-12);
+		NEAR(st.pg_clipfrac_lower, ref_pg_clipfrac_lower, 1e-12);
+		NEAR(st.approx_kl, ref_kl, 1e-12);
+		NEAR(st.ratio_clipped_high_frac + st.ratio_clipped_low_frac, st.pg_clipfrac, 1e-12);
 
 		/* Gradient by central differences, away from the kinks. */
 		const double h = 1e-6;
