@@ -23,8 +23,9 @@
 static const char usage_text[] =
 	"usage: ca-ppo-step [-h] [--advantages FIELD] [--agg MODE] [--beta1 X] [--beta2 X]\n"
 	"                   [--clip-high X] [--clip-low X] [--device cpu|cuda] [--dual-clip C]\n"
-	"                   [--entropy-coef X] [--epochs N] [--eps X] [--kl-coef X] [--kl-type TYPE] [--lr X]\n"
-	"                   [--max-grad-norm X] [--mini-batches N] [--weight-decay X] [--whiten]\n"
+	"                   [--entropy-coef X] [--epochs N] [--eps X] [--kl-coef X] [--kl-type TYPE]\n"
+	"                   [--loss-scale-factor X] [--lr X] [--max-grad-norm X] [--mini-batches N]\n"
+	"                   [--weight-decay X] [--whiten]\n"
 	"                   -m DIR [-o DIR] [file ...]\n";
 
 struct config {

@@ -10,6 +10,7 @@ static const char *const agg_names[] = {
 	[CA_PPO_TOKEN_MEAN] = "token-mean",
 	[CA_PPO_SEQ_MEAN_TOKEN_MEAN] = "seq-mean-token-mean",
 	[CA_PPO_SEQ_MEAN_TOKEN_SUM] = "seq-mean-token-sum",
+	[CA_PPO_SEQ_MEAN_TOKEN_SUM_NORM] = "seq-mean-token-sum-norm",
 };
 
 int ca_ppo_agg_parse(const char *name)
@@ -27,10 +28,10 @@ const char *ca_ppo_agg_name(int agg)
 	return agg_names[agg];
 }
 
-/* The denominators of each mode over sequences [0, nseq): mask-1 tokens and non-empty sequences. */
-static size_t agg_counts(size_t nseq, const size_t *start, const unsigned char *mask, size_t *nonempty)
+size_t ca_ppo_agg_counts(size_t nseq, const size_t *start, const unsigned char *mask, size_t *nonempty,
+	size_t *longest)
 {
-	size_t tokens = 0;
+	size_t tokens = 0, widest = 0;
 	*nonempty = 0;
 	for (size_t s = 0; s < nseq; s++) {
 		size_t count = 0;
@@ -38,20 +39,24 @@ static size_t agg_counts(size_t nseq, const size_t *start, const unsigned char *
 			count += ACTIVE(mask, i) != 0;
 		tokens += count;
 		*nonempty += count > 0;
+		if (start[s + 1] - start[s] > widest)
+			widest = start[s + 1] - start[s];
 	}
+	if (longest)
+		*longest = widest;
 	return tokens;
 }
 
 size_t ca_ppo_agg_weights(int agg, size_t nseq, const size_t *start, const unsigned char *mask,
 	double *weights)
 {
-	size_t nonempty, tokens = agg_counts(nseq, start, mask, &nonempty);
-	ca_ppo_agg_weights_of(agg, nseq, start, mask, (double)tokens, (double)nonempty, weights);
+	size_t nonempty, longest, tokens = ca_ppo_agg_counts(nseq, start, mask, &nonempty, &longest);
+	ca_ppo_agg_weights_of(agg, nseq, start, mask, (double)tokens, (double)nonempty, (double)longest, weights);
 	return tokens;
 }
 
 void ca_ppo_agg_weights_of(int agg, size_t nseq, const size_t *start, const unsigned char *mask, double tokens,
-	double nonempty, double *weights)
+	double nonempty, double horizon, double *weights)
 {
 	for (size_t s = 0; s < nseq; s++) {
 		size_t count = 0;
@@ -67,6 +72,10 @@ void ca_ppo_agg_weights_of(int agg, size_t nseq, const size_t *start, const unsi
 			case CA_PPO_SEQ_MEAN_TOKEN_SUM:
 				w = 1.0 / nonempty;
 				break;
+			case CA_PPO_SEQ_MEAN_TOKEN_SUM_NORM:
+				/* verl divides the seq-mean by the horizon after it. */
+				w = 1.0 / nonempty / horizon;
+				break;
 			default:
 				w = 1.0 / tokens;
 				break;
@@ -75,11 +84,6 @@ void ca_ppo_agg_weights_of(int agg, size_t nseq, const size_t *start, const unsi
 		for (size_t i = start[s]; i < start[s + 1]; i++)
 			weights[i] = ACTIVE(mask, i) ? w : 0;
 	}
-}
-
-size_t ca_ppo_agg_counts(size_t nseq, const size_t *start, const unsigned char *mask, size_t *nonempty)
-{
-	return agg_counts(nseq, start, mask, nonempty);
 }
 
 double ca_ppo_aggregate(size_t n, const double *weights, const double *x)

@@ -43,14 +43,18 @@
 
 /*
  * verl's loss_agg_mode. A sequence without mask-1 tokens is left out of the
- * seq-mean modes' mean, as verl's agg_loss leaves it out.
+ * seq-mean modes' mean, as verl's agg_loss leaves it out. The horizon of
+ * seq-mean-token-sum-norm is verl's loss_scale_factor: by default the
+ * padded width of the batch, loss_mask.shape[-1] (Dr. GRPO's constant
+ * normaliser when that width is fixed).
  */
 enum ca_ppo_agg {
-	CA_PPO_TOKEN_MEAN,           /* sum over tokens / tokens */
-	CA_PPO_SEQ_MEAN_TOKEN_MEAN,  /* mean over sequences of sum / (tokens + 1e-8) */
-	CA_PPO_SEQ_MEAN_TOKEN_SUM,   /* mean over sequences of sum */
+	CA_PPO_TOKEN_MEAN,               /* sum over tokens / tokens */
+	CA_PPO_SEQ_MEAN_TOKEN_MEAN,      /* mean over sequences of sum / (tokens + 1e-8) */
+	CA_PPO_SEQ_MEAN_TOKEN_SUM,       /* mean over sequences of sum */
+	CA_PPO_SEQ_MEAN_TOKEN_SUM_NORM,  /* mean over sequences of sum, / horizon */
 };
-/* "token-mean", "seq-mean-token-mean", "seq-mean-token-sum"; -1 if unknown. */
+/* "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"; -1 if unknown. */
 int ca_ppo_agg_parse(const char *name);
 const char *ca_ppo_agg_name(int agg);
 
@@ -58,19 +62,24 @@ const char *ca_ppo_agg_name(int agg);
  * Every aggregation mode is linear in the per-token losses: agg(l) =
  * sum_i weights[i] * l[i]. Fill weights[0..start[nseq]) (0 on masked
  * tokens) and return the number of mask-1 tokens. The same weights are
- * dagg/dl, which is how every gradient below is formed.
+ * dagg/dl, which is how every gradient below is formed. The horizon is
+ * the longest sequence, the width the batch would have right-padded.
  */
 size_t ca_ppo_agg_weights(int agg, size_t nseq, const size_t *start, const unsigned char *mask,
 	double *weights);
 /*
- * The same with the denominators given: mask-1 tokens and non-empty
- * sequences of the whole batch, of which [0, nseq) is one rank's share
- * (data-parallel steps, lib/dist).
+ * The same with the denominators given: mask-1 tokens, non-empty
+ * sequences and the horizon (> 0) of the whole batch, of which [0, nseq)
+ * is one rank's share (data-parallel steps, lib/dist).
  */
 void ca_ppo_agg_weights_of(int agg, size_t nseq, const size_t *start, const unsigned char *mask, double tokens,
-	double nonempty, double *weights);
-/* Mask-1 tokens of sequences [0, nseq), and in *nonempty the sequences that have any. */
-size_t ca_ppo_agg_counts(size_t nseq, const size_t *start, const unsigned char *mask, size_t *nonempty);
+	double nonempty, double horizon, double *weights);
+/*
+ * Mask-1 tokens of sequences [0, nseq), in *nonempty the sequences that
+ * have any, in *longest (may be NULL) the longest sequence's length.
+ */
+size_t ca_ppo_agg_counts(size_t nseq, const size_t *start, const unsigned char *mask, size_t *nonempty,
+	size_t *longest);
 /* sum_i weights[i] * x[i]: the aggregate of any per-token quantity (entropy, KL). */
 double ca_ppo_aggregate(size_t n, const double *weights, const double *x);
 

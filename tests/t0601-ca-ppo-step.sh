@@ -47,13 +47,17 @@ expect_success 'a second update on the same batch is off-policy: ratios move, cl
 expect_success 'mini-batches, aggregation modes, dual clip, entropy and KL terms run' '
 	'"$make_batch"' &&
 	jq -c ".ref_logprobs = .logprobs" batch >b2 &&
-	for agg in token-mean seq-mean-token-mean seq-mean-token-sum; do
+	for agg in token-mean seq-mean-token-mean seq-mean-token-sum seq-mean-token-sum-norm; do
 		ca-ppo-step -m pol -o out --agg $agg --mini-batches 2 --dual-clip 3 --entropy-coef 0.01 \
 			--kl-coef 0.1 --kl-type low_var_kl <b2 >stats || exit 1
 		jq -e ".updates == 2 and .agg == \"$agg\" and .kl != null" stats || exit 1
 	done
 	ca-ppo-step -m pol -o out --agg seq-mean-token-sum <batch >stats &&
-	jq -e "(.pg_loss - (-(4 - 3) / 2)) | fabs < 1e-6" stats'
+	jq -e "(.pg_loss - (-(4 - 3) / 2)) | fabs < 1e-6" stats &&
+	ca-ppo-step -m pol -o out --agg seq-mean-token-sum-norm <batch >stats &&
+	jq -e "(.pg_loss - (-(4 - 3) / 2 / 5)) | fabs < 1e-6" stats &&
+	ca-ppo-step -m pol -o out --agg seq-mean-token-sum-norm --loss-scale-factor 8 <batch >stats &&
+	jq -e "(.pg_loss - (-(4 - 3) / 2 / 8)) | fabs < 1e-6" stats'
 
 expect_success '--whiten normalises the advantages over the batch' '
 	'"$make_batch"' &&
@@ -105,9 +109,10 @@ expect_status 3 'a critic checkpoint is refused' '
 expect_status 4 'a missing checkpoint directory is a system error' '
 	echo "{}" | ca-ppo-step -m nonexistent 2>err'
 
-expect_status 2 'usage: -m is required, unknown --agg' '
+expect_status 2 'usage: -m is required, unknown --agg, --loss-scale-factor not above 0' '
 	ca-ppo-step </dev/null 2>err; test $? = 2 || exit 1
-	ca-ppo-step -m x --agg nope </dev/null 2>err; s=$?; grep -q "unknown mode" err; exit $s'
+	ca-ppo-step -m x --agg nope </dev/null 2>err; test $? = 2 && grep -q "unknown mode" err || exit 1
+	ca-ppo-step -m x --loss-scale-factor 0 </dev/null 2>err; s=$?; grep -q "loss-scale-factor" err; exit $s'
 
 expect_success '-h prints the usage' 'ca-ppo-step -h | grep -q "^usage: ca-ppo-step"'
 

@@ -62,11 +62,14 @@ rel='rel() { jq -n -e --slurpfile a "$1" --slurpfile b "$2" --arg f "$3" "
 
 # The aggregation alone, in float64 on both sides: old log-probs of -1000
 # put every ratio at the clamp (e^20), so with dual clip 3 a token costs
-# -1.28 A (A > 0) or -3 A (A < 0) whatever the model computes, and pg_loss
-# is verl's agg_loss of those numbers (pg_clipfrac and pg_clipfrac_lower
-# the shares of positive and negative advantages). Two batches: the whole one with a
-# record whose mask is all 0, and a small one (that record and one with a
-# single policy token) where the 1e-8 epsilons are 1e-8 of the result.
+# -1.28 A (A > 0) or -3 A (A < 0) whatever the model computes, pg_loss is
+# verl's agg_loss of those numbers, and pg_clipfrac and pg_clipfrac_lower
+# are the shares of positive and negative advantages. Two batches: the
+# whole one with a record whose mask is all 0, and a small one (that
+# record and one with a single policy token) where the 1e-8 epsilons are
+# 1e-8 of the result. seq-mean-token-sum-norm's horizon is the batch's
+# padded width on both sides (the longest record's tokens but the first),
+# then a constant.
 expect_success 'pg_loss = verl'"'"'s agg_loss in float64 (1e-9 relative), every mode, fully masked records' '
 	'"$make_batch"' && '"$rel"' &&
 	jq -c ".logprobs |= map(if . == null then null else -1000 end) |
@@ -74,7 +77,7 @@ expect_success 'pg_loss = verl'"'"'s agg_loss in float64 (1e-9 relative), every 
 	jq -c "select(.id == \"toy-0\" or .id == \"toy-1\") |
 		if .id == \"toy-1\" then .mask = [.mask | to_entries[] | if .key == 4 then 1 else 0 end] else . end" \
 		clamped >small &&
-	modes="token-mean seq-mean-token-mean seq-mean-token-sum" fail=0 &&
+	modes="token-mean seq-mean-token-mean seq-mean-token-sum seq-mean-token-sum-norm" fail=0 &&
 	for b in clamped small; do
 		$REF ppo pol $b --agg "$(echo $modes | tr " " ,)" --dual-clip 3 >ref.$b 2>err || { cat err; exit 1; }
 		line=0
@@ -84,6 +87,10 @@ expect_success 'pg_loss = verl'"'"'s agg_loss in float64 (1e-9 relative), every 
 			for f in pg_loss pg_clipfrac pg_clipfrac_lower; do rel ca verl $f || { echo "  ($b, $agg)"; fail=1; }; done
 		done
 	done
+	# A constant horizon in place of the batch'"'"'s width.
+	$REF ppo pol clamped --agg seq-mean-token-sum-norm --loss-scale-factor 100 --dual-clip 3 >verl 2>err &&
+	ca-ppo-step -m pol -o p2 --agg seq-mean-token-sum-norm --loss-scale-factor 100 --dual-clip 3 <clamped >ca &&
+	rel ca verl pg_loss || fail=1
 	exit $fail'
 
 # Whitening before it, on the same clamped batch and on one of two policy

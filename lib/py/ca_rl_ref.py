@@ -64,26 +64,31 @@ def pack(records, device):
     return ids, attn, mask
 
 
-def agg(loss, mask, mode):
-    """verl's agg_loss on one rank, in our words.
+def agg(loss, mask, a):
+    """verl's agg_loss on one rank, in our words; a.agg is the mode.
 
     Matched against verl-project/verl verl/trainer/ppo/core_algos.py
     (agg_loss with dp_size 1 and the default denominators): token-mean is
     the masked sum over the mask's count, no epsilon; the seq-mean modes
     average over the rows that have a mask-1 token only, a row's mean
-    being its masked sum over its count + 1e-8. A batch without tokens
-    divides 0 by 0, as verl's does (ca gives 0 there).
+    being its masked sum over its count + 1e-8; seq-mean-token-sum-norm
+    divides seq-mean-token-sum by a.loss_scale_factor, by default the
+    padded width mask.shape[-1]. A batch without tokens divides 0 by 0,
+    as verl's does (ca gives 0 there).
     """
     tokens = mask.sum(-1)
-    if mode == "token-mean":
+    if a.agg == "token-mean":
         return (loss * mask).sum() / tokens.sum()
     rows = (loss * mask).sum(-1)
-    if mode == "seq-mean-token-mean":
+    if a.agg == "seq-mean-token-mean":
         rows = rows / (tokens + 1e-8)
-    elif mode != "seq-mean-token-sum":
-        raise ValueError("unknown aggregation mode %r" % mode)
+    elif a.agg not in ("seq-mean-token-sum", "seq-mean-token-sum-norm"):
+        raise ValueError("unknown aggregation mode %r" % a.agg)
     present = (tokens > 0).to(rows.dtype)
-    return (rows * present).sum() / present.sum()
+    loss = (rows * present).sum() / present.sum()
+    if a.agg == "seq-mean-token-sum-norm":
+        loss = loss / (a.loss_scale_factor or mask.shape[-1])
+    return loss
 
 
 def masked_mean(x, mask):
@@ -135,7 +140,7 @@ def ppo_loss(logp, old, adv, mask, a):
     on = mask > 0
     stats["ratio_min"] = ratio[on].min().item() if on.any() else 1.0
     stats["ratio_max"] = ratio[on].max().item() if on.any() else 1.0
-    return agg(losses, mask, a.agg), stats
+    return agg(losses, mask, a), stats
 
 
 def step(kind, a, records, device):
@@ -182,18 +187,18 @@ def step(kind, a, records, device):
                 old = per_token(records, "values", device)
                 vc = torch.max(torch.min(v, old + a.clip_value), old - a.clip_value)
                 l2 = (vc - ret) ** 2
-                loss = 0.5 * agg(torch.max(l1, l2), mask, a.agg)
+                loss = 0.5 * agg(torch.max(l1, l2), mask, a)
                 stats["vf_clipfrac"] = masked_mean((l2 > l1).double(), mask).item()
             else:
-                loss = 0.5 * agg(l1, mask, a.agg)
+                loss = 0.5 * agg(l1, mask, a)
                 stats["vf_clipfrac"] = 0.0
             stats["vf_loss"] = loss.item()
         else:
             logp, entropy = policy_forward(model, ids, attn)
-            ent = agg(entropy, mask, a.agg)
+            ent = agg(entropy, mask, a)
             stats["entropy"] = ent.item()
             if kind == "sft":
-                loss = -agg(logp, mask, a.agg)
+                loss = -agg(logp, mask, a)
             else:
                 old = per_token(records, "logprobs", device)
                 adv = per_token(records, "advantages", device)
@@ -299,6 +304,8 @@ def main():
     p.add_argument("--whiten", action="store_true", help="verl's masked_whiten of the advantages first (ppo)")
     p.add_argument("--entropy-coef", type=float, default=0.0)
     p.add_argument("--clip-value", type=float, default=None)
+    p.add_argument("--loss-scale-factor", type=float, default=None,
+                   help="seq-mean-token-sum-norm's horizon (default: the padded width)")
     p.add_argument("--lr", type=float, default=3e-6)
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--max-grad-norm", type=float, default=1.0)

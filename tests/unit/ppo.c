@@ -63,6 +63,8 @@ static void test_names(void)
 	CHECK(ca_ppo_agg_parse("token-mean") == CA_PPO_TOKEN_MEAN);
 	CHECK(ca_ppo_agg_parse("seq-mean-token-mean") == CA_PPO_SEQ_MEAN_TOKEN_MEAN);
 	CHECK(ca_ppo_agg_parse("seq-mean-token-sum") == CA_PPO_SEQ_MEAN_TOKEN_SUM);
+	CHECK(ca_ppo_agg_parse("seq-mean-token-sum-norm") == CA_PPO_SEQ_MEAN_TOKEN_SUM_NORM);
+	CHECK(strcmp(ca_ppo_agg_name(CA_PPO_SEQ_MEAN_TOKEN_SUM_NORM), "seq-mean-token-sum-norm") == 0);
 	CHECK(ca_ppo_agg_parse("token-sum") == -1);
 	CHECK(strcmp(ca_ppo_agg_name(CA_PPO_SEQ_MEAN_TOKEN_SUM), "seq-mean-token-sum") == 0);
 	CHECK(ca_ppo_kl_parse("k3") == CA_PPO_KL_LOW_VAR);
@@ -90,6 +92,13 @@ static void test_agg_weights(void)
 	REL(ca_ppo_aggregate(9, w, x), (3 + 12) / 2.0, 1e-15);
 	ca_ppo_agg_weights(CA_PPO_SEQ_MEAN_TOKEN_MEAN, 3, start, mask, w);
 	REL(ca_ppo_aggregate(9, w, x), (3 / (2 + 1e-8) + 12 / (3 + 1e-8)) / 2, 1e-15);
+	/* seq-mean-token-sum over the horizon: the longest sequence (4) unless given. */
+	ca_ppo_agg_weights(CA_PPO_SEQ_MEAN_TOKEN_SUM_NORM, 3, start, mask, w);
+	REL(ca_ppo_aggregate(9, w, x), (3 + 12) / 2.0 / 4, 1e-15);
+	ca_ppo_agg_weights_of(CA_PPO_SEQ_MEAN_TOKEN_SUM_NORM, 3, start, mask, 5, 2, 100, w);
+	REL(ca_ppo_aggregate(9, w, x), (3 + 12) / 2.0 / 100, 1e-15);
+	size_t nonempty, longest;
+	CHECK(ca_ppo_agg_counts(3, start, mask, &nonempty, &longest) == 5 && nonempty == 2 && longest == 4);
 	/* One token: the epsilons are the whole difference (1e-8 relative). */
 	const size_t one[] = {0, 1};
 	const double y[] = {7};
@@ -102,7 +111,7 @@ static void test_agg_weights(void)
 	REL(ca_ppo_aggregate(9, w, x), (103 / (3 + 1e-8) + 200 / (2 + 1e-8) + 112 / (4 + 1e-8)) / 3, 1e-15);
 	/* Empty mask and empty batch: loss 0, no NaN. */
 	const unsigned char none[] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
-	for (int agg = 0; agg < 3; agg++) {
+	for (int agg = 0; agg < 4; agg++) {
 		CHECK(ca_ppo_agg_weights(agg, 3, start, none, w) == 0);
 		CHECK(ca_ppo_aggregate(9, w, x) == 0);
 	}
@@ -185,8 +194,9 @@ static void test_policy_ties(void)
  * masked_mean is the masked sum over the count + 1e-8; agg_loss's
  * token-mean the masked sum over the count; its seq-mean modes the mean
  * over the rows with a token of each row's sum (seq-mean-token-sum) or sum
- * over count + 1e-8 (seq-mean-token-mean). An empty batch gives 0 here
- * where verl gives 0/0, as ca does on purpose.
+ * over count + 1e-8 (seq-mean-token-mean); seq-mean-token-sum-norm is
+ * seq-mean-token-sum over the padded width (cols). An empty batch gives 0
+ * here where verl gives 0/0, as ca does on purpose.
  */
 struct padded {
 	int rows, cols;
@@ -221,7 +231,8 @@ static double verl_agg(const struct padded *p, const double *loss, int agg)
 	}
 	if (agg == CA_PPO_TOKEN_MEAN)
 		return tokens > 0 ? all / tokens : 0;
-	return rows > 0 ? total / rows : 0;
+	double mean = rows > 0 ? total / rows : 0;
+	return agg == CA_PPO_SEQ_MEAN_TOKEN_SUM_NORM ? mean / p->cols : mean;
 }
 
 static double verl_policy_loss(const struct padded *p, const struct ca_ppo_clip *clip, int agg,
@@ -276,7 +287,7 @@ static void test_random(void)
 {
 	for (int trial = 0; trial < 60; trial++) {
 		int rows = 1 + (int)(uniform() * 5), cols = 1 + (int)(uniform() * 9);
-		int agg = trial % 3;
+		int agg = trial % 4;
 		struct padded p = {rows, cols, NULL, NULL, NULL, NULL};
 		int n = rows * cols;
 		p.logp = calloc(n, sizeof(double));
@@ -294,8 +305,8 @@ static void test_random(void)
 		size_t k = 0;
 		for (int r = 0; r < rows; r++) {
 			int len = 1 + (int)(uniform() * cols);
-			/* Every fourth batch has a row without policy tokens, and some are all such rows. */
-			int masked_row = trial % 4 == 0 && (r == 0 || trial % 20 == 0);
+			/* Every fifth batch has a row without policy tokens, and some are all such rows. */
+			int masked_row = trial % 5 == 0 && (r == 0 || trial % 15 == 0);
 			start[r] = k;
 			for (int c = 0; c < cols; c++) {
 				int i = r * cols + c;
@@ -321,7 +332,9 @@ static void test_random(void)
 		start[rows] = k;
 		double *w = calloc(k + 1, sizeof(double)), *g = calloc(k + 1, sizeof(double));
 		double *x = calloc(k + 1, sizeof(double));
-		ca_ppo_agg_weights(agg, (size_t)rows, start, mask, w);
+		/* The horizon is the padded width, which may exceed the longest row. */
+		size_t nonempty, tokens = ca_ppo_agg_counts((size_t)rows, start, mask, &nonempty, NULL);
+		ca_ppo_agg_weights_of(agg, (size_t)rows, start, mask, (double)tokens, (double)nonempty, cols, w);
 		struct ca_ppo_clip clip = {0.2, 0.28, trial % 2 ? 3 : INFINITY};
 		struct ca_ppo_clip refclip = clip;
 		if (!isfinite(refclip.dual))
