@@ -6,7 +6,9 @@
  * (outcome reward, credited to the last policy token) or "rewards" (one per
  * token). ca-gae adds "advantages" and "returns"; with --whiten it also adds
  * "advantages_whitened", normalised over every policy token of the whole
- * input, which it therefore buffers. The arithmetic lives in lib/rl.c.
+ * input, which it therefore buffers; fewer than two policy tokens cannot be
+ * whitened (verl raises), so the records go out without it and the exit
+ * status says so. The arithmetic lives in lib/rl.c.
  *
  * Speed: records are large number arrays, and building jv values for them
  * costs more than the arithmetic. So a record is first scanned as raw text
@@ -383,22 +385,32 @@ int main(int argc, char **argv)
 	}
 	if (cfg.whiten) {
 		struct ca_rl_moments m = {0};
-		for (size_t i = 0; i < nitems; i++)
-			if (items[i].ok)
+		size_t computed = 0;
+		for (size_t i = 0; i < nitems; i++) {
+			if (items[i].ok) {
 				ca_rl_moments_add(&m, items[i].n, items[i].advantages, items[i].mask);
+				computed++;
+			}
+		}
 		for (size_t i = 0; i < nitems; i++)
 			if (items[i].ok)
 				ca_rl_moments_add_centered(&m, items[i].n, items[i].advantages, items[i].mask);
-		double mean = ca_rl_moments_mean(&m), var = ca_rl_moments_var(&m);
+		double mean = ca_rl_moments_mean(&m), var = 0;
+		int whiten = ca_rl_moments_var(&m, &var) == 0;
+		if (!whiten && computed > 0) {
+			ca_err_warn("--whiten: %zu policy token%s in the input; whitening needs at least 2", m.count,
+				m.count == 1 ? "" : "s");
+			status = ca_err_worst(status, CA_EXIT_DATA);
+		}
 		double *whitened = NULL;
 		size_t whitened_cap = 0;
 		for (size_t i = 0; i < nitems; i++) {
 			struct item *it = &items[i];
-			if (it->ok) {
+			if (it->ok && whiten) {
 				grow_doubles(&whitened, &whitened_cap, it->n + 1);
 				ca_rl_whiten(it->n, it->advantages, it->mask, mean, var, whitened);
 			}
-			int rc = emit(&s, it, it->ok ? whitened : NULL);
+			int rc = emit(&s, it, it->ok && whiten ? whitened : NULL);
 			free(it->prefix);
 			if (rc != 0)
 				goto write_error;

@@ -23,8 +23,9 @@
 static const char usage_text[] =
 	"usage: ca-ppo-step [-h] [--advantages FIELD] [--agg MODE] [--beta1 X] [--beta2 X]\n"
 	"                   [--clip-high X] [--clip-low X] [--device cpu|cuda] [--dual-clip C]\n"
-	"                   [--entropy-coef X] [--epochs N] [--eps X] [--kl-coef X] [--kl-type TYPE] [--lr X]\n"
-	"                   [--max-grad-norm X] [--mini-batches N] [--weight-decay X] [--whiten]\n"
+	"                   [--entropy-coef X] [--epochs N] [--eps X] [--kl-coef X] [--kl-type TYPE]\n"
+	"                   [--loss-scale-factor X] [--lr X] [--max-grad-norm X] [--mini-batches N]\n"
+	"                   [--weight-decay X] [--whiten]\n"
 	"                   -m DIR [-o DIR] [file ...]\n";
 
 struct config {
@@ -38,12 +39,12 @@ struct config {
 /* Sums over the updates of one call, averaged into the stats record. */
 struct totals {
 	const struct config *cfg;
-	double loss, pg_loss, clipfrac, upper, lower, dualclip, approx_kl, entropy, kl, grad_norm;
+	double loss, pg_loss, pg_clipfrac, clipped_high, clipped_low, pg_clipfrac_lower, approx_kl, entropy, kl, grad_norm;
 	double ratio_min, ratio_max;
 	int updates;
 };
 
-/* verl's masked_whiten over every policy token of the batch. */
+/* verl's masked_whiten over every policy token of the batch; fewer than two is bad data, as verl raises. */
 static void whiten(struct ca_train_data *d)
 {
 	struct ca_rl_moments m = {0};
@@ -52,7 +53,10 @@ static void whiten(struct ca_train_data *d)
 	for (int s = 0; s < d->nseq; s++)
 		ca_rl_moments_add_centered(&m, (size_t)d->seq[s].n, d->seq[s].field[CA_TRAIN_ADVANTAGES],
 			d->seq[s].mask);
-	double mean = ca_rl_moments_mean(&m), var = ca_rl_moments_var(&m);
+	double mean = ca_rl_moments_mean(&m), var;
+	if (ca_rl_moments_var(&m, &var) < 0)
+		ca_err_die(CA_EXIT_DATA, "--whiten: %zu policy token%s in the batch; whitening needs at least 2", m.count,
+			m.count == 1 ? "" : "s");
 	for (int s = 0; s < d->nseq; s++) {
 		double *a = d->seq[s].field[CA_TRAIN_ADVANTAGES];
 		ca_rl_whiten((size_t)d->seq[s].n, a, d->seq[s].mask, mean, var, a);
@@ -102,8 +106,8 @@ static void update(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx
 	int world = e->dist.world, rank = e->dist.rank;
 	size_t n = 10 + 2 * (size_t)world;
 	double *y = ca_xcalloc(n, sizeof(double)), tok = (double)st.tokens;
-	double mine[10] = {loss, pg, entropy, kl, st.clipfrac * tok, st.clipfrac_upper * tok,
-		st.clipfrac_lower * tok, st.dualclip_frac * tok, st.approx_kl * tok, tok};
+	double mine[10] = {loss, pg, entropy, kl, st.pg_clipfrac * tok, st.ratio_clipped_high_frac * tok,
+		st.ratio_clipped_low_frac * tok, st.pg_clipfrac_lower * tok, st.approx_kl * tok, tok};
 	memcpy(y, mine, sizeof mine);
 	y[10 + 2 * rank] = st.tokens ? st.ratio_min : INFINITY;
 	y[11 + 2 * rank] = st.tokens ? st.ratio_max : -INFINITY;
@@ -113,17 +117,17 @@ static void update(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx
 			y[k] = y[9] > 0 ? y[k] / y[9] : 0;
 	} else {
 		/* One rank: the shares as ca_ppo_policy_loss gave them, exactly. */
-		y[4] = st.clipfrac, y[5] = st.clipfrac_upper, y[6] = st.clipfrac_lower;
-		y[7] = st.dualclip_frac, y[8] = st.approx_kl;
+		y[4] = st.pg_clipfrac, y[5] = st.ratio_clipped_high_frac, y[6] = st.ratio_clipped_low_frac;
+		y[7] = st.pg_clipfrac_lower, y[8] = st.approx_kl;
 	}
 	t->loss += y[0];
 	t->pg_loss += y[1];
 	t->entropy += y[2];
 	t->kl += y[3];
-	t->clipfrac += y[4];
-	t->upper += y[5];
-	t->lower += y[6];
-	t->dualclip += y[7];
+	t->pg_clipfrac += y[4];
+	t->clipped_high += y[5];
+	t->clipped_low += y[6];
+	t->pg_clipfrac_lower += y[7];
 	t->approx_kl += y[8];
 	t->grad_norm += norm;
 	for (int r = 0; r < world; r++) {
@@ -202,10 +206,10 @@ int main(int argc, char **argv)
 	r = jv_object_set(r, jv_string("updates"), jv_number(t.updates));
 	r = jv_object_set(r, jv_string("loss"), ca_train_mean(t.loss, t.updates));
 	r = jv_object_set(r, jv_string("pg_loss"), ca_train_mean(t.pg_loss, t.updates));
-	r = jv_object_set(r, jv_string("clipfrac"), ca_train_mean(t.clipfrac, t.updates));
-	r = jv_object_set(r, jv_string("clipfrac_upper"), ca_train_mean(t.upper, t.updates));
-	r = jv_object_set(r, jv_string("clipfrac_lower"), ca_train_mean(t.lower, t.updates));
-	r = jv_object_set(r, jv_string("dualclip_frac"), ca_train_mean(t.dualclip, t.updates));
+	r = jv_object_set(r, jv_string("pg_clipfrac"), ca_train_mean(t.pg_clipfrac, t.updates));
+	r = jv_object_set(r, jv_string("pg_clipfrac_lower"), ca_train_mean(t.pg_clipfrac_lower, t.updates));
+	r = jv_object_set(r, jv_string("ratio_clipped_high_frac"), ca_train_mean(t.clipped_high, t.updates));
+	r = jv_object_set(r, jv_string("ratio_clipped_low_frac"), ca_train_mean(t.clipped_low, t.updates));
 	r = jv_object_set(r, jv_string("approx_kl"), ca_train_mean(t.approx_kl, t.updates));
 	r = jv_object_set(r, jv_string("entropy"), ca_train_mean(t.entropy, t.updates));
 	if (cfg.kl_coef != 0)

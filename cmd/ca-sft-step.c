@@ -15,8 +15,8 @@
 
 static const char usage_text[] =
 	"usage: ca-sft-step [-h] [--agg MODE] [--beta1 X] [--beta2 X] [--device cpu|cuda] [--epochs N]\n"
-	"                   [--eps X] [--lr X] [--max-grad-norm X] [--mini-batches N] [--weight-decay X]\n"
-	"                   -m DIR [-o DIR] [file ...]\n";
+	"                   [--eps X] [--loss-scale-factor X] [--lr X] [--max-grad-norm X] [--mini-batches N]\n"
+	"                   [--weight-decay X] -m DIR [-o DIR] [file ...]\n";
 
 struct totals {
 	const struct ca_train_opts *o;

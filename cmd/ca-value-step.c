@@ -18,8 +18,9 @@
 
 static const char usage_text[] =
 	"usage: ca-value-step [-h] [--agg MODE] [--beta1 X] [--beta2 X] [--clip-value X]\n"
-	"                     [--device cpu|cuda] [--epochs N] [--eps X] [--lr X] [--max-grad-norm X]\n"
-	"                     [--mini-batches N] [--weight-decay X] -m DIR [-o DIR] [file ...]\n";
+	"                     [--device cpu|cuda] [--epochs N] [--eps X] [--loss-scale-factor X] [--lr X]\n"
+	"                     [--max-grad-norm X] [--mini-batches N] [--weight-decay X] -m DIR [-o DIR]\n"
+	"                     [file ...]\n";
 
 struct totals {
 	const struct ca_train_opts *o;
@@ -57,7 +58,7 @@ static void update(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx
 	if (e->dist.world > 1) {
 		/* The loss is a sum over the ranks; the clipped share is weighted by tokens. */
 		size_t nonempty;
-		double tok = (double)ca_ppo_agg_counts((size_t)p->nseq, p->start, p->mask, &nonempty);
+		double tok = (double)ca_ppo_agg_counts((size_t)p->nseq, p->start, p->mask, &nonempty, NULL);
 		double x[3] = {loss, clipfrac * tok, tok};
 		ca_train_sum(e, x, 3);
 		loss = x[0];

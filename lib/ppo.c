@@ -10,6 +10,7 @@ static const char *const agg_names[] = {
 	[CA_PPO_TOKEN_MEAN] = "token-mean",
 	[CA_PPO_SEQ_MEAN_TOKEN_MEAN] = "seq-mean-token-mean",
 	[CA_PPO_SEQ_MEAN_TOKEN_SUM] = "seq-mean-token-sum",
+	[CA_PPO_SEQ_MEAN_TOKEN_SUM_NORM] = "seq-mean-token-sum-norm",
 };
 
 int ca_ppo_agg_parse(const char *name)
@@ -27,10 +28,10 @@ const char *ca_ppo_agg_name(int agg)
 	return agg_names[agg];
 }
 
-/* The denominators of each mode over sequences [0, nseq): mask-1 tokens and non-empty sequences. */
-static size_t agg_counts(size_t nseq, const size_t *start, const unsigned char *mask, size_t *nonempty)
+size_t ca_ppo_agg_counts(size_t nseq, const size_t *start, const unsigned char *mask, size_t *nonempty,
+	size_t *longest)
 {
-	size_t tokens = 0;
+	size_t tokens = 0, widest = 0;
 	*nonempty = 0;
 	for (size_t s = 0; s < nseq; s++) {
 		size_t count = 0;
@@ -38,47 +39,51 @@ static size_t agg_counts(size_t nseq, const size_t *start, const unsigned char *
 			count += ACTIVE(mask, i) != 0;
 		tokens += count;
 		*nonempty += count > 0;
+		if (start[s + 1] - start[s] > widest)
+			widest = start[s + 1] - start[s];
 	}
+	if (longest)
+		*longest = widest;
 	return tokens;
 }
 
 size_t ca_ppo_agg_weights(int agg, size_t nseq, const size_t *start, const unsigned char *mask,
 	double *weights)
 {
-	size_t nonempty, tokens = agg_counts(nseq, start, mask, &nonempty);
-	ca_ppo_agg_weights_of(agg, nseq, start, mask, (double)tokens, (double)nonempty, (double)nseq, weights);
+	size_t nonempty, longest, tokens = ca_ppo_agg_counts(nseq, start, mask, &nonempty, &longest);
+	ca_ppo_agg_weights_of(agg, nseq, start, mask, (double)tokens, (double)nonempty, (double)longest, weights);
 	return tokens;
 }
 
 void ca_ppo_agg_weights_of(int agg, size_t nseq, const size_t *start, const unsigned char *mask, double tokens,
-	double nonempty, double all_seqs, double *weights)
+	double nonempty, double horizon, double *weights)
 {
 	for (size_t s = 0; s < nseq; s++) {
 		size_t count = 0;
 		for (size_t i = start[s]; i < start[s + 1]; i++)
 			count += ACTIVE(mask, i) != 0;
-		double w;
-		switch (agg) {
-		case CA_PPO_SEQ_MEAN_TOKEN_MEAN:
-			/* Written as verl computes it: the sum over a row divided by
-			 * its token count, then the mean over rows. */
-			w = count ? 1.0 / (double)count / nonempty : 0;
-			break;
-		case CA_PPO_SEQ_MEAN_TOKEN_SUM:
-			w = 1.0 / all_seqs;
-			break;
-		default:
-			w = 1.0 / (tokens + CA_PPO_MEAN_EPS);
-			break;
+		double w = 0;  /* a sequence without tokens is out of every mean (verl's sequence mask) */
+		if (count > 0) {
+			switch (agg) {
+			case CA_PPO_SEQ_MEAN_TOKEN_MEAN:
+				/* In verl's order: a row's sum over its count + 1e-8, then the mean over rows. */
+				w = 1.0 / ((double)count + CA_PPO_MEAN_EPS) / nonempty;
+				break;
+			case CA_PPO_SEQ_MEAN_TOKEN_SUM:
+				w = 1.0 / nonempty;
+				break;
+			case CA_PPO_SEQ_MEAN_TOKEN_SUM_NORM:
+				/* verl divides the seq-mean by the horizon after it. */
+				w = 1.0 / nonempty / horizon;
+				break;
+			default:
+				w = 1.0 / tokens;
+				break;
+			}
 		}
 		for (size_t i = start[s]; i < start[s + 1]; i++)
 			weights[i] = ACTIVE(mask, i) ? w : 0;
 	}
-}
-
-size_t ca_ppo_agg_counts(size_t nseq, const size_t *start, const unsigned char *mask, size_t *nonempty)
-{
-	return agg_counts(nseq, start, mask, nonempty);
 }
 
 double ca_ppo_aggregate(size_t n, const double *weights, const double *x)
@@ -113,7 +118,7 @@ double ca_ppo_policy_loss(size_t n, const double *logp, const double *old_logp,
 {
 	const double lo = 1 - clip->low, hi = 1 + clip->high, c = clip->dual;
 	const int dual = isfinite(c);
-	double loss = 0, kl = 0, clipped = 0, upper = 0, lower = 0, dualclipped = 0;
+	double loss = 0, kl = 0, clipped = 0, clipped_high = 0, clipped_low = 0, dual_clipped = 0;
 	double rmin = INFINITY, rmax = -INFINITY;
 	size_t tokens = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -147,9 +152,9 @@ double ca_ppo_policy_loss(size_t n, const double *logp, const double *old_logp,
 				CA_PPO_LOG_RATIO_LIMIT);
 		kl += -log_ratio;
 		clipped += is_clipped;
-		upper += is_clipped && a > 0;
-		lower += is_clipped && a < 0;
-		dualclipped += dual_on;
+		clipped_high += is_clipped && a > 0;
+		clipped_low += is_clipped && a < 0;
+		dual_clipped += dual_on;
 		if (ratio < rmin)
 			rmin = ratio;
 		if (ratio > rmax)
@@ -158,10 +163,10 @@ double ca_ppo_policy_loss(size_t n, const double *logp, const double *old_logp,
 	if (stats) {
 		double denominator = (double)tokens + CA_PPO_MEAN_EPS;
 		stats->loss = loss;
-		stats->clipfrac = clipped / denominator;
-		stats->clipfrac_upper = upper / denominator;
-		stats->clipfrac_lower = lower / denominator;
-		stats->dualclip_frac = dualclipped / denominator;
+		stats->pg_clipfrac = clipped / denominator;
+		stats->ratio_clipped_high_frac = clipped_high / denominator;
+		stats->ratio_clipped_low_frac = clipped_low / denominator;
+		stats->pg_clipfrac_lower = dual_clipped / denominator;
 		stats->approx_kl = kl / denominator;
 		stats->ratio_min = tokens ? rmin : 1;
 		stats->ratio_max = tokens ? rmax : 1;

@@ -51,7 +51,7 @@ void ca_rl_moments_add(struct ca_rl_moments *m, size_t n, const double *x, const
 
 double ca_rl_moments_mean(const struct ca_rl_moments *m)
 {
-	return m->count ? m->sum / (double)m->count : 0;
+	return m->sum / ((double)m->count + CA_RL_MEAN_EPS);
 }
 
 void ca_rl_moments_add_centered(struct ca_rl_moments *m, size_t n, const double *x, const unsigned char *mask)
@@ -65,9 +65,14 @@ void ca_rl_moments_add_centered(struct ca_rl_moments *m, size_t n, const double 
 	}
 }
 
-double ca_rl_moments_var(const struct ca_rl_moments *m)
+int ca_rl_moments_var(const struct ca_rl_moments *m, double *var)
 {
-	return m->count < 2 ? 0 : m->squares / (double)(m->count - 1);
+	if (m->count < 2)
+		return -1;
+	double n = (double)m->count;
+	/* In verl's order: the masked mean of the squares, then Bessel's correction. */
+	*var = m->squares / (n + CA_RL_MEAN_EPS) * (n / (n - 1));
+	return 0;
 }
 
 void ca_rl_whiten(size_t n, const double *x, const unsigned char *mask, double mean, double var, double *out)

@@ -39,10 +39,11 @@ long ca_rl_outcome_rewards(size_t n, const unsigned char *mask, double reward, d
 
 /*
  * Mean and variance over the masked (mask-1) elements of a batch, as
- * verl's masked_mean / masked_var(unbiased=True). Feed every array with
- * ca_rl_moments_add (pass 1: the mean), then every array again with
- * ca_rl_moments_add_centered (pass 2: the squared deviations); the two
- * passes keep the variance accurate when the mean is large.
+ * verl's masked_mean and masked_var(unbiased=True) compute them
+ * (verl-project/verl, verl/utils/torch_functional.py). Feed every array
+ * with ca_rl_moments_add (pass 1: the mean), then every array again with
+ * ca_rl_moments_add_centered (pass 2: the squared deviations from that
+ * mean); the two passes keep the variance accurate when the mean is large.
  */
 struct ca_rl_moments {
 	size_t count;     /* masked elements seen */
@@ -51,13 +52,25 @@ struct ca_rl_moments {
 };
 void ca_rl_moments_add(struct ca_rl_moments *m, size_t n, const double *x, const unsigned char *mask);
 void ca_rl_moments_add_centered(struct ca_rl_moments *m, size_t n, const double *x, const unsigned char *mask);
+
+/* verl's masked_mean adds this to the count it divides by. */
+#define CA_RL_MEAN_EPS 1e-8
+/* verl's masked_mean: sum / (count + 1e-8); 0 when there is nothing. */
 double ca_rl_moments_mean(const struct ca_rl_moments *m);
-/* Unbiased (Bessel-corrected) variance; 0 when fewer than two elements. */
-double ca_rl_moments_var(const struct ca_rl_moments *m);
+/*
+ * verl's masked_var(unbiased=True): the masked mean of the squared
+ * deviations, squares / (count + 1e-8), times count / (count - 1). With
+ * fewer than two elements verl raises; so do we: -1 and *var untouched.
+ */
+int ca_rl_moments_var(const struct ca_rl_moments *m, double *var);
 
 /* verl's epsilon in masked_whiten: (x - mean) / sqrt(var + 1e-8). */
 #define CA_RL_WHITEN_EPS 1e-8
-/* out[i] = (x[i] - mean) / sqrt(var + CA_RL_WHITEN_EPS) for mask-1 i, 0 elsewhere. */
+/*
+ * out[i] = (x[i] - mean) / sqrt(var + CA_RL_WHITEN_EPS) for mask-1 i, 0
+ * elsewhere (verl's masked_whiten leaves the masked positions shifted and
+ * scaled too; nothing reads them).
+ */
 void ca_rl_whiten(size_t n, const double *x, const unsigned char *mask, double mean, double var, double *out);
 
 #endif

@@ -351,15 +351,15 @@ void ca_train_pack(struct ca_train_pack *p, const struct ca_train_data *d, int f
 	}
 	p->start[nseq] = o;
 	p->batch = (struct ca_batch){.T = T, .tokens = p->tokens, .nseq = nseq, .seq_len = p->seq_len};
-	size_t nonempty;
-	p->all_tokens = (double)ca_ppo_agg_counts((size_t)nseq, p->start, p->mask, &nonempty);
+	size_t nonempty, longest;
+	p->all_tokens = (double)ca_ppo_agg_counts((size_t)nseq, p->start, p->mask, &nonempty, &longest);
 	p->all_nonempty = (double)nonempty;
-	p->all_seqs = nseq;
+	p->all_horizon = longest > 1 ? (double)(longest - 1) : 1;
 }
 
 void ca_train_weights(struct ca_train_pack *p, int agg)
 {
-	ca_ppo_agg_weights_of(agg, (size_t)p->nseq, p->start, p->mask, p->all_tokens, p->all_nonempty, p->all_seqs,
+	ca_ppo_agg_weights_of(agg, (size_t)p->nseq, p->start, p->mask, p->all_tokens, p->all_nonempty, p->all_horizon,
 		p->weights);
 }
 
@@ -508,9 +508,13 @@ int ca_train_opt(struct ca_train_opts *o, int id, const char *arg)
 	switch (id) {
 	case CA_TRAIN_OPT_AGG:
 		if ((o->agg = ca_ppo_agg_parse(arg)) < 0) {
-			ca_err_warn("--agg: unknown mode '%s' (token-mean, seq-mean-token-mean, seq-mean-token-sum)", arg);
+			ca_err_warn("--agg: unknown mode '%s' (token-mean, seq-mean-token-mean, seq-mean-token-sum, "
+				"seq-mean-token-sum-norm)", arg);
 			ca_opt_bad_usage();
 		}
+		return 1;
+	case CA_TRAIN_OPT_LOSS_SCALE_FACTOR:
+		o->loss_scale_factor = ca_opt_double("--loss-scale-factor", arg, 1e-30, 1e30);
 		return 1;
 	case CA_TRAIN_OPT_BETA1: o->adamw.beta1 = ca_opt_double("--beta1", arg, 0, 0.999999); return 1;
 	case CA_TRAIN_OPT_BETA2: o->adamw.beta2 = ca_opt_double("--beta2", arg, 0, 0.999999999); return 1;
@@ -658,16 +662,19 @@ void ca_train_engine_close(struct ca_train_engine *e)
 static void whole_batch_denominators(struct ca_train_pack *p, const struct ca_train_data *d, int first, int count)
 {
 	double tokens = 0, nonempty = 0;
+	int longest = 0;
 	for (int s = first; s < first + count; s++) {
 		long n = 0;
 		for (int i = 0; i < d->seq[s].n; i++)
 			n += d->seq[s].mask[i] != 0;
 		tokens += (double)n;
 		nonempty += n > 0;
+		if (d->seq[s].n > longest)
+			longest = d->seq[s].n;
 	}
 	p->all_tokens = tokens;
 	p->all_nonempty = nonempty;
-	p->all_seqs = count;
+	p->all_horizon = longest > 1 ? longest - 1 : 1;
 }
 
 double ca_train_epochs(struct ca_train_engine *e, const struct ca_train_data *d, const struct ca_train_opts *o,
@@ -684,6 +691,8 @@ double ca_train_epochs(struct ca_train_engine *e, const struct ca_train_data *d,
 			ca_train_pack(&p, d, first + mine, nmine);
 			if (e->dist.world > 1)
 				whole_batch_denominators(&p, d, first, count);
+			if (o->loss_scale_factor > 0)
+				p.all_horizon = o->loss_scale_factor;
 			double u0 = ca_train_now();
 			update(e, &p, ctx);
 			seconds += ca_train_now() - u0;

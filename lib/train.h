@@ -80,9 +80,12 @@ struct ca_train_pack {
 	/*
 	 * The aggregation denominators of the whole mini-batch this pack is
 	 * one rank's share of (lib/dist): mask-1 tokens, sequences with any,
-	 * sequences. ca_train_pack sets them to the pack's own.
+	 * and seq-mean-token-sum-norm's horizon: the longest record's scored
+	 * positions (its tokens but the first, the width verl's right-padded
+	 * batch has) or --loss-scale-factor. ca_train_pack sets them to the
+	 * pack's own.
 	 */
-	double all_tokens, all_nonempty, all_seqs;
+	double all_tokens, all_nonempty, all_horizon;
 };
 void ca_train_pack(struct ca_train_pack *p, const struct ca_train_data *d, int first, int nseq);
 void ca_train_pack_free(struct ca_train_pack *p);
@@ -115,13 +118,15 @@ void ca_train_save(struct ca_model *m, const char *dir);
 
 /*
  * The options every step command takes, with verl's defaults: AdamW,
- * mini-batches and epochs, --agg (a CA_PPO_* aggregation), --device
- * (cpu, or cuda through lib/device), -m DIR and -o DIR.
+ * mini-batches and epochs, --agg (a CA_PPO_* aggregation) and
+ * --loss-scale-factor (its horizon), --device (cpu, or cuda through
+ * lib/device), -m DIR and -o DIR.
  */
 struct ca_train_opts {
 	struct ca_adamw adamw;
 	int mini_batches, epochs;
 	int agg;
+	double loss_scale_factor; /* verl's: seq-mean-token-sum-norm's horizon; 0: the batch's */
 	int device;               /* enum ca_device */
 	const char *model, *output;
 };
@@ -132,8 +137,8 @@ int ca_train_opt(struct ca_train_opts *o, int id, const char *arg);
 void ca_train_opts_check(struct ca_train_opts *o, const char *usage);
 enum {
 	CA_TRAIN_OPT_AGG = 1000, CA_TRAIN_OPT_BETA1, CA_TRAIN_OPT_BETA2, CA_TRAIN_OPT_DEVICE, CA_TRAIN_OPT_EPOCHS,
-	CA_TRAIN_OPT_EPS, CA_TRAIN_OPT_LR, CA_TRAIN_OPT_MAX_GRAD_NORM, CA_TRAIN_OPT_MINI_BATCHES,
-	CA_TRAIN_OPT_WEIGHT_DECAY,
+	CA_TRAIN_OPT_EPS, CA_TRAIN_OPT_LOSS_SCALE_FACTOR, CA_TRAIN_OPT_LR, CA_TRAIN_OPT_MAX_GRAD_NORM,
+	CA_TRAIN_OPT_MINI_BATCHES, CA_TRAIN_OPT_WEIGHT_DECAY,
 };
 #define CA_TRAIN_LONGOPTS \
 	{"agg", required_argument, NULL, CA_TRAIN_OPT_AGG}, \
@@ -142,6 +147,7 @@ enum {
 	{"device", required_argument, NULL, CA_TRAIN_OPT_DEVICE}, \
 	{"epochs", required_argument, NULL, CA_TRAIN_OPT_EPOCHS}, \
 	{"eps", required_argument, NULL, CA_TRAIN_OPT_EPS}, \
+	{"loss-scale-factor", required_argument, NULL, CA_TRAIN_OPT_LOSS_SCALE_FACTOR}, \
 	{"lr", required_argument, NULL, CA_TRAIN_OPT_LR}, \
 	{"max-grad-norm", required_argument, NULL, CA_TRAIN_OPT_MAX_GRAD_NORM}, \
 	{"mini-batches", required_argument, NULL, CA_TRAIN_OPT_MINI_BATCHES}, \

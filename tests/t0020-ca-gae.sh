@@ -1,7 +1,8 @@
 #!/bin/sh
 # ca-gae against an independent double-precision reference (tests/unit/gae-check.c:
-# masked tokens removed, textbook GAE, scattered back) at 1e-12 relative, on
-# trajectories of 1 to 1,000,000 tokens, fast path and jv path, with --whiten.
+# masked tokens removed, textbook GAE, scattered back; verl's masked_whiten)
+# at 1e-12 relative, on trajectories of 1 to 1,000,000 tokens, fast path and
+# jv path, with --whiten; and --whiten against ca_rl_ref.py's float64 verl.
 . "$(dirname "$0")/test-lib.sh"
 
 # gen SEED LENGTH... : one record per length, random values, mask (about 30% masked), outcome reward.
@@ -35,6 +36,37 @@ expect_success '--whiten: advantages_whitened over every policy token of the bat
 	gen 4 "3 1 40 2000 70000" >in &&
 	ca-gae --whiten in >out && test-gae-check 1 0.95 1 in out &&
 	ca-gae --whiten --jv in >out2 && test-gae-check 1 0.95 1 in out2'
+expect_success '--whiten with two policy tokens: verl'"'"'s epsilons, 1e-8 of the result, are in' '
+	printf "%s\n" "{\"values\":[0.5,1,7],\"mask\":[1,1,0],\"reward\":1}" "{\"values\":[2],\"mask\":[0],\"reward\":3}" >in &&
+	ca-gae --whiten in >out && test-gae-check 1 0.95 1 in out &&
+	ca-gae --whiten --jv in >out2 && test-gae-check 1 0.95 1 in out2'
+if has_torch; then
+	REF="$(ca_python) $ROOT/lib/py/ca_rl_ref.py"
+	export REF
+	expect_success '--whiten = verl'"'"'s masked_whiten in float64 (ca_rl_ref.py whiten) at 1e-9, fully masked records among them' '
+		gen 8 "2 5 40 300 1" >big &&
+		printf "%s\n" "{\"values\":[0.25,-1],\"mask\":[1,1],\"reward\":2}" >small &&
+		for b in big small; do
+			printf "%s\n" "{\"values\":[1,2,3],\"mask\":[0,0,0],\"reward\":1}" >>$b &&
+			ca-gae --whiten $b >out && $REF whiten out >verl &&
+			jq -n -e --slurpfile a out --slurpfile b verl "
+				[range(\$a | length) as \$r | \$a[\$r].mask as \$m | range(\$m | length) as \$i |
+				 select(\$m[\$i] == 1) | [\$a[\$r].advantages_whitened[\$i], \$b[\$r].advantages_whitened[\$i]]] |
+				length > 0 and all((.[0] - .[1] | fabs) <= 1e-9 * (.[1] | fabs))" >/dev/null || exit 1
+		done'
+else
+	skip '--whiten = verl'"'"'s masked_whiten in float64' 'torch not installed (make deps)'
+fi
+expect_status 3 '--whiten with one policy token is an error (verl raises): records out without advantages_whitened' '
+	printf "%s\n" "{\"values\":[0.5,1],\"mask\":[0,1],\"reward\":1}" "{\"values\":[2],\"mask\":[0],\"reward\":3}" >in &&
+	ca-gae --whiten in >out 2>err; s=$?
+	grep -q "^ca-gae: --whiten: 1 policy token in the input; whitening needs at least 2$" err &&
+	test $(wc -l <out) = 2 && jq -s -e "all(has(\"advantages\") and (has(\"advantages_whitened\") | not))" out >/dev/null &&
+	exit $s'
+expect_status 3 '--whiten with no policy token is an error too' '
+	echo "{\"values\":[0.5,1],\"mask\":[0,0],\"reward\":1}" | ca-gae --whiten --jv >out 2>err; s=$?
+	grep -q "0 policy tokens in the input" err && test $(wc -l <out) = 1 && exit $s'
+expect_success '--whiten of no input at all writes nothing and succeeds' 'ca-gae --whiten </dev/null >out && test ! -s out'
 expect_success 'fast path and jv path give the same numbers' '
 	gen 5 "1 2 300 4000" >in && gen 6 "17 5" 1 >>in &&
 	ca-gae in | jq -c "[.advantages, .returns]" >a &&

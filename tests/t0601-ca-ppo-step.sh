@@ -19,7 +19,7 @@ expect_success 'on-policy step: ratio 1, pg_loss = -token-mean(A), stats fields'
 	ca-ppo-step -m pol -o pol2 --lr 1e-3 <batch >stats &&
 	test $(wc -l <stats) = 1 &&
 	jq -e ".command == \"ca-ppo-step\" and .step == 1 and .sequences == 2 and .tokens == 7 and .updates == 1" stats &&
-	jq -e ".ratio_min > 0.99999 and .ratio_max < 1.00001 and .clipfrac == 0 and (.approx_kl | fabs) < 1e-6" stats &&
+	jq -e ".ratio_min > 0.99999 and .ratio_max < 1.00001 and .pg_clipfrac == 0 and (.approx_kl | fabs) < 1e-6" stats &&
 	jq -e "(.pg_loss - (-(4 - 3) / 7)) | fabs < 1e-6" stats &&
 	jq -e ".entropy > 2 and .grad_norm > 0 and .reward_mean == 0.5 and .reward_3_share == 0 and .lr == 0.001" stats &&
 	test -f pol2/model.safetensors && test -f pol2/optimizer.safetensors && test -f pol2/config.json &&
@@ -42,24 +42,35 @@ expect_success 'checkpoint updated in place without -o; the optimizer step count
 expect_success 'a second update on the same batch is off-policy: ratios move, clipping counts' '
 	'"$make_batch"' &&
 	ca-ppo-step -m pol --lr 5e-2 --epochs 3 <batch >stats &&
-	jq -e ".updates == 3 and .ratio_max > 1.01 and .ratio_min < 0.99 and .clipfrac >= 0" stats'
+	jq -e ".updates == 3 and .ratio_max > 1.01 and .ratio_min < 0.99 and .pg_clipfrac >= 0" stats'
 
 expect_success 'mini-batches, aggregation modes, dual clip, entropy and KL terms run' '
 	'"$make_batch"' &&
 	jq -c ".ref_logprobs = .logprobs" batch >b2 &&
-	for agg in token-mean seq-mean-token-mean seq-mean-token-sum; do
+	for agg in token-mean seq-mean-token-mean seq-mean-token-sum seq-mean-token-sum-norm; do
 		ca-ppo-step -m pol -o out --agg $agg --mini-batches 2 --dual-clip 3 --entropy-coef 0.01 \
 			--kl-coef 0.1 --kl-type low_var_kl <b2 >stats || exit 1
 		jq -e ".updates == 2 and .agg == \"$agg\" and .kl != null" stats || exit 1
 	done
 	ca-ppo-step -m pol -o out --agg seq-mean-token-sum <batch >stats &&
-	jq -e "(.pg_loss - (-(4 - 3) / 2)) | fabs < 1e-6" stats'
+	jq -e "(.pg_loss - (-(4 - 3) / 2)) | fabs < 1e-6" stats &&
+	ca-ppo-step -m pol -o out --agg seq-mean-token-sum-norm <batch >stats &&
+	jq -e "(.pg_loss - (-(4 - 3) / 2 / 5)) | fabs < 1e-6" stats &&
+	ca-ppo-step -m pol -o out --agg seq-mean-token-sum-norm --loss-scale-factor 8 <batch >stats &&
+	jq -e "(.pg_loss - (-(4 - 3) / 2 / 8)) | fabs < 1e-6" stats'
 
 expect_success '--whiten normalises the advantages over the batch' '
 	'"$make_batch"' &&
 	jq -c ".advantages |= map(. * 10 + 5)" batch >b2 &&
 	ca-ppo-step -m pol -o o1 --whiten <batch >s1 && ca-ppo-step -m pol -o o2 --whiten <b2 >s2 &&
 	jq -s -e "(.[0].pg_loss - .[1].pg_loss) | fabs < 1e-6" s1 s2'
+
+expect_status 3 '--whiten with one policy token is bad data (verl raises): no step, no checkpoint' '
+	'"$make_batch"' &&
+	jq -c "select(.id == \"a\") | .mask = [0,0,0,0,0,1]" batch >one &&
+	ca-ppo-step -m pol -o out --whiten <one >stats 2>err; s=$?
+	grep -q "^ca-ppo-step: --whiten: 1 policy token in the batch; whitening needs at least 2$" err &&
+	! test -e out && test ! -s stats && exit $s'
 
 expect_status 3 'a bad record is reported as FILE:LINE and left out; the step still happens' '
 	'"$make_batch"' &&
@@ -98,9 +109,10 @@ expect_status 3 'a critic checkpoint is refused' '
 expect_status 4 'a missing checkpoint directory is a system error' '
 	echo "{}" | ca-ppo-step -m nonexistent 2>err'
 
-expect_status 2 'usage: -m is required, unknown --agg' '
+expect_status 2 'usage: -m is required, unknown --agg, --loss-scale-factor not above 0' '
 	ca-ppo-step </dev/null 2>err; test $? = 2 || exit 1
-	ca-ppo-step -m x --agg nope </dev/null 2>err; s=$?; grep -q "unknown mode" err; exit $s'
+	ca-ppo-step -m x --agg nope </dev/null 2>err; test $? = 2 && grep -q "unknown mode" err || exit 1
+	ca-ppo-step -m x --loss-scale-factor 0 </dev/null 2>err; s=$?; grep -q "loss-scale-factor" err; exit $s'
 
 expect_success '-h prints the usage' 'ca-ppo-step -h | grep -q "^usage: ca-ppo-step"'
 

@@ -20,7 +20,7 @@ make_batch='
 	jq -c ".advantages = [.mask[] * (if (.id | ltrimstr(\"s\") | tonumber) % 2 == 0 then 1 else -0.5 end)]
 		| .returns = [.mask[] * 0.7]" >batch'
 
-for agg in token-mean seq-mean-token-mean seq-mean-token-sum; do
+for agg in token-mean seq-mean-token-mean seq-mean-token-sum seq-mean-token-sum-norm; do
 	expect_success "ca-ppo-step --agg $agg: two and three ranks give one rank's weights" '
 		'"$make_batch"' &&
 		ca-ppo-step -m pol -o one --agg '$agg' --mini-batches 2 --epochs 2 --lr 1e-2 batch >s1 &&

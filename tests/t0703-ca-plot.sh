@@ -11,7 +11,7 @@ filtered() {
 }
 steps() {
 	for s in 1 2 3; do
-		jq -cn --argjson s $s '{command: "ca-ppo-step", global_step: $s, stage: "ppo", reward_mean: ($s / 4), clipfrac: 0.1,
+		jq -cn --argjson s $s '{command: "ca-ppo-step", global_step: $s, stage: "ppo", reward_mean: ($s / 4), pg_clipfrac: 0.1,
 			approx_kl: 0.01, entropy: 1.5, tokens_total: 300, sequences: 3}'
 		jq -cn --argjson s $s '{command: "ca-value-step", global_step: $s, stage: "ppo", vf_explained_var: ($s / 5)}'
 	done

@@ -2,8 +2,8 @@
 
 The same step as ca-sft-step, ca-value-step and ca-ppo-step, written with
 torch and transformers from verl's definitions (policy loss with
-asymmetric and dual clip, value loss with optional clipping, the three
-aggregation modes), so that
+asymmetric and dual clip, value loss with optional clipping, the
+aggregation modes of verl's agg_loss), so that
 
   * a test can check ca's loss, clip fractions, KL and gradient norm
     against an independent implementation on the same checkpoint and batch;
@@ -12,13 +12,15 @@ aggregation modes), so that
 
     python3 ca_rl_ref.py KINDS POLICY BATCH.ndjson [--critic DIR] [options]
     python3 ca_rl_ref.py init DIR [--critic] [--shape small|0.5b] [--dtype D]
+    python3 ca_rl_ref.py whiten BATCH.ndjson
 
 KINDS is a comma-separated list of sft, value and ppo (value trains the
 --critic checkpoint), --agg a comma-separated list of aggregation modes;
 each kind under each mode prints one JSON object, in that order, with the
 stats of the first update (the names of the commands' stats records) and
 the timing of --repeat updates. One process serves all, since importing
-transformers costs seconds.
+transformers costs seconds. "whiten" prints verl's masked_whiten of the
+records' advantages over the whole batch (what ca-gae --whiten adds).
 Records follow ca-records(5): entry i of a per-token array belongs to
 tokens[i], scored by the model's output at position i - 1; the first
 token is never trained on.
@@ -62,22 +64,52 @@ def pack(records, device):
     return ids, attn, mask
 
 
-def agg(loss, mask, mode):
-    """verl's agg_loss; a row without tokens is left out of seq-mean-token-mean."""
-    if mode == "token-mean":
-        return (loss * mask).sum() / (mask.sum() + 1e-8)
+def agg(loss, mask, a):
+    """verl's agg_loss on one rank, in our words; a.agg is the mode.
+
+    Matched against verl-project/verl verl/trainer/ppo/core_algos.py
+    (agg_loss with dp_size 1 and the default denominators): token-mean is
+    the masked sum over the mask's count, no epsilon; the seq-mean modes
+    average over the rows that have a mask-1 token only, a row's mean
+    being its masked sum over its count + 1e-8; seq-mean-token-sum-norm
+    divides seq-mean-token-sum by a.loss_scale_factor, by default the
+    padded width mask.shape[-1]. A batch without tokens divides 0 by 0,
+    as verl's does (ca gives 0 there).
+    """
+    tokens = mask.sum(-1)
+    if a.agg == "token-mean":
+        return (loss * mask).sum() / tokens.sum()
     rows = (loss * mask).sum(-1)
-    if mode == "seq-mean-token-sum":
-        return rows.mean()
-    count = mask.sum(-1)
-    keep = count > 0
-    if not keep.any():
-        return rows.sum() * 0
-    return (rows[keep] / count[keep]).mean()
+    if a.agg == "seq-mean-token-mean":
+        rows = rows / (tokens + 1e-8)
+    elif a.agg not in ("seq-mean-token-sum", "seq-mean-token-sum-norm"):
+        raise ValueError("unknown aggregation mode %r" % a.agg)
+    present = (tokens > 0).to(rows.dtype)
+    loss = (rows * present).sum() / present.sum()
+    if a.agg == "seq-mean-token-sum-norm":
+        loss = loss / (a.loss_scale_factor or mask.shape[-1])
+    return loss
 
 
 def masked_mean(x, mask):
     return (x * mask).sum() / (mask.sum() + 1e-8)
+
+
+def masked_whiten(x, mask):
+    """verl's masked_whiten (verl/utils/torch_functional.py), in our words.
+
+    The mean is masked_mean's (count + 1e-8); the variance is the masked
+    mean of the squared deviations from that mean, times count / (count - 1)
+    (masked_var, unbiased), and verl raises when count is below 2; the
+    result is (x - mean) / sqrt(var + 1e-8) at every position, masked ones
+    included.
+    """
+    count = mask.sum()
+    if count < 2:
+        raise ValueError("whitening needs at least two masked elements, got %d" % int(count))
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean) ** 2, mask) * (count / (count - 1))
+    return (x - mean) * torch.rsqrt(var + 1e-8)
 
 
 def policy_forward(model, ids, attn):
@@ -95,20 +127,20 @@ def ppo_loss(logp, old, adv, mask, a):
     l2 = -adv * torch.clamp(ratio, 1 - a.clip_low, 1 + a.clip_high)
     clipped = torch.maximum(l1, l2)
     stats = {
-        "clipfrac": masked_mean((l2 > l1).double(), mask).item(),
+        "pg_clipfrac": masked_mean((l2 > l1).double(), mask).item(),
         "approx_kl": masked_mean(-neg_kl, mask).item(),
     }
     if a.dual_clip is not None:
         l3 = -adv * a.dual_clip
         losses = torch.where(adv < 0, torch.minimum(l3, clipped), clipped)
-        stats["dualclip_frac"] = masked_mean(((clipped > l3) & (adv < 0)).double(), mask).item()
+        stats["pg_clipfrac_lower"] = masked_mean(((clipped > l3) & (adv < 0)).double(), mask).item()
     else:
         losses = clipped
-        stats["dualclip_frac"] = 0.0
+        stats["pg_clipfrac_lower"] = 0.0
     on = mask > 0
     stats["ratio_min"] = ratio[on].min().item() if on.any() else 1.0
     stats["ratio_max"] = ratio[on].max().item() if on.any() else 1.0
-    return agg(losses, mask, a.agg), stats
+    return agg(losses, mask, a), stats
 
 
 def step(kind, a, records, device):
@@ -155,21 +187,23 @@ def step(kind, a, records, device):
                 old = per_token(records, "values", device)
                 vc = torch.max(torch.min(v, old + a.clip_value), old - a.clip_value)
                 l2 = (vc - ret) ** 2
-                loss = 0.5 * agg(torch.max(l1, l2), mask, a.agg)
+                loss = 0.5 * agg(torch.max(l1, l2), mask, a)
                 stats["vf_clipfrac"] = masked_mean((l2 > l1).double(), mask).item()
             else:
-                loss = 0.5 * agg(l1, mask, a.agg)
+                loss = 0.5 * agg(l1, mask, a)
                 stats["vf_clipfrac"] = 0.0
             stats["vf_loss"] = loss.item()
         else:
             logp, entropy = policy_forward(model, ids, attn)
-            ent = agg(entropy, mask, a.agg)
+            ent = agg(entropy, mask, a)
             stats["entropy"] = ent.item()
             if kind == "sft":
-                loss = -agg(logp, mask, a.agg)
+                loss = -agg(logp, mask, a)
             else:
                 old = per_token(records, "logprobs", device)
                 adv = per_token(records, "advantages", device)
+                if a.whiten:
+                    adv = masked_whiten(adv, mask)
                 pg, more = ppo_loss(logp, old, adv, mask, a)
                 stats.update(more)
                 stats["pg_loss"] = pg.item()
@@ -228,9 +262,35 @@ def init(argv):
     model.to(getattr(torch, a.dtype)).save_pretrained(a.dir)
 
 
+def whiten(argv):
+    """ca-gae --whiten's numbers: advantages_whitened over a whole batch of records.
+
+    Entry i of "advantages" and "mask" belong together (ca-gae's records, no
+    shift); one JSON object per record, verl's values at every position.
+    """
+    p = argparse.ArgumentParser(prog="ca_rl_ref.py whiten")
+    p.add_argument("batch")
+    a = p.parse_args(argv)
+    records = read_batch(a.batch)
+    n = max(len(r["advantages"]) for r in records)
+    adv = torch.zeros(len(records), n, dtype=torch.float64)
+    mask = torch.zeros(len(records), n, dtype=torch.float64)
+    for b, r in enumerate(records):
+        k = len(r["advantages"])
+        adv[b, :k] = torch.tensor(r["advantages"], dtype=torch.float64)
+        mask[b, :k] = torch.tensor([float(x) for x in (r.get("mask") or [1] * k)], dtype=torch.float64)
+    out = masked_whiten(adv, mask)
+    for b, r in enumerate(records):
+        json.dump({"advantages_whitened": out[b, : len(r["advantages"])].tolist()}, sys.stdout)
+        sys.stdout.write("\n")
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "init":
         init(sys.argv[2:])
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "whiten":
+        whiten(sys.argv[2:])
         return
     p = argparse.ArgumentParser()
     p.add_argument("kinds")
@@ -241,8 +301,11 @@ def main():
     p.add_argument("--clip-low", type=float, default=0.2)
     p.add_argument("--clip-high", type=float, default=0.28)
     p.add_argument("--dual-clip", type=float, default=None)
+    p.add_argument("--whiten", action="store_true", help="verl's masked_whiten of the advantages first (ppo)")
     p.add_argument("--entropy-coef", type=float, default=0.0)
     p.add_argument("--clip-value", type=float, default=None)
+    p.add_argument("--loss-scale-factor", type=float, default=None,
+                   help="seq-mean-token-sum-norm's horizon (default: the padded width)")
     p.add_argument("--lr", type=float, default=3e-6)
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--max-grad-norm", type=float, default=1.0)

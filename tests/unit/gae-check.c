@@ -7,7 +7,9 @@
  * For each record of INPUT it removes the masked tokens, runs textbook
  * GAE over what is left, scatters the results back (0 at masked tokens)
  * and compares with the matching record of OUTPUT (ca-gae's): advantages,
- * returns and, when WHITEN is 1, advantages_whitened over the whole batch.
+ * returns and, when WHITEN is 1, advantages_whitened over the whole batch
+ * (verl's masked_whiten: mean over count + 1e-8, unbiased variance from
+ * the masked mean of the squares, divided by sqrt(var + 1e-8)).
  * Prints the largest relative error; exits 1 above 1e-12.
  */
 #include <math.h>
@@ -148,12 +150,13 @@ int main(int argc, char **argv)
 			for (size_t i = 0; i < recs[k].n; i++)
 				if (recs[k].mask[i])
 					sum += recs[k].adv[i], count++;
-		double mean = count ? sum / count : 0;
+		/* verl's masked_mean and masked_var(unbiased=True), epsilons included. */
+		double mean = sum / (count + 1e-8);
 		for (size_t k = 0; k < nrecs; k++)
 			for (size_t i = 0; i < recs[k].n; i++)
 				if (recs[k].mask[i])
 					sq += (recs[k].adv[i] - mean) * (recs[k].adv[i] - mean);
-		double var = count > 1 ? sq / (count - 1) : 0;
+		double var = sq / (count + 1e-8) * count / (count - 1.0);
 		for (size_t k = 0; k < nrecs; k++)
 			for (size_t i = 0; i < recs[k].n; i++)
 				compare(recs[k].mask[i] ? (recs[k].adv[i] - mean) / sqrt(var + 1e-8) : 0,

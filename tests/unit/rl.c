@@ -1,4 +1,4 @@
-/* Unit tests of lib/rl: GAE by hand, the masked-tokens-removed equivalence, moments and whitening. */
+/* Unit tests of lib/rl: GAE by hand, the masked-tokens-removed equivalence, moments and whitening as verl's. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +8,10 @@
 static int failures;
 #define CLOSE(a, b) do { double a_ = (a), b_ = (b); if (!(fabs(a_ - b_) <= 1e-12 * fmax(1, fabs(b_)))) { \
 	fprintf(stderr, "%s:%d: %s = %.17g, want %.17g\n", __FILE__, __LINE__, #a, a_, b_); failures++; } } while (0)
+/* Relative, tight enough that an epsilon of 1e-8 on a count of a few shows. */
+#define REL(a, b) do { double a_ = (a), b_ = (b); if (!(fabs(a_ - b_) <= 1e-14 * fabs(b_))) { \
+	fprintf(stderr, "%s:%d: %s = %.17g, want %.17g\n", __FILE__, __LINE__, #a, a_, b_); failures++; } } while (0)
+#define CHECK(c) do { if (!(c)) { fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, #c); failures++; } } while (0)
 
 int main(void)
 {
@@ -44,7 +48,12 @@ int main(void)
 	CLOSE(a3[0], 0);
 	CLOSE(a3[1], 0);
 
-	/* Moments over a batch of two arrays, masked entries ignored. */
+	/*
+	 * Moments over a batch of two arrays, masked entries ignored, with
+	 * verl's epsilons: masked_mean divides by count + 1e-8, masked_var is
+	 * the masked mean of the squared deviations (count + 1e-8 again) times
+	 * count / (count - 1), whitening divides by sqrt(var + 1e-8).
+	 */
 	double x1[] = {1, 100, 2}, x2[] = {3, 4};
 	unsigned char m1[] = {1, 0, 1};
 	struct ca_rl_moments m = {0};
@@ -52,15 +61,35 @@ int main(void)
 	ca_rl_moments_add(&m, 2, x2, NULL);
 	ca_rl_moments_add_centered(&m, 3, x1, m1);
 	ca_rl_moments_add_centered(&m, 2, x2, NULL);
-	CLOSE(ca_rl_moments_mean(&m), 2.5);
-	CLOSE(ca_rl_moments_var(&m), 5.0 / 3);   /* unbiased: 5 / (4 - 1) */
+	double mean = 10 / (4 + 1e-8), var = -1;
+	double squares = (1 - mean) * (1 - mean) + (2 - mean) * (2 - mean) + (3 - mean) * (3 - mean)
+		+ (4 - mean) * (4 - mean);
+	REL(ca_rl_moments_mean(&m), mean);
+	CHECK(ca_rl_moments_var(&m, &var) == 0);
+	REL(var, squares / (4 + 1e-8) * (4 / 3.0));
 	double w[3];
-	ca_rl_whiten(3, x1, m1, 2.5, 5.0 / 3, w);
-	CLOSE(w[0], -1.5 / sqrt(5.0 / 3 + 1e-8));
+	ca_rl_whiten(3, x1, m1, mean, var, w);
+	REL(w[0], (1 - mean) / sqrt(var + 1e-8));
 	CLOSE(w[1], 0);
-	struct ca_rl_moments one = {0};
+
+	/* Two tokens: the epsilons are the whole difference from the plain formulas. */
+	double two[] = {0, 1};
+	struct ca_rl_moments t = {0};
+	ca_rl_moments_add(&t, 2, two, NULL);
+	ca_rl_moments_add_centered(&t, 2, two, NULL);
+	REL(ca_rl_moments_mean(&t), 1 / (2 + 1e-8));
+	CHECK(ca_rl_moments_var(&t, &var) == 0);
+	double tm = 1 / (2 + 1e-8);
+	REL(var, (tm * tm + (1 - tm) * (1 - tm)) / (2 + 1e-8) * 2);
+
+	/* One element, or none: verl raises, and so does ca_rl_moments_var. */
+	struct ca_rl_moments one = {0}, empty = {0};
 	ca_rl_moments_add(&one, 1, x2, NULL);
-	CLOSE(ca_rl_moments_var(&one), 0);
+	ca_rl_moments_add_centered(&one, 1, x2, NULL);
+	var = 42;
+	CHECK(ca_rl_moments_var(&one, &var) == -1 && var == 42);
+	CHECK(ca_rl_moments_var(&empty, &var) == -1);
+	CLOSE(ca_rl_moments_mean(&empty), 0);
 	if (failures)
 		fprintf(stderr, "test-rl: %d failures\n", failures);
 	return failures != 0;
