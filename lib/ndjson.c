@@ -367,18 +367,22 @@ jv ca_ndjson_error_record(const char *file, long line, const char *message)
 
 void ca_ndjson_progress_tick(void)
 {
+	/* isatty sets errno (ENOTTY) even when it answers yes or no: a write
+	 * error reported after the tick must still name its own reason. */
+	int saved = errno;
 	if (progress_on < 0)
 		progress_on = isatty(2);
 	progress_count++;
-	if (!progress_on)
-		return;
-	struct timespec now;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	double dt = (double)(now.tv_sec - progress_last.tv_sec) + 1e-9 * (double)(now.tv_nsec - progress_last.tv_nsec);
-	if (dt >= 0.5) {
-		progress_last = now;
-		fprintf(stderr, "%s: %ld records\r", ca_err_prog(), progress_count);
+	if (progress_on) {
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		double dt = (double)(now.tv_sec - progress_last.tv_sec) + 1e-9 * (double)(now.tv_nsec - progress_last.tv_nsec);
+		if (dt >= 0.5) {
+			progress_last = now;
+			fprintf(stderr, "%s: %ld records\r", ca_err_prog(), progress_count);
+		}
 	}
+	errno = saved;
 }
 
 void ca_ndjson_progress_done(void)

@@ -46,6 +46,17 @@ for cmd in ca-reward ca-gae; do
 	expect_success "$cmd: --help prints the usage on stdout" "$cmd --help | grep -q '^usage: $cmd'"
 done
 
+# A write error names its own reason (No space left on device), not a stale
+# errno from the progress check (isatty: Inappropriate ioctl for device).
+expect_success 'ca-sample -u and ca-logprob -u: a write error says why' '
+	ca-toy init m >/dev/null &&
+	ca-toy prompts -n 2 >p &&
+	{ ca-sample -u --max-tokens 2 -m m p >/dev/full 2>err; test $? -eq 4; } &&
+	grep -q "write error on stdout: No space left on device" err && ! grep -q "ioctl" err &&
+	ca-sample --max-tokens 2 --token-record -m m p >s &&
+	{ ca-logprob -u -m m s >/dev/full 2>err; test $? -eq 4; } &&
+	grep -q "write error on stdout: No space left on device" err && ! grep -q "ioctl" err'
+
 expect_success 'concatenated gzip members (cat a.gz b.gz) are one stream' '
 	{ echo "{\"id\":1}" | gzip; echo "{\"id\":2}" | gzip; } >ab.gz &&
 	ca-reward ab.gz >out 2>/dev/null; test "$(jq -c .id out | tr "\n" " ")" = "1 2 "'
