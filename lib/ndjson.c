@@ -91,6 +91,7 @@ static ssize_t read_some(struct ca_ndjson_reader *r, void *into, size_t n)
 		if (errno != EINTR) {
 			ca_err_warn_sys("%s: read error", r->name);
 			r->status = ca_err_worst(r->status, CA_EXIT_SYSTEM);
+			r->eof = 1;  /* once: a directory would say so at every read */
 			return -1;
 		}
 	}
