@@ -58,6 +58,14 @@ expect_status 3 'explode: a record without a trajectory is an error record' '
 	jq -e ".error.line == 1" o >/dev/null && exit $s
 '
 
+expect_status 3 'an id with a newline cannot forge a diagnostic line (--trajectories)' '
+	printf "%s\n" "{\"snapshot\": {\"trajectory\": \"x\\nca-best: forged\\u001b[31m\", \"index\": 0}}" >s &&
+	echo "{\"id\": \"other\"}" >t &&
+	ca-best --trajectories t <s >o 2>e; s=$?
+	test $(wc -l <e) = 1 && ! grep -q "^ca-best: forged" e && grep -qF "x\\nca-best: forged\\x1b[31m" e &&
+	exit $s
+'
+
 expect_success 'writing to a full disk fails with status 4' 'ca-best --explode "$T" >/dev/full; [ $? -eq 4 ]'
 
 expect_success 'select: a candidate the profile caught is neither correct nor fast' '
