@@ -23,6 +23,7 @@
 #include "json.h"
 #include "ndjson.h"
 #include "opt.h"
+#include "strmap.h"
 
 static const char usage_text[] =
 	"usage: ca-best [-hu] [--explode] [--progress] [--trajectories FILE] [file ...]\n";
@@ -50,14 +51,26 @@ static jv without_scores(jv record)
 	return record;
 }
 
-static char *trajectory_id(jv record)
+/* trajectory.id, else id: a string, or null when neither is one. Borrows record. */
+static jv trajectory_id(jv record)
 {
 	jv traj = get(record, "trajectory");
-	char *id = ca_json_strdup(traj, "id");
+	jv id = get(traj, "id");
 	jv_free(traj);
-	if (!id)
-		id = ca_json_strdup(record, "id");
+	if (jv_get_kind(id) != JV_KIND_STRING) {
+		jv_free(id);
+		id = get(record, "id");
+	}
+	if (jv_get_kind(id) != JV_KIND_STRING) {
+		jv_free(id);
+		id = jv_null();
+	}
 	return id;
+}
+
+static long lookup(const struct ca_strmap *m, jv key)
+{
+	return ca_strmap_get(m, jv_string_value(key), (size_t)jv_string_length_bytes(jv_copy(key)));
 }
 
 /* ---- explode ---- */
@@ -65,7 +78,7 @@ static char *trajectory_id(jv record)
 static int explode_one(jv record)
 {
 	jv traj = get(record, "trajectory");
-	char *id = trajectory_id(record);
+	jv id = trajectory_id(record);
 	jv base = without_scores(record);
 	jv snaps = get(traj, "snapshots");
 	if (jv_get_kind(snaps) != JV_KIND_ARRAY) {
@@ -89,7 +102,8 @@ static int explode_one(jv record)
 	}
 	/* Distinct file sets, in order; later duplicates are listed in "same". */
 	int n = jv_array_length(jv_copy(snaps));
-	jv keys = jv_array(), outs = jv_array();
+	jv outs = jv_array();
+	struct ca_strmap *seen = ca_strmap_new();  /* file set (sorted JSON) -> index in outs */
 	for (int i = 0; i < n; i++) {
 		jv s = jv_array_get(jv_copy(snaps), i);
 		jv files = jv_get_kind(s) == JV_KIND_OBJECT ? get(s, "files") : jv_null();
@@ -99,32 +113,29 @@ static int explode_one(jv record)
 			continue;
 		}
 		jv key = jv_dump_string(jv_copy(files), JV_PRINT_SORTED);
-		int found = -1;
-		jv_array_foreach(keys, k, old) {
-			if (found < 0 && jv_equal(jv_copy(old), jv_copy(key)))
-				found = k;
-			jv_free(old);
-		}
+		long found = ca_strmap_put(seen, jv_string_value(key), (size_t)jv_string_length_bytes(jv_copy(key)),
+			jv_array_length(jv_copy(outs)));
+		int is_new = found == jv_array_length(jv_copy(outs));
+		jv_free(key);
 		double index = i;
 		jv idx = get(s, "index");
 		if (jv_get_kind(idx) == JV_KIND_NUMBER)
 			index = jv_number_value(idx);
 		jv_free(idx);
-		if (found >= 0) {
-			jv o = jv_array_get(jv_copy(outs), found);
+		if (!is_new) {
+			jv o = jv_array_get(jv_copy(outs), (int)found);
 			jv snap = get(o, "snapshot");
 			jv same = get(snap, "same");
 			snap = jv_object_set(snap, jv_string("same"), jv_array_append(same, jv_number(index)));
 			o = jv_object_set(o, jv_string("snapshot"), snap);
-			outs = jv_array_set(outs, found, o);
-			jv_free(key);
+			outs = jv_array_set(outs, (int)found, o);
 			jv_free(files);
 			jv_free(s);
 			continue;
 		}
-		keys = jv_array_append(keys, key);
 		jv snap = jv_object();
-		snap = jv_object_set(snap, jv_string("trajectory"), jv_string(id ? id : ""));
+		snap = jv_object_set(snap, jv_string("trajectory"),
+			jv_get_kind(id) == JV_KIND_STRING ? jv_copy(id) : jv_string(""));
 		snap = jv_object_set(snap, jv_string("index"), jv_number(index));
 		snap = jv_object_set(snap, jv_string("turn"), get(s, "turn"));
 		snap = jv_object_set(snap, jv_string("command"), get(s, "command"));
@@ -143,11 +154,11 @@ static int explode_one(jv record)
 			jv_free(o);
 	}
 	jv_free(outs);
-	jv_free(keys);
+	ca_strmap_free(seen);
 	jv_free(snaps);
 	jv_free(base);
 	jv_free(traj);
-	free(id);
+	jv_free(id);
 	return rc;
 }
 
@@ -194,7 +205,7 @@ static int run_explode(int nfiles, char **files)
 /* ---- select ---- */
 
 struct group {
-	char *id;
+	jv id;  /* string */
 	jv best;
 	long count, correct;
 };
@@ -276,7 +287,7 @@ static int better(jv a, jv b)
 static jv with_summary(jv best, const struct group *g)
 {
 	jv s = jv_object();
-	s = jv_object_set(s, jv_string("trajectory"), jv_string(g->id));
+	s = jv_object_set(s, jv_string("trajectory"), jv_copy(g->id));
 	s = jv_object_set(s, jv_string("index"), ca_json_path(best, "snapshot.index"));
 	s = jv_object_set(s, jv_string("turn"), ca_json_path(best, "snapshot.turn"));
 	s = jv_object_set(s, jv_string("snapshots"), jv_number((double)g->count));
@@ -289,7 +300,8 @@ static int run_select(int nfiles, char **files, const char *trajectories)
 {
 	struct ca_ndjson_reader *r = ca_ndjson_open(nfiles, files);
 	struct group *groups = NULL;
-	size_t ngroups = 0;
+	size_t ngroups = 0, groups_cap = 0;
+	struct ca_strmap *by_id = ca_strmap_new();  /* trajectory id -> index in groups */
 	int status = CA_EXIT_OK;
 	jv errors = jv_array();
 	jv v;
@@ -312,18 +324,15 @@ static int run_select(int nfiles, char **files, const char *trajectories)
 			status = ca_err_worst(status, CA_EXIT_DATA);
 			continue;
 		}
-		struct group *g = NULL;
-		for (size_t i = 0; i < ngroups && !g; i++)
-			if (strcmp(groups[i].id, jv_string_value(tid)) == 0)
-				g = &groups[i];
-		if (!g) {
-			groups = ca_xrealloc(groups, (ngroups + 1) * sizeof *groups);
-			g = &groups[ngroups++];
-			g->id = ca_xstrdup(jv_string_value(tid));
-			g->best = jv_null();
-			g->count = g->correct = 0;
+		long at = ca_strmap_put(by_id, jv_string_value(tid), (size_t)jv_string_length_bytes(jv_copy(tid)), (long)ngroups);
+		if (at == (long)ngroups) {
+			if (ngroups == groups_cap)
+				groups = ca_xrealloc(groups, (groups_cap = groups_cap ? 2 * groups_cap : 64) * sizeof *groups);
+			groups[ngroups++] = (struct group){.id = tid, .best = jv_null()};
+		} else {
+			jv_free(tid);
 		}
-		jv_free(tid);
+		struct group *g = &groups[at];
 		g->count++;
 		g->correct += correct_of(v);
 		if (jv_get_kind(g->best) == JV_KIND_NULL || better(v, g->best)) {
@@ -368,13 +377,11 @@ static int run_select(int nfiles, char **files, const char *trajectories)
 				status = ca_err_worst(status, CA_EXIT_DATA);
 				continue;
 			}
-			char *id = trajectory_id(v);
-			struct group *g = NULL;
-			for (size_t i = 0; id && i < ngroups && !g; i++)
-				if (strcmp(groups[i].id, id) == 0) {
-					g = &groups[i];
-					used[i] = 1;
-				}
+			jv id = trajectory_id(v);
+			long at = jv_get_kind(id) == JV_KIND_STRING ? lookup(by_id, id) : -1;
+			struct group *g = at >= 0 ? &groups[at] : NULL;
+			if (g)
+				used[at] = 1;
 			jv out = v;
 			if (g) {
 				jv best = with_summary(jv_copy(g->best), g);
@@ -389,13 +396,13 @@ static int run_select(int nfiles, char **files, const char *trajectories)
 				jv_free(best);
 			} else {
 				jv s = jv_object();
-				s = jv_object_set(s, jv_string("trajectory"), id ? jv_string(id) : jv_null());
+				s = jv_object_set(s, jv_string("trajectory"), jv_copy(id));
 				s = jv_object_set(s, jv_string("snapshots"), jv_number(0));
 				s = jv_object_set(s, jv_string("correct"), jv_number(0));
 				s = jv_object_set(s, jv_string("reward"), jv_null());
 				out = jv_object_set(out, jv_string("best"), s);
 			}
-			free(id);
+			jv_free(id);
 			if (wrote_ok && ca_ndjson_write(out) != 0)
 				wrote_ok = 0;
 		}
@@ -403,16 +410,17 @@ static int run_select(int nfiles, char **files, const char *trajectories)
 		ca_ndjson_close(t);
 		for (size_t i = 0; i < ngroups; i++)
 			if (!used[i]) {
-				ca_err_warn("%s: no trajectory %s for its scored snapshots", trajectories, groups[i].id);
+				ca_err_warn("%s: no trajectory %s for its scored snapshots", trajectories, jv_string_value(groups[i].id));
 				status = ca_err_worst(status, CA_EXIT_DATA);
 			}
 		free(used);
 	}
 	for (size_t i = 0; i < ngroups; i++) {
-		free(groups[i].id);
+		jv_free(groups[i].id);
 		jv_free(groups[i].best);
 	}
 	free(groups);
+	ca_strmap_free(by_id);
 	ca_ndjson_progress_done();
 	if (!wrote_ok) {
 		ca_err_warn_sys("write error on stdout");

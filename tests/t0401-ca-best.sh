@@ -46,6 +46,35 @@ expect_success 'join: every trajectory comes out once, with the best candidate a
 		and .[2].best.snapshots == 0 and (.[2] | has(\"candidate\") | not)" j
 '
 
+# Many trajectories, their snapshots interleaved: grouping and joining go
+# through a hash table, so check them against jq on a few thousand.
+expect_success 'select and join stay right over 3000 interleaved trajectories' '
+	cat >gen.awk <<-\EOF
+	BEGIN {
+		n = 3000
+		for (k = 0; k < 3; k++)
+			for (j = 0; j < n; j++) {
+				i = (j * 7919 + k) % n
+				printf "{\"snapshot\": {\"trajectory\": \"t%d\", \"index\": %d}, ", i, k
+				printf "\"reward\": {\"value\": %d, \"speedup_compile\": %d}}\n", (i + k) % 3, (i * k) % 5
+			}
+		for (j = n; j >= 0; j--)
+			printf "{\"id\": \"t%d\"}\n", j >"traj"
+	}
+	EOF
+	awk -f gen.awk >scored && test $(wc -l <scored) = 9000 && test $(wc -l <traj) = 3001 &&
+	ca-best scored >b &&
+	jq -s -c "[.[] | {t: .snapshot.trajectory, i: .snapshot.index, r: .reward.value, s: .reward.speedup_compile}]
+		| group_by(.t) | map(sort_by(-.r, -.s, .i)[0] | [.t, .i]) | sort" scored >want &&
+	jq -s -c "map([.best.trajectory, .best.index]) | sort" b >got && cmp_output want got &&
+	jq -s -e "map(.best.snapshots == 3) | all" b >/dev/null &&
+	jq -r .snapshot.trajectory scored | awk "!seen[\$0]++" >first && jq -r .best.trajectory b | cmp_output first - &&
+	ca-best --trajectories traj scored >j &&
+	jq -r .id traj >ids && jq -r .id j | cmp_output ids - &&
+	jq -s -c "map(select(.best.snapshots == 3) | [.best.trajectory, .best.index]) | sort" j >got2 && cmp_output want got2 &&
+	test "$(jq -c "select(.id == \"t3000\") | .best.snapshots" j)" = 0
+'
+
 expect_status 3 'records without snapshot.trajectory are errors, the rest still scored' '
 	{ echo "{\"x\": 1}"; echo "{bad"; echo "{\"snapshot\": {\"trajectory\": \"t\", \"index\": 0}, \"reward\": {\"value\": 1}}"; } |
 	ca-best >o 2>e; s=$?
