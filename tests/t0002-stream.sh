@@ -72,6 +72,39 @@ expect_status 3 'a 100 MB line passes through whole' '
 	{ printf "{\"id\":\"big\",\"blob\":\""; head -c 100000000 /dev/zero | tr "\0" a; printf "\"}\n"; } >big &&
 	ca-reward big >out 2>err; s=$?
 	test $(wc -c <out) -gt 100000000 && jq -e ".blob | length == 100000000" out >/dev/null && exit $s'
+# A bad line is never echoed whole: libjq's own message quoted the line, so a
+# 100 MB bad line made a 100 MB error record (and past 1 GiB libjq aborted).
+for cmd in ca-reward ca-gae "ca-toy score"; do
+	expect_status 3 "$cmd: a 100 MB malformed line gives an error record under 4 KB" '
+		{ echo "{\"id\":1}"; printf "{\"id\":\"big\",\"blob\":\""; head -c 100000000 /dev/zero | tr "\0" a; printf "\n"; echo "{\"id\":3}"; } >big &&
+		'"$cmd"' big >out 2>err; s=$?
+		test $(wc -l <out) = 3 && test $(sed -n 2p out | wc -c) -lt 4096 &&
+		sed -n 2p out | jq -e ".error.line == 2 and (.error.message | startswith(\"malformed JSON: Unfinished string\"))" >/dev/null &&
+		test $(wc -c <err) -lt 4096 && grep -q "big:2: malformed JSON" err && exit $s'
+done
+expect_success 'an error record stays under 4 KB whatever the file name' '
+	d=$(head -c 200 /dev/zero | tr "\0" x) && dir=$d/$d/$d/$d/$d/$d/$d/$d/$d/$d && mkdir -p "$dir" &&
+	echo "{bad" >"$dir/in" && ca-reward "$dir/in" >out 2>/dev/null;
+	test $(wc -c <out) -lt 4096 && jq -e ".error.file | endswith(\"...\")" out >/dev/null'
+
+# Fields a command does not touch pass through as they were written, also
+# where libjq parses the line (a non-ASCII byte takes ca-reward off its
+# fast path; ca-toy score always parses): libjq would round the big integer
+# and write -0.0 as -0, 1e400 as 1.7976931348623157e+308, \u0041 as A.
+for cmd in ca-reward "ca-toy score"; do
+	expect_success "$cmd: untouched fields pass byte for byte" '
+		printf "{\"id\":\"caf\303\251\",\"n\":12345678901234567890123,\"z\":-0.0,\"e\":1e400,\"s\":\"\\\\u0041\\\\/\",\"a\":[1.50,-0],\"verify\":{\"ok\":false}}\n" >in &&
+		'"$cmd"' in >out 2>/dev/null;
+		sed "s/,\"reward\".*}\$/}/" out >back && cmp_output in back'
+done
+expect_success 'a field a command replaces is written anew, the others as they came' '
+	printf "{\"n\":12345678901234567890123,\"reward\":{\"was\":1e400},\"x\":\"\303\251\",\"verify\":{\"ok\":false}}\n" | ca-reward >out &&
+	grep -qF "\"n\":12345678901234567890123" out && ! grep -q "was" out &&
+	jq -e ".reward.value == -1 and (keys_unsorted == [\"n\", \"reward\", \"x\", \"verify\"])" out >/dev/null'
+expect_success 'text libjq reads but JSON does not (nan, 01) is written as JSON' '
+	printf "%s\n" "{\"x\":nan,\"y\":01,\"verify\":{\"ok\":false}}" | ca-reward >out &&
+	python3 -c "import json,sys; json.loads(open(\"out\").read())" && jq -e ".x == null and .y == 1" out >/dev/null'
+
 expect_success 'ca-gae: a 1,000,000-token line (about 10 MB) on the fast path' '
 	awk "BEGIN { printf \"{\\\"values\\\":[\"; for (i = 0; i < 1000000; i++) printf \"%s0.%d\", (i ? \",\" : \"\"), i % 97; print \"],\\\"reward\\\":1}\" }" >long &&
 	ca-gae long >out && test $(jq ".advantages | length" out) = 1000000'
