@@ -48,17 +48,25 @@ done
 
 # A write error names its own reason (No space left on device), not a stale
 # errno from the progress check (isatty: Inappropriate ioctl for device).
-expect_success 'ca-sample -u and ca-logprob -u: a write error says why (ca-logprob once)' '
+expect_success 'ca-sample -u and ca-logprob -u: a write error says why, once' '
 	ca-toy init m >/dev/null &&
 	ca-toy prompts -n 2 >p &&
 	{ ca-sample -u --max-tokens 2 -m m p >/dev/full 2>err; test $? -eq 4; } &&
 	grep -q "write error on stdout: No space left on device" err && ! grep -q "ioctl" err &&
+	test $(grep -c "write error" err) = 1 &&
 	ca-sample --max-tokens 2 --token-record -m m p >s &&
 	{ ca-logprob -u -m m s >/dev/full 2>err; test $? -eq 4; } &&
 	grep -q "write error on stdout: No space left on device" err && ! grep -q "ioctl" err &&
 	test $(grep -c "write error" err) = 1'
 # The batch commands keep order around a malformed line and pass the fields
 # they do not touch through as written.
+expect_status 3 'ca-sample: order kept around a bad line, untouched fields byte for byte' '
+	ca-toy init m >/dev/null &&
+	printf "%s\n" "{\"prompt_tokens\":[0,3],\"n\":12345678901234567890123}" "{bad" "{\"prompt_tokens\":[0,1],\"z\":-0.0}" "{\"x\":1}" >in &&
+	ca-sample --max-tokens 2 --batch 2 -m m in >out 2>err; s=$?
+	test $(wc -l <out) = 4 && sed -n 1p out | grep -qF "\"n\":12345678901234567890123" &&
+	sed -n 2p out | jq -e ".error.line == 2" >/dev/null && sed -n 3p out | grep -qF "\"z\":-0.0" &&
+	sed -n 4p out | jq -e ".completion.error" >/dev/null && grep -q "in:4: record has no prompt" err && exit $s'
 expect_status 3 'ca-logprob: order kept around a bad line, untouched fields byte for byte' '
 	ca-toy init m >/dev/null &&
 	printf "%s\n" "{\"tokens\":[0,3,4],\"n\":12345678901234567890123}" "{bad" "{\"tokens\":[0,1],\"z\":-0.0}" "{\"x\":1}" >in &&
