@@ -485,36 +485,70 @@ static int end_line(void)
 	return unbuffered && fflush(stdout) != 0 ? -1 : 0;
 }
 
-int ca_ndjson_write_spliced(jv record, jv parsed, const char *text, size_t len)
+/* A line a record's fields may be copied from, and the members it holds by name. */
+struct source {
+	jv parsed;  /* borrowed */
+	const char *text;
+	size_t len;
+	struct ca_json_member *members;
+	struct named_member *names;  /* NULL when the line's layout is not as expected */
+	size_t n;
+};
+
+/* The source whose text holds key with exactly value, or NULL. */
+static const struct named_member *find_source(const struct source *sources, size_t nsources, jv key, jv value)
 {
-	if (jv_get_kind(record) != JV_KIND_OBJECT || jv_get_kind(parsed) != JV_KIND_OBJECT)
-		return ca_ndjson_write(record);
-	struct ca_json_member *members = NULL;
-	size_t n = 0;
-	struct named_member *names = name_members(text, len, &members, &n);
-	if (!names) {
-		free(members);
-		return ca_ndjson_write(record);
-	}
-	int rc = put("{", 1), first = 1;
-	jv_object_foreach(record, key, value) {
-		const struct named_member *e = find_named(names, n, jv_string_value(key),
-			(size_t)jv_string_length_bytes(jv_copy(key)));
-		if (rc == 0 && !first)
-			rc = put(",", 1);
-		first = 0;
+	const char *name = jv_string_value(key);
+	size_t len = (size_t)jv_string_length_bytes(jv_copy(key));
+	for (size_t i = 0; i < nsources; i++) {
+		if (!sources[i].names)
+			continue;
+		const struct named_member *e = find_named(sources[i].names, sources[i].n, name, len);
 		/* Untouched: the very value parsed from this member's text (a
 		 * changed field is a new jv, even when it prints the same). */
-		if (e && e->member->strict && jv_identical(jv_object_get(jv_copy(parsed), jv_copy(key)), jv_copy(value))) {
-			jv_free(key);
-			jv_free(value);
-			if (rc == 0)
-				rc = put(e->member->key.start, e->member->key.len);
-			if (rc == 0)
-				rc = put(":", 1);
-			if (rc == 0)
-				rc = put(e->member->value.start, e->member->value.len);
-		} else {
+		if (e && e->member->strict && jv_identical(jv_object_get(jv_copy(sources[i].parsed), jv_copy(key)), jv_copy(value)))
+			return e;
+	}
+	return NULL;
+}
+
+/* ca_ndjson_write_spliced over several source lines. */
+static int write_from(jv record, struct source *sources, size_t nsources)
+{
+	if (jv_get_kind(record) != JV_KIND_OBJECT)
+		return ca_ndjson_write(record);
+	int any = 0;
+	for (size_t i = 0; i < nsources; i++) {
+		struct source *src = &sources[i];
+		src->members = NULL;
+		src->names = NULL;
+		if (jv_get_kind(src->parsed) == JV_KIND_OBJECT)
+			src->names = name_members(src->text, src->len, &src->members, &src->n);
+		any |= src->names != NULL;
+	}
+	int rc = 0;
+	if (!any) {
+		rc = ca_ndjson_write(record);
+		record = jv_invalid();
+	} else {
+		int first = 1;
+		rc = put("{", 1);
+		jv_object_foreach(record, key, value) {
+			const struct named_member *e = find_source(sources, nsources, key, value);
+			if (rc == 0 && !first)
+				rc = put(",", 1);
+			first = 0;
+			if (e) {
+				jv_free(key);
+				jv_free(value);
+				if (rc == 0)
+					rc = put(e->member->key.start, e->member->key.len);
+				if (rc == 0)
+					rc = put(":", 1);
+				if (rc == 0)
+					rc = put(e->member->value.start, e->member->value.len);
+				continue;
+			}
 			if (rc == 0)
 				rc = put_jv(key);
 			else
@@ -526,17 +560,52 @@ int ca_ndjson_write_spliced(jv record, jv parsed, const char *text, size_t len)
 			else
 				jv_free(value);
 		}
+		if (rc == 0)
+			rc = put("}", 1);
+		if (rc == 0)
+			rc = end_line();
 	}
-	if (rc == 0)
-		rc = put("}", 1);
-	if (rc == 0)
-		rc = end_line();
-	for (size_t i = 0; i < n; i++)
-		jv_free(names[i].decoded);
-	free(names);
-	free(members);
+	for (size_t i = 0; i < nsources; i++) {
+		for (size_t k = 0; sources[i].names && k < sources[i].n; k++)
+			jv_free(sources[i].names[k].decoded);
+		free(sources[i].names);
+		free(sources[i].members);
+	}
 	jv_free(record);
 	return rc;
+}
+
+int ca_ndjson_write_spliced(jv record, jv parsed, const char *text, size_t len)
+{
+	struct source one = {.parsed = parsed, .text = text, .len = len};
+	return write_from(record, &one, 1);
+}
+
+/* Lines a record function named with ca_ndjson_pass_from, for the output written next. */
+enum { MAX_SOURCES = 4 };
+static struct source extra[MAX_SOURCES];
+static size_t nextra;
+
+void ca_ndjson_pass_from(jv parsed, const char *text, size_t len)
+{
+	if (nextra < MAX_SOURCES)
+		extra[nextra++] = (struct source){.parsed = jv_copy(parsed), .text = text, .len = len};
+}
+
+/* Write one output of the current line, from it and the lines named with ca_ndjson_pass_from. */
+static int write_passed(jv record, jv parsed, const char *text, size_t len)
+{
+	struct source sources[1 + MAX_SOURCES] = {{.parsed = parsed, .text = text, .len = len}};
+	for (size_t i = 0; i < nextra; i++)
+		sources[1 + i] = extra[i];
+	return write_from(record, sources, 1 + nextra);
+}
+
+static void forget_passed(void)
+{
+	for (size_t i = 0; i < nextra; i++)
+		jv_free(extra[i].parsed);
+	nextra = 0;
 }
 
 /* ---- error records ---- */
@@ -645,20 +714,21 @@ static int write_bad_line(const struct ca_ndjson_reader *r, const char *reason, 
 /* What a record function returned (consumed): a record, an array of records, or invalid for none. */
 static int write_output(jv out, jv parsed, const char *text, size_t len)
 {
-	if (jv_get_kind(out) == JV_KIND_INVALID) {
-		jv_free(out);
-		return 0;
-	}
-	if (jv_get_kind(out) != JV_KIND_ARRAY)
-		return ca_ndjson_write_spliced(out, parsed, text, len);
 	int rc = 0;
-	jv_array_foreach(out, i, one) {
-		if (rc == 0)
-			rc = ca_ndjson_write_spliced(one, parsed, text, len);
-		else
-			jv_free(one);
+	if (jv_get_kind(out) == JV_KIND_ARRAY) {
+		jv_array_foreach(out, i, one) {
+			if (rc == 0)
+				rc = write_passed(one, parsed, text, len);
+			else
+				jv_free(one);
+		}
+		jv_free(out);
+	} else if (jv_get_kind(out) != JV_KIND_INVALID) {
+		rc = write_passed(out, parsed, text, len);
+	} else {
+		jv_free(out);
 	}
-	jv_free(out);
+	forget_passed();
 	return rc;
 }
 

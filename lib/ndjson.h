@@ -90,6 +90,14 @@ int ca_ndjson_write_spliced(jv record, jv parsed, const char *text, size_t len);
  */
 typedef jv (*ca_record_fn)(jv record, void *ctx, int *status);
 int ca_ndjson_map(int nfiles, char **files, ca_record_fn fn, void *ctx);
+/*
+ * Inside a ca_record_fn: the output also takes fields
+ * from another line, as read earlier (a join: ca-best --trajectories adds
+ * the winner's verify, profile, reward): those whose values are still
+ * parsed's (borrowed) are copied from text[0..len), which must stay valid
+ * until the output is written. For the next output only; up to four lines.
+ */
+void ca_ndjson_pass_from(jv parsed, const char *text, size_t len);
 
 /*
  * The same loop for commands that work on records in batches (one forward

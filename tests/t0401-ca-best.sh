@@ -75,6 +75,16 @@ expect_success 'select and join stay right over 3000 interleaved trajectories' '
 	test "$(jq -c "select(.id == \"t3000\") | .best.snapshots" j)" = 0
 '
 
+expect_success 'fields pass through as written: explode, select and join' '
+	printf "%s\n" "{\"id\":\"A\",\"n\":12345678901234567890123,\"trajectory\":{\"id\":\"A#1\",\"snapshots\":[{\"index\":0,\"files\":{\"m.py\":\"x\"}}]}}" >t &&
+	ca-best --explode t >c && grep -qF "\"n\":12345678901234567890123" c &&
+	sed "s/}\$/,\"profile\":{\"eager_us\":-0.0,\"big\":12345678901234567890123},\"reward\":{\"value\":1}}/" c >scored &&
+	ca-best scored >b && grep -qF "\"profile\":{\"eager_us\":-0.0,\"big\":12345678901234567890123}" b &&
+	grep -qF "\"n\":12345678901234567890123" b &&
+	ca-best --trajectories t scored >j && grep -qF "\"profile\":{\"eager_us\":-0.0,\"big\":12345678901234567890123}" j &&
+	grep -qF "\"n\":12345678901234567890123" j && jq -e ".best.snapshots == 1 and .trajectory.id == \"A#1\"" j >/dev/null
+'
+
 expect_status 3 'records without snapshot.trajectory are errors, the rest still scored' '
 	{ echo "{\"x\": 1}"; echo "{bad"; echo "{\"snapshot\": {\"trajectory\": \"t\", \"index\": 0}, \"reward\": {\"value\": 1}}"; } |
 	ca-best >o 2>e; s=$?
