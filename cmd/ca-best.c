@@ -23,6 +23,7 @@
 #include "json.h"
 #include "ndjson.h"
 #include "opt.h"
+#include "strmap.h"
 
 static const char usage_text[] =
 	"usage: ca-best [-hu] [--explode] [--progress] [--trajectories FILE] [file ...]\n";
@@ -50,22 +51,35 @@ static jv without_scores(jv record)
 	return record;
 }
 
-static char *trajectory_id(jv record)
+/* trajectory.id, else id: a string, or null when neither is one. Borrows record. */
+static jv trajectory_id(jv record)
 {
 	jv traj = get(record, "trajectory");
-	char *id = ca_json_strdup(traj, "id");
+	jv id = get(traj, "id");
 	jv_free(traj);
-	if (!id)
-		id = ca_json_strdup(record, "id");
+	if (jv_get_kind(id) != JV_KIND_STRING) {
+		jv_free(id);
+		id = get(record, "id");
+	}
+	if (jv_get_kind(id) != JV_KIND_STRING) {
+		jv_free(id);
+		id = jv_null();
+	}
 	return id;
+}
+
+static long lookup(const struct ca_strmap *m, jv key)
+{
+	return ca_strmap_get(m, jv_string_value(key), (size_t)jv_string_length_bytes(jv_copy(key)));
 }
 
 /* ---- explode ---- */
 
-static int explode_one(jv record)
+/* The candidate records of one trajectory record (consumed), as an array. */
+static jv explode_one(jv record)
 {
 	jv traj = get(record, "trajectory");
-	char *id = trajectory_id(record);
+	jv id = trajectory_id(record);
 	jv base = without_scores(record);
 	jv snaps = get(traj, "snapshots");
 	if (jv_get_kind(snaps) != JV_KIND_ARRAY) {
@@ -89,7 +103,8 @@ static int explode_one(jv record)
 	}
 	/* Distinct file sets, in order; later duplicates are listed in "same". */
 	int n = jv_array_length(jv_copy(snaps));
-	jv keys = jv_array(), outs = jv_array();
+	jv outs = jv_array();
+	struct ca_strmap *seen = ca_strmap_new();  /* file set (sorted JSON) -> index in outs */
 	for (int i = 0; i < n; i++) {
 		jv s = jv_array_get(jv_copy(snaps), i);
 		jv files = jv_get_kind(s) == JV_KIND_OBJECT ? get(s, "files") : jv_null();
@@ -99,32 +114,29 @@ static int explode_one(jv record)
 			continue;
 		}
 		jv key = jv_dump_string(jv_copy(files), JV_PRINT_SORTED);
-		int found = -1;
-		jv_array_foreach(keys, k, old) {
-			if (found < 0 && jv_equal(jv_copy(old), jv_copy(key)))
-				found = k;
-			jv_free(old);
-		}
+		long found = ca_strmap_put(seen, jv_string_value(key), (size_t)jv_string_length_bytes(jv_copy(key)),
+			jv_array_length(jv_copy(outs)));
+		int is_new = found == jv_array_length(jv_copy(outs));
+		jv_free(key);
 		double index = i;
 		jv idx = get(s, "index");
 		if (jv_get_kind(idx) == JV_KIND_NUMBER)
 			index = jv_number_value(idx);
 		jv_free(idx);
-		if (found >= 0) {
-			jv o = jv_array_get(jv_copy(outs), found);
+		if (!is_new) {
+			jv o = jv_array_get(jv_copy(outs), (int)found);
 			jv snap = get(o, "snapshot");
 			jv same = get(snap, "same");
 			snap = jv_object_set(snap, jv_string("same"), jv_array_append(same, jv_number(index)));
 			o = jv_object_set(o, jv_string("snapshot"), snap);
-			outs = jv_array_set(outs, found, o);
-			jv_free(key);
+			outs = jv_array_set(outs, (int)found, o);
 			jv_free(files);
 			jv_free(s);
 			continue;
 		}
-		keys = jv_array_append(keys, key);
 		jv snap = jv_object();
-		snap = jv_object_set(snap, jv_string("trajectory"), jv_string(id ? id : ""));
+		snap = jv_object_set(snap, jv_string("trajectory"),
+			jv_get_kind(id) == JV_KIND_STRING ? jv_copy(id) : jv_string(""));
 		snap = jv_object_set(snap, jv_string("index"), jv_number(index));
 		snap = jv_object_set(snap, jv_string("turn"), get(s, "turn"));
 		snap = jv_object_set(snap, jv_string("command"), get(s, "command"));
@@ -135,68 +147,40 @@ static int explode_one(jv record)
 		outs = jv_array_append(outs, o);
 		jv_free(s);
 	}
-	int rc = 0;
-	jv_array_foreach(outs, i, o) {
-		if (rc == 0 && ca_ndjson_write(o) != 0)
-			rc = -1;
-		else if (rc != 0)
-			jv_free(o);
-	}
-	jv_free(outs);
-	jv_free(keys);
+	ca_strmap_free(seen);
 	jv_free(snaps);
 	jv_free(base);
 	jv_free(traj);
-	free(id);
-	return rc;
+	jv_free(id);
+	return outs;
 }
 
-static int run_explode(int nfiles, char **files)
+static jv explode_record(jv record, void *ctx, int *status)
 {
-	struct ca_ndjson_reader *r = ca_ndjson_open(nfiles, files);
-	int status = CA_EXIT_OK;
-	jv v;
-	int kind;
-	while ((kind = ca_ndjson_next(r, &v)) != CA_NDJSON_EOF) {
-		int rc;
-		if (kind == CA_NDJSON_BAD) {
-			ca_ndjson_warn(r, "%s", jv_string_value(v));
-			rc = ca_ndjson_write(ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(v)));
-			jv_free(v);
-			status = ca_err_worst(status, CA_EXIT_DATA);
-		} else {
-			jv traj = ca_json_path(v, "trajectory");
-			int has = jv_get_kind(traj) == JV_KIND_OBJECT;
-			jv_free(traj);
-			if (!has) {
-				ca_ndjson_warn(r, "record has no trajectory object");
-				rc = ca_ndjson_write(ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r),
-					"record has no trajectory object"));
-				jv_free(v);
-				status = ca_err_worst(status, CA_EXIT_DATA);
-			} else {
-				rc = explode_one(v);
-			}
-		}
-		if (rc != 0) {
-			ca_err_warn_sys("write error on stdout");
-			ca_ndjson_close(r);
-			return CA_EXIT_SYSTEM;
-		}
-		ca_ndjson_progress_tick();
-	}
-	ca_ndjson_progress_done();
-	status = ca_err_worst(status, ca_ndjson_status(r));
-	ca_ndjson_close(r);
-	return ca_err_finish(status);
+	jv traj = ca_json_path(record, "trajectory");
+	int has = jv_get_kind(traj) == JV_KIND_OBJECT;
+	jv_free(traj);
+	if (has)
+		return explode_one(record);
+	*status = CA_EXIT_DATA;
+	return ca_ndjson_record_error(record, "record has no trajectory object");
 }
 
 /* ---- select ---- */
 
 struct group {
-	char *id;
-	jv best;
+	jv id;           /* string */
+	jv best;         /* the best record so far, as parsed from text */
+	char *text;      /* its line, for passing its fields through as written */
+	size_t len;
 	long count, correct;
+};
+
+struct selection {
+	struct group *groups;
+	size_t ngroups, cap;
+	struct ca_strmap *by_id;  /* trajectory id -> index in groups */
+	char *used;               /* --trajectories: groups joined */
 };
 
 static double reward_of(jv record)
@@ -276,7 +260,7 @@ static int better(jv a, jv b)
 static jv with_summary(jv best, const struct group *g)
 {
 	jv s = jv_object();
-	s = jv_object_set(s, jv_string("trajectory"), jv_string(g->id));
+	s = jv_object_set(s, jv_string("trajectory"), jv_copy(g->id));
 	s = jv_object_set(s, jv_string("index"), ca_json_path(best, "snapshot.index"));
 	s = jv_object_set(s, jv_string("turn"), ca_json_path(best, "snapshot.turn"));
 	s = jv_object_set(s, jv_string("snapshots"), jv_number((double)g->count));
@@ -285,140 +269,153 @@ static jv with_summary(jv best, const struct group *g)
 	return jv_object_set(best, jv_string("best"), s);
 }
 
-static int run_select(int nfiles, char **files, const char *trajectories)
+/* Count a scored record (consumed, with its line) into its trajectory's group. */
+static void add_scored(struct selection *sel, jv record, jv tid, const char *text, size_t len)
+{
+	long at = ca_strmap_put(sel->by_id, jv_string_value(tid), (size_t)jv_string_length_bytes(jv_copy(tid)),
+		(long)sel->ngroups);
+	if (at == (long)sel->ngroups) {
+		if (sel->ngroups == sel->cap)
+			sel->groups = ca_xrealloc(sel->groups, (sel->cap = sel->cap ? 2 * sel->cap : 64) * sizeof *sel->groups);
+		sel->groups[sel->ngroups++] = (struct group){.id = tid, .best = jv_null()};
+	} else {
+		jv_free(tid);
+	}
+	struct group *g = &sel->groups[at];
+	g->count++;
+	g->correct += correct_of(record);
+	if (jv_get_kind(g->best) == JV_KIND_NULL || better(record, g->best)) {
+		jv_free(g->best);
+		g->best = record;
+		g->text = ca_xrealloc(g->text, len + 1);
+		memcpy(g->text, text, len);
+		g->len = len;
+	} else {
+		jv_free(record);
+	}
+}
+
+/*
+ * Read the scored records into their groups. An aggregation, not a 1:1
+ * loop: malformed lines and records without snapshot.trajectory are
+ * reported at once and their error records written before the winners.
+ */
+static int read_scored(struct selection *sel, int nfiles, char **files, jv *errors)
 {
 	struct ca_ndjson_reader *r = ca_ndjson_open(nfiles, files);
-	struct group *groups = NULL;
-	size_t ngroups = 0;
-	int status = CA_EXIT_OK;
-	jv errors = jv_array();
-	jv v;
-	int kind;
-	while ((kind = ca_ndjson_next(r, &v)) != CA_NDJSON_EOF) {
-		if (kind == CA_NDJSON_BAD) {
+	int status = CA_EXIT_OK, kind;
+	const char *text;
+	size_t len;
+	while ((kind = ca_ndjson_next_text(r, &text, &len)) != CA_NDJSON_EOF) {
+		jv v;
+		const char *why = NULL;
+		if (kind == CA_NDJSON_BAD || ca_ndjson_parse(text, len, &v) == CA_NDJSON_BAD) {
+			if (kind == CA_NDJSON_BAD)
+				v = jv_string(text);
 			ca_ndjson_warn(r, "%s", jv_string_value(v));
-			errors = jv_array_append(errors, ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(v)));
+			*errors = jv_array_append(*errors, ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(v)));
 			jv_free(v);
-			status = ca_err_worst(status, CA_EXIT_DATA);
+			status = CA_EXIT_DATA;
 			continue;
 		}
 		jv tid = ca_json_path(v, "snapshot.trajectory");
 		if (jv_get_kind(tid) != JV_KIND_STRING) {
+			why = "record has no snapshot.trajectory";
+			ca_ndjson_warn(r, "%s (make candidates with ca-best --explode)", why);
+			*errors = jv_array_append(*errors, ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), why));
 			jv_free(tid);
-			ca_ndjson_warn(r, "record has no snapshot.trajectory (make candidates with ca-best --explode)");
-			errors = jv_array_append(errors, ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r),
-				"record has no snapshot.trajectory"));
 			jv_free(v);
-			status = ca_err_worst(status, CA_EXIT_DATA);
+			status = CA_EXIT_DATA;
 			continue;
 		}
-		struct group *g = NULL;
-		for (size_t i = 0; i < ngroups && !g; i++)
-			if (strcmp(groups[i].id, jv_string_value(tid)) == 0)
-				g = &groups[i];
-		if (!g) {
-			groups = ca_xrealloc(groups, (ngroups + 1) * sizeof *groups);
-			g = &groups[ngroups++];
-			g->id = ca_xstrdup(jv_string_value(tid));
-			g->best = jv_null();
-			g->count = g->correct = 0;
-		}
-		jv_free(tid);
-		g->count++;
-		g->correct += correct_of(v);
-		if (jv_get_kind(g->best) == JV_KIND_NULL || better(v, g->best)) {
-			jv_free(g->best);
-			g->best = v;
-		} else {
-			jv_free(v);
-		}
+		add_scored(sel, v, tid, text, len);
 		ca_ndjson_progress_tick();
 	}
 	status = ca_err_worst(status, ca_ndjson_status(r));
 	ca_ndjson_close(r);
+	return status;
+}
 
-	int wrote_ok = 1;
+/* A trajectory record (consumed) with its winner's fields and summary. */
+static jv join_one(jv record, void *ctx, int *status)
+{
+	struct selection *sel = ctx;
+	jv id = trajectory_id(record);
+	long at = jv_get_kind(id) == JV_KIND_STRING ? lookup(sel->by_id, id) : -1;
+	if (at < 0) {
+		jv s = jv_object();
+		s = jv_object_set(s, jv_string("trajectory"), id);
+		s = jv_object_set(s, jv_string("snapshots"), jv_number(0));
+		s = jv_object_set(s, jv_string("correct"), jv_number(0));
+		s = jv_object_set(s, jv_string("reward"), jv_null());
+		return jv_object_set(record, jv_string("best"), s);
+	}
+	jv_free(id);
+	struct group *g = &sel->groups[at];
+	sel->used[at] = 1;
+	jv best = with_summary(jv_copy(g->best), g);
+	static const char *const take[] = {"candidate", "verify", "profile", "reward", "snapshot", "best", NULL};
+	for (size_t k = 0; take[k]; k++) {
+		jv f = ca_json_get(best, take[k]);
+		if (jv_is_valid(f))
+			record = jv_object_set(record, jv_string(take[k]), f);
+		else
+			jv_free(f);
+	}
+	jv_free(best);
+	ca_ndjson_pass_from(g->best, g->text, g->len);  /* the winner's fields as it was written */
+	return record;
+}
+
+static int write_errors(jv errors)
+{
+	int rc = 0;
 	jv_array_foreach(errors, i, e) {
-		if (wrote_ok && ca_ndjson_write(e) != 0)
-			wrote_ok = 0;
-		else if (!wrote_ok)
+		if (rc == 0)
+			rc = ca_ndjson_write(e);
+		else
 			jv_free(e);
 	}
 	jv_free(errors);
-	if (!trajectories) {
-		for (size_t i = 0; i < ngroups; i++) {
-			jv out = with_summary(groups[i].best, &groups[i]);
-			groups[i].best = jv_invalid();
-			if (wrote_ok && ca_ndjson_write(out) != 0)
-				wrote_ok = 0;
-			else if (!wrote_ok)
-				jv_free(out);
+	return rc;
+}
+
+static int run_select(int nfiles, char **files, const char *trajectories)
+{
+	struct selection sel = {.by_id = ca_strmap_new()};
+	jv errors = jv_array();
+	int status = read_scored(&sel, nfiles, files, &errors);
+	int rc = write_errors(errors);
+	if (rc == 0 && !trajectories) {
+		for (size_t i = 0; i < sel.ngroups && rc == 0; i++) {
+			struct group *g = &sel.groups[i];
+			rc = ca_ndjson_write_spliced(with_summary(jv_copy(g->best), g), g->best, g->text, g->len);
 		}
-	} else {
+		ca_ndjson_progress_done();
+		status = rc == 0 ? ca_err_finish(status) : status;
+	} else if (rc == 0) {
 		char *names[] = {(char *)trajectories};
-		struct ca_ndjson_reader *t = ca_ndjson_open(1, names);
-		char *used = ca_xcalloc(ngroups + 1, 1);
-		while ((kind = ca_ndjson_next(t, &v)) != CA_NDJSON_EOF) {
-			if (kind == CA_NDJSON_BAD) {
-				ca_ndjson_warn(t, "%s", jv_string_value(v));
-				jv e = ca_ndjson_error_record(ca_ndjson_name(t), ca_ndjson_line(t), jv_string_value(v));
-				jv_free(v);
-				if (wrote_ok && ca_ndjson_write(e) != 0)
-					wrote_ok = 0;
-				status = ca_err_worst(status, CA_EXIT_DATA);
-				continue;
-			}
-			char *id = trajectory_id(v);
-			struct group *g = NULL;
-			for (size_t i = 0; id && i < ngroups && !g; i++)
-				if (strcmp(groups[i].id, id) == 0) {
-					g = &groups[i];
-					used[i] = 1;
-				}
-			jv out = v;
-			if (g) {
-				jv best = with_summary(jv_copy(g->best), g);
-				static const char *const take[] = {"candidate", "verify", "profile", "reward", "snapshot", "best", NULL};
-				for (size_t k = 0; take[k]; k++) {
-					jv f = ca_json_get(best, take[k]);
-					if (jv_is_valid(f))
-						out = jv_object_set(out, jv_string(take[k]), f);
-					else
-						jv_free(f);
-				}
-				jv_free(best);
-			} else {
-				jv s = jv_object();
-				s = jv_object_set(s, jv_string("trajectory"), id ? jv_string(id) : jv_null());
-				s = jv_object_set(s, jv_string("snapshots"), jv_number(0));
-				s = jv_object_set(s, jv_string("correct"), jv_number(0));
-				s = jv_object_set(s, jv_string("reward"), jv_null());
-				out = jv_object_set(out, jv_string("best"), s);
-			}
-			free(id);
-			if (wrote_ok && ca_ndjson_write(out) != 0)
-				wrote_ok = 0;
-		}
-		status = ca_err_worst(status, ca_ndjson_status(t));
-		ca_ndjson_close(t);
-		for (size_t i = 0; i < ngroups; i++)
-			if (!used[i]) {
-				ca_err_warn("%s: no trajectory %s for its scored snapshots", trajectories, groups[i].id);
+		sel.used = ca_xcalloc(sel.ngroups + 1, 1);
+		status = ca_err_worst(status, ca_ndjson_map(1, names, join_one, &sel));
+		for (size_t i = 0; i < sel.ngroups; i++)
+			if (!sel.used[i]) {
+				ca_err_warn("%s: no trajectory %s for its scored snapshots", trajectories, jv_string_value(sel.groups[i].id));
 				status = ca_err_worst(status, CA_EXIT_DATA);
 			}
-		free(used);
+		free(sel.used);
 	}
-	for (size_t i = 0; i < ngroups; i++) {
-		free(groups[i].id);
-		jv_free(groups[i].best);
+	for (size_t i = 0; i < sel.ngroups; i++) {
+		jv_free(sel.groups[i].id);
+		jv_free(sel.groups[i].best);
+		free(sel.groups[i].text);
 	}
-	free(groups);
-	ca_ndjson_progress_done();
-	if (!wrote_ok) {
+	free(sel.groups);
+	ca_strmap_free(sel.by_id);
+	if (rc != 0) {
 		ca_err_warn_sys("write error on stdout");
 		return CA_EXIT_SYSTEM;
 	}
-	return ca_err_finish(status);
+	return status;
 }
 
 int main(int argc, char **argv)
@@ -450,6 +447,6 @@ int main(int argc, char **argv)
 		ca_opt_bad_usage();
 	}
 	if (explode)
-		return run_explode(argc - optind, argv + optind);
+		return ca_ndjson_map(argc - optind, argv + optind, explode_record, NULL);
 	return run_select(argc - optind, argv + optind, trajectories);
 }

@@ -258,8 +258,11 @@ int main(int argc, char **argv)
 		size_t on = 0;
 		for (size_t i = 0; i < nops; i++)
 			on += enabled[i];
+		/* An input that could not be read (missing, a directory) is a system
+		 * error, worth retrying, not bad data: its status wins. */
 		if (nseeds == 0)
-			ca_err_die(CA_EXIT_DATA, "no seed records on input (pipe ca-crawl's output, or give --no-seeds)");
+			ca_err_die(ca_err_worst(status, CA_EXIT_DATA),
+				"no seed records on input (pipe ca-crawl's output, or give --no-seeds)");
 		if (on == 0)
 			ca_err_die(CA_EXIT_DATA, "none of the seeds is an operator ca-compose can stack");
 	} else {

@@ -47,7 +47,6 @@ struct state {
 	struct pending *items;
 	int nitems, cap;
 	long ntokens;
-	int status;
 };
 
 /* Parse the record's "tokens" array; returns NULL with *why set on failure. */
@@ -100,9 +99,29 @@ static jv failed(struct pending *p, const char *why, int *status)
 	return r;
 }
 
-/* Score every pending record (those without errors) in one forward pass, then write them all. */
-static int flush(struct state *s)
+/* Take a record into the batch; 1 when the batch holds enough tokens for a forward pass. */
+static int take(jv record, const char *where, void *ctx, int *status)
 {
+	struct state *s = ctx;
+	if (s->nitems == s->cap)
+		s->items = ca_xrealloc(s->items, sizeof *s->items * (size_t)(s->cap = s->cap ? 2 * s->cap : 16));
+	struct pending *p = &s->items[s->nitems++];
+	memset(p, 0, sizeof *p);
+	p->record = record;
+	p->where = ca_xstrdup(where);
+	const char *bad = NULL;
+	p->tokens = parse_tokens(record, &p->n, &bad);
+	if (!p->tokens)
+		p->error = ca_xstrdup(bad);
+	else
+		s->ntokens += p->n;
+	return s->ntokens >= s->batch_tokens;
+}
+
+/* Score every pending record (those without errors) in one forward pass; out[i] is record i with its scores. */
+static void run(void *ctx, jv *out, int n, int *status)
+{
+	struct state *s = ctx;
 	const struct ca_model_config *c = &s->model->cfg;
 	int T = 0, nseq = 0;
 	for (int i = 0; i < s->nitems; i++) {
@@ -154,21 +173,19 @@ static int flush(struct state *s)
 		free(targets);
 		free(lens);
 	}
-	int rc = 0;
-	for (int i = 0, t = 0; i < s->nitems; i++) {
+	for (int i = 0, t = 0; i < n; i++) {
 		struct pending *p = &s->items[i];
-		jv out;
 		if (p->error) {
-			out = failed(p, p->error, &s->status);
+			out[i] = failed(p, p->error, status);
 		} else if (!ok) {
-			out = failed(p, why, &s->status);
+			out[i] = failed(p, why, status);
 		} else if (c->critic) {
 			/* values[j] is V(s_j), the critic at position j - 1, before tokens[j]. */
 			float *shifted = ca_xmalloc(sizeof(float) * (size_t)p->n);
 			shifted[0] = 0;
 			for (int j = 1; j < p->n; j++)
 				shifted[j] = values[t + j - 1];
-			out = jv_object_set(p->record, jv_string("values"), float_array(shifted, p->n, 0));
+			out[i] = jv_object_set(p->record, jv_string("values"), float_array(shifted, p->n, 0));
 			free(shifted);
 			p->record = jv_invalid();
 			t += p->n;
@@ -178,21 +195,16 @@ static int flush(struct state *s)
 			shifted[0] = 0;
 			for (int j = 1; j < p->n; j++)
 				shifted[j] = logprobs[t + j - 1];
-			out = jv_object_set(p->record, jv_string("logprobs"), float_array(shifted, p->n, 1));
+			out[i] = jv_object_set(p->record, jv_string("logprobs"), float_array(shifted, p->n, 1));
 			if (entropy) {
 				for (int j = 1; j < p->n; j++)
 					shifted[j] = entropy[t + j - 1];
-				out = jv_object_set(out, jv_string("entropy"), float_array(shifted, p->n, 1));
+				out[i] = jv_object_set(out[i], jv_string("entropy"), float_array(shifted, p->n, 1));
 			}
 			free(shifted);
 			p->record = jv_invalid();
 			t += p->n;
 		}
-		if (rc == 0 && ca_ndjson_write(out) != 0)
-			rc = -1;
-		else if (rc != 0)
-			jv_free(out);
-		ca_ndjson_progress_tick();
 		free(p->tokens);
 		free(p->where);
 		free(p->error);
@@ -202,7 +214,6 @@ static int flush(struct state *s)
 	free(values);
 	s->nitems = 0;
 	s->ntokens = 0;
-	return rc;
 }
 
 int main(int argc, char **argv)
@@ -219,7 +230,7 @@ int main(int argc, char **argv)
 	};
 	struct state s = {.batch_tokens = 2048};
 	const char *dir = NULL;
-	int unbuffered = 0, c;
+	int c;
 	enum ca_device device = CA_DEVICE_CPU;
 	ca_err_init(argv[0]);
 	while ((c = getopt_long(argc, argv, "hm:u", longopts, NULL)) != -1) {
@@ -230,7 +241,7 @@ int main(int argc, char **argv)
 		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case 'm': dir = optarg; break;
 		case 'P': ca_ndjson_set_progress(1); break;
-		case 'u': unbuffered = 1; ca_ndjson_set_unbuffered(1); break;
+		case 'u': ca_ndjson_set_unbuffered(1); break;
 		default: fputs(usage_text, stderr); ca_opt_bad_usage();
 		}
 	}
@@ -255,50 +266,10 @@ int main(int argc, char **argv)
 	if (s.cuda && !(s.gpu = s.cuda->model_upload(s.model, why)))
 		ca_err_die(CA_EXIT_SYSTEM, "%s", why);
 
-	struct ca_ndjson_reader *r = ca_ndjson_open(argc - optind, argv + optind);
-	jv v;
-	int kind, rc = 0;
-	while (rc == 0 && (kind = ca_ndjson_next(r, &v)) != CA_NDJSON_EOF) {
-		if (kind == CA_NDJSON_BAD) {
-			/* Keep the order of records: score what came before first. */
-			rc = flush(&s);
-			ca_ndjson_warn(r, "%s", jv_string_value(v));
-			jv e = ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(v));
-			jv_free(v);
-			s.status = ca_err_worst(s.status, CA_EXIT_DATA);
-			if (rc == 0 && ca_ndjson_write(e) != 0)
-				rc = -1;
-			continue;
-		}
-		if (s.nitems == s.cap)
-			s.items = ca_xrealloc(s.items, sizeof *s.items * (size_t)(s.cap = s.cap ? 2 * s.cap : 16));
-		struct pending *p = &s.items[s.nitems++];
-		memset(p, 0, sizeof *p);
-		p->record = v;
-		char where[512];
-		snprintf(where, sizeof where, "%s:%ld", ca_ndjson_name(r), ca_ndjson_line(r));
-		p->where = ca_xstrdup(where);
-		const char *bad = NULL;
-		p->tokens = parse_tokens(v, &p->n, &bad);
-		if (!p->tokens)
-			p->error = ca_xstrdup(bad);
-		else
-			s.ntokens += p->n;
-		if (unbuffered || s.ntokens >= s.batch_tokens)
-			rc = flush(&s);
-	}
-	if (rc == 0)
-		rc = flush(&s);
-	ca_ndjson_progress_done();
-	if (rc != 0) {
-		ca_err_warn_sys("write error on stdout");
-		s.status = CA_EXIT_SYSTEM;
-	}
-	s.status = ca_err_worst(s.status, ca_ndjson_status(r));
-	ca_ndjson_close(r);
+	int status = ca_ndjson_map_batch(argc - optind, argv + optind, take, run, &s);
 	free(s.items);
 	if (s.gpu)
 		s.cuda->model_free(s.gpu);
 	ca_model_free(s.model);
-	return ca_err_finish(s.status);
+	return status;
 }

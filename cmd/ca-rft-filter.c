@@ -38,6 +38,7 @@ struct config {
 	long long max_invalid, max_loop, max_repeats;
 	int keep_marked, require_done;
 	struct ca_tokenizer *tokenizer;   /* --tokens: NULL without */
+	long total, kept;                 /* trajectories read, kept */
 };
 
 static jv get(jv obj, const char *key)
@@ -396,6 +397,44 @@ static jv tokenize(const struct ca_tokenizer *t, jv record)
 	return jv_object_set(record, jv_string("reward"), reward);
 }
 
+/* The record marked with the verdict (and tokenized with --tokens), or none when it is dropped. */
+static jv filter_one(jv record, void *ctx, int *status)
+{
+	struct config *cfg = ctx;
+	cfg->total++;
+	jv reasons = judge(cfg, record, jv_array());
+	int keep = jv_array_length(jv_copy(reasons)) == 0;
+	jv traj = ca_json_get(record, "trajectory");
+	if (jv_get_kind(traj) != JV_KIND_OBJECT) {
+		ca_ndjson_record_warn("record has no trajectory object");
+		*status = CA_EXIT_DATA;
+	}
+	jv_free(traj);
+	jv mark = jv_object_set(jv_object(), jv_string("keep"), jv_bool(keep));
+	mark = jv_object_set(mark, jv_string("reasons"), reasons);
+	jv out = jv_object_set(record, jv_string("rft"), mark);
+	cfg->kept += keep;
+	if (!keep && !cfg->keep_marked) {
+		jv_free(out);
+		return jv_invalid();
+	}
+	if (!cfg->tokenizer)
+		return out;
+	jv tokens = tokenize(cfg->tokenizer, jv_copy(out));
+	if (jv_is_valid(tokens)) {
+		jv_free(out);
+		return tokens;
+	}
+	jv msg = jv_invalid_get_msg(tokens);
+	jv why = jv_string_fmt("cannot render the conversation: %s",
+		jv_get_kind(msg) == JV_KIND_STRING ? jv_string_value(msg) : "?");
+	jv_free(msg);
+	out = ca_ndjson_record_error(out, jv_string_value(why));
+	jv_free(why);
+	*status = CA_EXIT_DATA;
+	return out;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -439,63 +478,9 @@ int main(int argc, char **argv)
 		default: fputs(usage_text, stderr); ca_opt_bad_usage();
 		}
 	}
-	struct ca_ndjson_reader *r = ca_ndjson_open(argc - optind, argv + optind);
-	int status = CA_EXIT_OK;
-	long total = 0, kept = 0;
-	jv v;
-	int kind;
-	while ((kind = ca_ndjson_next(r, &v)) != CA_NDJSON_EOF) {
-		jv out;
-		total++;
-		if (kind == CA_NDJSON_BAD) {
-			ca_ndjson_warn(r, "%s", jv_string_value(v));
-			out = ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(v));
-			jv_free(v);
-			status = ca_err_worst(status, CA_EXIT_DATA);
-		} else {
-			jv reasons = judge(&cfg, v, jv_array());
-			int keep = jv_array_length(jv_copy(reasons)) == 0;
-			jv traj = ca_json_get(v, "trajectory");
-			if (jv_get_kind(traj) != JV_KIND_OBJECT) {
-				ca_ndjson_warn(r, "record has no trajectory object");
-				status = ca_err_worst(status, CA_EXIT_DATA);
-			}
-			jv_free(traj);
-			jv mark = jv_object_set(jv_object(), jv_string("keep"), jv_bool(keep));
-			mark = jv_object_set(mark, jv_string("reasons"), reasons);
-			out = jv_object_set(v, jv_string("rft"), mark);
-			if (keep)
-				kept++;
-			if (!keep && !cfg.keep_marked) {
-				jv_free(out);
-				ca_ndjson_progress_tick();
-				continue;
-			}
-			if (cfg.tokenizer) {
-				out = tokenize(cfg.tokenizer, out);
-				if (!jv_is_valid(out)) {
-					jv msg = jv_invalid_get_msg(out);
-					ca_ndjson_warn(r, "cannot render the conversation: %s",
-						jv_get_kind(msg) == JV_KIND_STRING ? jv_string_value(msg) : "?");
-					out = ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r),
-						jv_get_kind(msg) == JV_KIND_STRING ? jv_string_value(msg) : "cannot render");
-					jv_free(msg);
-					status = ca_err_worst(status, CA_EXIT_DATA);
-				}
-			}
-		}
-		if (ca_ndjson_write(out) != 0) {
-			ca_err_warn_sys("write error on stdout");
-			ca_ndjson_close(r);
-			return CA_EXIT_SYSTEM;
-		}
-		ca_ndjson_progress_tick();
-	}
-	ca_ndjson_progress_done();
-	status = ca_err_worst(status, ca_ndjson_status(r));
-	ca_ndjson_close(r);
-	ca_err_warn("kept %ld of %ld trajectories%s", kept, total, cfg.keep_marked ? " (all written, marked)" : "");
+	int status = ca_ndjson_map(argc - optind, argv + optind, filter_one, &cfg);
+	ca_err_warn("kept %ld of %ld trajectories%s", cfg.kept, cfg.total, cfg.keep_marked ? " (all written, marked)" : "");
 	if (cfg.tokenizer)
 		ca_tokenizer_free(cfg.tokenizer);
-	return ca_err_finish(status);
+	return status;
 }

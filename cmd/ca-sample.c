@@ -54,6 +54,8 @@ struct config {
 	const struct ca_cuda_api *cuda;
 	struct ca_cuda_sampler *sampler;   /* made for the first batch, again when a longer one comes */
 	int sampler_len;
+	struct pending *items;             /* the batch: --batch records taken, not yet generated */
+	int nitems;
 };
 
 struct stop_ctx {
@@ -266,9 +268,23 @@ static int cuda_sampler_for(struct config *cfg, struct pending *items, int nitem
 	return cfg->sampler ? 0 : -1;
 }
 
-/* Generate every pending record's completion and write them in order; -1 on a write error. */
-static int flush(struct config *cfg, struct pending *items, int nitems, int *status)
+/* Take a record into the batch; 1 when the batch is full. */
+static int take(jv record, const char *where, void *ctx, int *status)
 {
+	struct config *cfg = ctx;
+	struct pending *p = &cfg->items[cfg->nitems++];
+	memset(p, 0, sizeof *p);
+	p->record = record;
+	p->where = ca_xstrdup(where);
+	prepare(cfg, p);
+	return cfg->nitems == cfg->batch;
+}
+
+/* Generate every pending record's completion; out[i] is record i with it. */
+static void run(void *ctx, jv *out, int nitems, int *status)
+{
+	struct config *cfg = ctx;
+	struct pending *items = cfg->items;
 	if (cfg->device == CA_DEVICE_CUDA) {
 		struct ca_sample_request *reqs = ca_xcalloc((size_t)nitems + 1, sizeof *reqs);
 		int nreq = 0;
@@ -294,66 +310,15 @@ static int flush(struct config *cfg, struct pending *items, int nitems, int *sta
 								    p->req.why);
 		}
 	}
-	int rc = 0;
 	for (int i = 0; i < nitems; i++) {
 		struct pending *p = &items[i];
-		jv out = finish(cfg, p, status);
-		if (rc == 0 && ca_ndjson_write(out) != 0)
-			rc = -1;
-		else if (rc != 0)
-			jv_free(out);
-		ca_ndjson_progress_tick();
+		out[i] = finish(cfg, p, status);
 		free(p->where);
 		free(p->prompt);
 		free(p->req.out_tokens);
 		free(p->req.out_logprobs);
 	}
-	return rc;
-}
-
-/* Read records in batches, generate, write; returns the exit status. */
-static int run(struct config *cfg, int nfiles, char **files, int unbuffered)
-{
-	struct ca_ndjson_reader *r = ca_ndjson_open(nfiles, files);
-	struct pending *items = ca_xcalloc((size_t)cfg->batch, sizeof *items);
-	int nitems = 0, status = CA_EXIT_OK, rc = 0, kind;
-	jv v;
-	while (rc == 0 && (kind = ca_ndjson_next(r, &v)) != CA_NDJSON_EOF) {
-		if (kind == CA_NDJSON_BAD) {
-			/* Keep the order of records: finish what came before first. */
-			rc = flush(cfg, items, nitems, &status);
-			nitems = 0;
-			ca_ndjson_warn(r, "%s", jv_string_value(v));
-			jv e = ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(v));
-			jv_free(v);
-			status = ca_err_worst(status, CA_EXIT_DATA);
-			if (rc == 0 && ca_ndjson_write(e) != 0)
-				rc = -1;
-			continue;
-		}
-		struct pending *p = &items[nitems++];
-		memset(p, 0, sizeof *p);
-		p->record = v;
-		char where[512];
-		snprintf(where, sizeof where, "%s:%ld", ca_ndjson_name(r), ca_ndjson_line(r));
-		p->where = ca_xstrdup(where);
-		prepare(cfg, p);
-		if (unbuffered || nitems == cfg->batch) {
-			rc = flush(cfg, items, nitems, &status);
-			nitems = 0;
-		}
-	}
-	if (rc == 0)
-		rc = flush(cfg, items, nitems, &status);
-	ca_ndjson_progress_done();
-	if (rc != 0) {
-		ca_err_warn_sys("write error on stdout");
-		status = CA_EXIT_SYSTEM;
-	}
-	status = ca_err_worst(status, ca_ndjson_status(r));
-	ca_ndjson_close(r);
-	free(items);
-	return ca_err_finish(status);
+	cfg->nitems = 0;
 }
 
 /* eos ids from config.json and generation_config.json (a number or a list). */
@@ -414,7 +379,7 @@ int main(int argc, char **argv)
 	};
 	struct config cfg = {.temperature = 1.0, .top_p = 1.0, .max_tokens = 256, .slots = 64};
 	const char *dir = NULL;
-	int c, unbuffered = 0;
+	int c;
 	ca_err_init(argv[0]);
 	cfg.stop = ca_xcalloc((size_t)argc + 1, sizeof *cfg.stop);
 	while ((c = getopt_long(argc, argv, "hm:u", longopts, NULL)) != -1) {
@@ -442,7 +407,7 @@ int main(int argc, char **argv)
 				cfg.eos[cfg.neos++] = (int)ca_opt_long("--stop-token", optarg, 0, INT_MAX);
 			break;
 		case 't': cfg.temperature = ca_opt_double("--temperature", optarg, 0, 100); break;
-		case 'u': unbuffered = 1; ca_ndjson_set_unbuffered(1); break;
+		case 'u': ca_ndjson_set_unbuffered(1); break;
 		default: fputs(usage_text, stderr); ca_opt_bad_usage();
 		}
 	}
@@ -470,7 +435,9 @@ int main(int argc, char **argv)
 	if (!cfg.tok && cfg.nstop > 0)
 		ca_err_die(CA_EXIT_DATA, "--stop needs a tokenizer: %s", cfg.tok_why);
 	load_eos(&cfg, dir);
-	int status = run(&cfg, argc - optind, argv + optind, unbuffered);
+	cfg.items = ca_xcalloc((size_t)cfg.batch, sizeof *cfg.items);
+	int status = ca_ndjson_map_batch(argc - optind, argv + optind, take, run, &cfg);
+	free(cfg.items);
 	if (cfg.sampler)
 		cfg.cuda->sampler_free(cfg.sampler);
 	ca_tokenizer_free(cfg.tok);

@@ -16,14 +16,40 @@ void ca_err_init(const char *argv0)
 
 const char *ca_err_prog(void) { return program_name; }
 
+/*
+ * A message is one line whatever it quotes: control characters (a newline
+ * in a record's id, a terminal escape) are written as C escapes, so data
+ * cannot forge a diagnostic line or drive the terminal.
+ */
+static void escape_controls(const char *in, char *out, size_t outsize)
+{
+	size_t n = 0;
+	for (; *in && n + 5 < outsize; in++) {
+		unsigned char c = (unsigned char)*in;
+		if (c >= 0x20 && c != 0x7f) {
+			out[n++] = (char)c;
+			continue;
+		}
+		out[n++] = '\\';
+		switch (c) {
+		case '\n': out[n++] = 'n'; break;
+		case '\r': out[n++] = 'r'; break;
+		case '\t': out[n++] = 't'; break;
+		default: n += (size_t)snprintf(out + n, outsize - n, "x%02x", c); break;
+		}
+	}
+	out[n] = '\0';
+}
+
 static void vwarn(int errnum, const char *fmt, va_list ap)
 {
-	char buf[4096];
+	char buf[4096], line[4 * sizeof buf];
 	vsnprintf(buf, sizeof buf, fmt, ap);
+	escape_controls(buf, line, sizeof line);
 	if (errnum)
-		fprintf(stderr, "%s: %s: %s\n", program_name, buf, strerror(errnum));
+		fprintf(stderr, "%s: %s: %s\n", program_name, line, strerror(errnum));
 	else
-		fprintf(stderr, "%s: %s\n", program_name, buf);
+		fprintf(stderr, "%s: %s\n", program_name, line);
 }
 
 void ca_err_warn(const char *fmt, ...)

@@ -22,7 +22,7 @@ enum {
 void ca_err_init(const char *argv0);
 const char *ca_err_prog(void);
 
-/* "ca-foo: message" on stderr. */
+/* "ca-foo: message" on stderr, one line: control characters are escaped (\n, \x1b). */
 void ca_err_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Same, with ": strerror(errno)" appended. */
 void ca_err_warn_sys(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -79,6 +79,34 @@ jv ca_json_num_or_null(double x)
 	return isfinite(x) ? jv_number(x) : jv_null();
 }
 
+jv ca_json_parse(const char *text, size_t len)
+{
+	if (len > 0x7fffffff)
+		return jv_invalid_with_msg(jv_string("text too long for libjq (over 2 GB)"));
+	/* jv_parse_sized's steps, without the message that quotes the text. */
+	jv_parser *parser = jv_parser_new(0);
+	jv_parser_set_buf(parser, text, (int)len, 0);
+	jv value = jv_parser_next(parser);
+	if (jv_is_valid(value)) {
+		jv next = jv_parser_next(parser);
+		if (jv_is_valid(next)) {
+			jv_free(value);
+			jv_free(next);
+			value = jv_invalid_with_msg(jv_string("Unexpected extra JSON values"));
+		} else if (jv_invalid_has_msg(jv_copy(next))) {
+			jv_free(value);
+			value = next;
+		} else {
+			jv_free(next);
+		}
+	} else if (!jv_invalid_has_msg(jv_copy(value))) {
+		jv_free(value);
+		value = jv_invalid_with_msg(jv_string("Expected JSON value"));
+	}
+	jv_parser_free(parser);
+	return value;
+}
+
 /* ---- the fast path over raw text ---- */
 
 enum { SCAN_MAX_DEPTH = 200 };
@@ -86,6 +114,7 @@ enum { SCAN_MAX_DEPTH = 200 };
 struct scanner {
 	const char *p, *end;
 	int depth;
+	int wide;  /* also vouch for UTF-8 and every \u escape (text libjq has accepted) */
 };
 
 static void scan_space(struct scanner *s)
@@ -97,6 +126,36 @@ static void scan_space(struct scanner *s)
 static int is_hex(char c)
 {
 	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/*
+ * Length of the UTF-8 sequence at p when it is valid by RFC 3629 (shortest
+ * form, no surrogates, at most U+10FFFF), else 0.
+ */
+static size_t utf8_length(const char *p, const char *end)
+{
+	const unsigned char *u = (const unsigned char *)p;
+	unsigned char low = 0x80, high = 0xbf;
+	size_t n;
+	if (u[0] >= 0xc2 && u[0] <= 0xdf) {
+		n = 2;
+	} else if (u[0] >= 0xe0 && u[0] <= 0xef) {
+		n = 3;
+		low = u[0] == 0xe0 ? 0xa0 : 0x80;
+		high = u[0] == 0xed ? 0x9f : 0xbf;
+	} else if (u[0] >= 0xf0 && u[0] <= 0xf4) {
+		n = 4;
+		low = u[0] == 0xf0 ? 0x90 : 0x80;
+		high = u[0] == 0xf4 ? 0x8f : 0xbf;
+	} else {
+		return 0;
+	}
+	if ((size_t)(end - p) < n || u[1] < low || u[1] > high)
+		return 0;
+	for (size_t i = 2; i < n; i++)
+		if (u[i] < 0x80 || u[i] > 0xbf)
+			return 0;
+	return n;
 }
 
 /* A string at s->p; sets *escaped when it holds a backslash. */
@@ -112,8 +171,15 @@ static int scan_string(struct scanner *s, int *escaped)
 			s->p++;
 			return 0;
 		}
-		if (c < 0x20 || c > 0x7f)
+		if (c < 0x20)
 			return -1;
+		if (c > 0x7f) {
+			size_t n = s->wide ? utf8_length(s->p, s->end) : 0;
+			if (n == 0)
+				return -1;
+			s->p += n;
+			continue;
+		}
 		if (c == '\\') {
 			*escaped = 1;
 			if (s->end - s->p < 2)
@@ -123,7 +189,7 @@ static int scan_string(struct scanner *s, int *escaped)
 				if (s->end - s->p < 6 || !is_hex(s->p[2]) || !is_hex(s->p[3]) || !is_hex(s->p[4]) || !is_hex(s->p[5]))
 					return -1;
 				/* Surrogates need pairing rules the scanner leaves to jv. */
-				if ((s->p[2] == 'd' || s->p[2] == 'D') && strchr("89abcdefABCDEF", s->p[3]))
+				if (!s->wide && (s->p[2] == 'd' || s->p[2] == 'D') && strchr("89abcdefABCDEF", s->p[3]))
 					return -1;
 				s->p += 6;
 			} else if (strchr("\"\\/bfnrt", e) && e) {
@@ -242,7 +308,7 @@ static int scan_value(struct scanner *s)
 int ca_json_scan_object(const char *text, size_t len, const char *const *keys, size_t nkeys,
 	struct ca_json_span *spans, size_t *close)
 {
-	struct scanner s = {text, text + len, 1};
+	struct scanner s = {text, text + len, 1, 0};
 	int escaped;
 	for (size_t i = 0; i < nkeys; i++)
 		spans[i] = (struct ca_json_span){NULL, 0};
@@ -290,6 +356,107 @@ closed:
 	s.p++;
 	scan_space(&s);
 	return s.p == s.end ? 0 : -1;
+}
+
+/* Past a string whatever it holds (libjq has accepted it). */
+static int skip_string(struct scanner *s)
+{
+	for (s->p++; s->p < s->end; s->p++) {
+		if (*s->p == '\\')
+			s->p++;
+		else if (*s->p == '"')
+			return s->p++, 0;
+	}
+	return -1;
+}
+
+/* Past a value libjq accepted though the scanner would not vouch for it (nan, 01, +1, deep nesting). */
+static int skip_value(struct scanner *s)
+{
+	if (s->p >= s->end)
+		return -1;
+	if (*s->p == '"')
+		return skip_string(s);
+	if (*s->p == '{' || *s->p == '[') {
+		long depth = 0;
+		while (s->p < s->end) {
+			char c = *s->p;
+			if (c == '"') {
+				if (skip_string(s) != 0)
+					return -1;
+				continue;
+			}
+			s->p++;
+			if (c == '{' || c == '[')
+				depth++;
+			else if ((c == '}' || c == ']') && --depth == 0)
+				return 0;
+		}
+		return -1;
+	}
+	const char *from = s->p;
+	while (s->p < s->end && *s->p != ',' && *s->p != '}' && *s->p != ']' && *s->p != ' ' && *s->p != '\t' &&
+	       *s->p != '\n' && *s->p != '\r')
+		s->p++;
+	return s->p > from ? 0 : -1;
+}
+
+/* At the end of a member's value: white space, then ',' or '}'. */
+static int at_member_end(struct scanner *s)
+{
+	scan_space(s);
+	return s->p < s->end && (*s->p == ',' || *s->p == '}');
+}
+
+long ca_json_members(const char *text, size_t len, struct ca_json_member **members, size_t *cap)
+{
+	struct scanner s = {text, text + len, 1, 1};
+	long n = 0;
+	scan_space(&s);
+	if (s.p >= s.end || *s.p != '{')
+		return -1;
+	s.p++;
+	scan_space(&s);
+	if (s.p < s.end && *s.p == '}')
+		return 0;
+	for (;;) {
+		if ((size_t)n == *cap)
+			*members = ca_xrealloc(*members, (*cap = *cap ? 2 * *cap : 32) * sizeof **members);
+		struct ca_json_member *m = &(*members)[n++];
+		int escaped;
+		if (s.p >= s.end || *s.p != '"')
+			return -1;
+		m->key.start = s.p;
+		int strict = scan_string(&s, &escaped) == 0;
+		if (!strict) {
+			s.p = m->key.start;
+			if (skip_string(&s) != 0)
+				return -1;
+		}
+		m->key.len = (size_t)(s.p - m->key.start);
+		m->key_plain = strict && !escaped;
+		scan_space(&s);
+		if (s.p >= s.end || *s.p != ':')
+			return -1;
+		s.p++;
+		scan_space(&s);
+		m->value.start = s.p;
+		if (scan_value(&s) != 0 || !at_member_end(&s)) {
+			strict = 0;
+			s.p = m->value.start;
+			if (skip_value(&s) != 0 || !at_member_end(&s))
+				return -1;
+		}
+		m->value.len = (size_t)(s.p - m->value.start);
+		while (m->value.len > 0 && (m->value.start[m->value.len - 1] == ' ' || m->value.start[m->value.len - 1] == '\t' ||
+					   m->value.start[m->value.len - 1] == '\n' || m->value.start[m->value.len - 1] == '\r'))
+			m->value.len--;
+		m->strict = strict;
+		if (*s.p == '}')
+			return n;
+		s.p++;
+		scan_space(&s);
+	}
 }
 
 /* Exact powers of ten: every 10^k for k <= 22 is a double. */

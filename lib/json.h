@@ -47,6 +47,31 @@ struct ca_json_span {
 int ca_json_scan_object(const char *text, size_t len, const char *const *keys, size_t nkeys,
 	struct ca_json_span *spans, size_t *close);
 /*
+ * The top-level members of text[0..len), a line libjq has accepted as one
+ * object, for passing fields through as they were written: each member's
+ * key and value as spans of the text. A member is strict when its key and
+ * value are RFC 8259 JSON in valid UTF-8, so its text can be copied to the
+ * output as it is (libjq also reads nan, 01, +1 and invalid UTF-8, which
+ * must be written anew); key_plain when the key is strict and has no
+ * escape, so its bytes between the quotes are its name. Fills
+ * (*members)[0..n) (grown with ca_xrealloc; *cap is its capacity) and
+ * returns n, or -1 when the text is not laid out as one object.
+ */
+struct ca_json_member {
+	struct ca_json_span key;    /* as written, quotes included */
+	struct ca_json_span value;  /* as written */
+	int key_plain;
+	int strict;
+};
+long ca_json_members(const char *text, size_t len, struct ca_json_member **members, size_t *cap);
+/*
+ * jv_parse_sized with a short message: libjq's own quotes the whole text
+ * ("... (while parsing '...')"), which made a 100 MB error record of a
+ * 100 MB bad line and, past 1 GiB, overflowed an int inside libjq and
+ * aborted. Returns the value, or jv_invalid_with_msg(reason).
+ */
+jv ca_json_parse(const char *text, size_t len);
+/*
  * Parse a span holding an array of numbers into *items (grown with
  * ca_xrealloc; *cap is its capacity). Returns the count, or -1 when the
  * span is not an array of finite numbers. Correctly rounded, as strtod.

@@ -262,8 +262,15 @@ void ca_train_read(int nfiles, char **files, const char *const names[CA_TRAIN_NF
 	int cap = 0;
 	const char *text;
 	size_t len;
-	while (ca_ndjson_next_text(rd, &text, &len) == CA_NDJSON_RECORD) {
+	int kind;
+	while ((kind = ca_ndjson_next_text(rd, &text, &len)) != CA_NDJSON_EOF) {
 		d->records++;
+		if (kind == CA_NDJSON_BAD) {  /* a line too long to keep: skipped like a malformed one */
+			ca_ndjson_warn(rd, "%s", text);
+			d->skipped++;
+			d->status = ca_err_worst(d->status, CA_EXIT_DATA);
+			continue;
+		}
 		if (!gather_text(&r, text, len, keys)) {
 			jv v;
 			if (ca_ndjson_parse(text, len, &v) != CA_NDJSON_RECORD) {

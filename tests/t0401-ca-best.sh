@@ -46,6 +46,45 @@ expect_success 'join: every trajectory comes out once, with the best candidate a
 		and .[2].best.snapshots == 0 and (.[2] | has(\"candidate\") | not)" j
 '
 
+# Many trajectories, their snapshots interleaved: grouping and joining go
+# through a hash table, so check them against jq on a few thousand.
+expect_success 'select and join stay right over 3000 interleaved trajectories' '
+	cat >gen.awk <<-\EOF
+	BEGIN {
+		n = 3000
+		for (k = 0; k < 3; k++)
+			for (j = 0; j < n; j++) {
+				i = (j * 7919 + k) % n
+				printf "{\"snapshot\": {\"trajectory\": \"t%d\", \"index\": %d}, ", i, k
+				printf "\"reward\": {\"value\": %d, \"speedup_compile\": %d}}\n", (i + k) % 3, (i * k) % 5
+			}
+		for (j = n; j >= 0; j--)
+			printf "{\"id\": \"t%d\"}\n", j >"traj"
+	}
+	EOF
+	awk -f gen.awk >scored && test $(wc -l <scored) = 9000 && test $(wc -l <traj) = 3001 &&
+	ca-best scored >b &&
+	jq -s -c "[.[] | {t: .snapshot.trajectory, i: .snapshot.index, r: .reward.value, s: .reward.speedup_compile}]
+		| group_by(.t) | map(sort_by(-.r, -.s, .i)[0] | [.t, .i]) | sort" scored >want &&
+	jq -s -c "map([.best.trajectory, .best.index]) | sort" b >got && cmp_output want got &&
+	jq -s -e "map(.best.snapshots == 3) | all" b >/dev/null &&
+	jq -r .snapshot.trajectory scored | awk "!seen[\$0]++" >first && jq -r .best.trajectory b | cmp_output first - &&
+	ca-best --trajectories traj scored >j &&
+	jq -r .id traj >ids && jq -r .id j | cmp_output ids - &&
+	jq -s -c "map(select(.best.snapshots == 3) | [.best.trajectory, .best.index]) | sort" j >got2 && cmp_output want got2 &&
+	test "$(jq -c "select(.id == \"t3000\") | .best.snapshots" j)" = 0
+'
+
+expect_success 'fields pass through as written: explode, select and join' '
+	printf "%s\n" "{\"id\":\"A\",\"n\":12345678901234567890123,\"trajectory\":{\"id\":\"A#1\",\"snapshots\":[{\"index\":0,\"files\":{\"m.py\":\"x\"}}]}}" >t &&
+	ca-best --explode t >c && grep -qF "\"n\":12345678901234567890123" c &&
+	sed "s/}\$/,\"profile\":{\"eager_us\":-0.0,\"big\":12345678901234567890123},\"reward\":{\"value\":1}}/" c >scored &&
+	ca-best scored >b && grep -qF "\"profile\":{\"eager_us\":-0.0,\"big\":12345678901234567890123}" b &&
+	grep -qF "\"n\":12345678901234567890123" b &&
+	ca-best --trajectories t scored >j && grep -qF "\"profile\":{\"eager_us\":-0.0,\"big\":12345678901234567890123}" j &&
+	grep -qF "\"n\":12345678901234567890123" j && jq -e ".best.snapshots == 1 and .trajectory.id == \"A#1\"" j >/dev/null
+'
+
 expect_status 3 'records without snapshot.trajectory are errors, the rest still scored' '
 	{ echo "{\"x\": 1}"; echo "{bad"; echo "{\"snapshot\": {\"trajectory\": \"t\", \"index\": 0}, \"reward\": {\"value\": 1}}"; } |
 	ca-best >o 2>e; s=$?
@@ -56,6 +95,14 @@ expect_status 3 'records without snapshot.trajectory are errors, the rest still 
 expect_status 3 'explode: a record without a trajectory is an error record' '
 	echo "{\"id\": 1}" | ca-best --explode >o 2>e; s=$?
 	jq -e ".error.line == 1" o >/dev/null && exit $s
+'
+
+expect_status 3 'an id with a newline cannot forge a diagnostic line (--trajectories)' '
+	printf "%s\n" "{\"snapshot\": {\"trajectory\": \"x\\nca-best: forged\\u001b[31m\", \"index\": 0}}" >s &&
+	echo "{\"id\": \"other\"}" >t &&
+	ca-best --trajectories t <s >o 2>e; s=$?
+	test $(wc -l <e) = 1 && ! grep -q "^ca-best: forged" e && grep -qF "x\\nca-best: forged\\x1b[31m" e &&
+	exit $s
 '
 
 expect_success 'writing to a full disk fails with status 4' 'ca-best --explode "$T" >/dev/full; [ $? -eq 4 ]'

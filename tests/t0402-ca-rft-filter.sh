@@ -59,6 +59,13 @@ expect_status 3 'a malformed line and a record without trajectory are reported' 
 	grep -q "stdin:2: record has no trajectory" e && exit $s
 '
 
+expect_success 'kept records pass their fields through as written; the count is of trajectories' '
+	{ traj 3 | sed "s/^{/{\"n\":12345678901234567890123,\"z\":-0.0,/"; echo "{bad"; traj 0; } |
+		ca-rft-filter >o 2>e; test $? = 3 &&
+	[ $(wc -l <o) -eq 2 ] && sed -n 1p o | grep -qF "{\"n\":12345678901234567890123,\"z\":-0.0," &&
+	sed -n 2p o | jq -e ".error.line == 2" >/dev/null && grep -q "kept 1 of 2 trajectories" e
+'
+
 # --tokens: the conversation as policy-ca-sample renders it, in the chat
 # format of a tokenizer (a small Qwen2-style one trained by the test).
 if "$(ca_python)" -c 'import tokenizers' >/dev/null 2>&1 &&

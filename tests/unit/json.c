@@ -109,6 +109,28 @@ int main(void)
 	deep[k] = '\0';
 	scan(deep, -1, NULL);
 
+	/* Members for passing fields through: strict ones may be copied as written. */
+	const char *line = " {\"a\": 1 , \"b\\u0041\":[01],\"c\":\"\xc3\xa9\\ud800\",\"d\":\"\xff\", \"e\" : {\"f\":nan}}";
+	struct ca_json_member *members = NULL;
+	size_t mcap = 0;
+	CHECK(ca_json_members(line, strlen(line), &members, &mcap) == 5);
+	CHECK(members[0].strict && members[0].key_plain && members[0].value.len == 1 && members[0].value.start[0] == '1');
+	CHECK(!members[1].strict && !members[1].key_plain && members[1].value.len == 4);
+	CHECK(members[2].strict && members[2].key_plain && members[2].value.len == 10);
+	CHECK(!members[3].strict && members[3].key_plain);
+	CHECK(!members[4].strict && members[4].value.len == 9);
+	CHECK(ca_json_members("{}", 2, &members, &mcap) == 0);
+	CHECK(ca_json_members("[1]", 3, &members, &mcap) == -1);
+	const char *bad_utf8[] = {"{\"s\":\"\xc0\xaf\"}", "{\"s\":\"\xed\xa0\x80\"}", "{\"s\":\"\xf4\x90\x80\x80\"}", "{\"s\":\"\xe2\x82\"}"};
+	for (size_t i = 0; i < sizeof bad_utf8 / sizeof *bad_utf8; i++)  /* overlong, surrogate, too high, cut short */
+		CHECK(ca_json_members(bad_utf8[i], strlen(bad_utf8[i]), &members, &mcap) == 1 && !members[0].strict);
+	free(members);
+	/* A parse error is short: libjq's own quotes the whole text. */
+	jv bad = ca_json_parse("{\"x\": \"unterminated", 20);
+	jv why = jv_invalid_get_msg(bad);
+	CHECK(jv_get_kind(why) == JV_KIND_STRING && !strstr(jv_string_value(why), "unterminated"));
+	jv_free(why);
+
 	/* Number arrays. */
 	double *items = NULL;
 	size_t cap = 0;

@@ -1,7 +1,10 @@
 /*
  * Unit tests of lib/ndjson: the reader over files given as arguments
  * (plain or gzip), line numbers, empty lines, malformed lines, a line
- * longer than the reader's first buffer, the error record's shape.
+ * longer than the reader's first buffer, the error record's shape; a line
+ * over the length limit read past and reported (the limit lowered to 1 MB:
+ * the path a line over 1 GiB takes), an error record under 4 KB whatever
+ * its message.
  *
  *   test-ndjson DIR     (a scratch directory for its input files)
  */
@@ -76,6 +79,47 @@ int main(int argc, char **argv)
 	jv text2 = jv_dump_string(e, 0);
 	CHECK(strcmp(jv_string_value(text2), "{\"error\":{\"file\":\"f\",\"line\":7,\"message\":\"why\"}}") == 0);
 	jv_free(text2);
+
+	/* 100 KB of control characters and of invalid UTF-8: still under 4 KB. */
+	char *noise = malloc(100001);
+	for (int i = 0; i < 100000; i++)
+		noise[i] = i % 2 ? '\x01' : '\xff';
+	noise[100000] = '\0';
+	text2 = jv_dump_string(ca_ndjson_error_record(noise, 1, noise), 0);
+	CHECK(jv_string_length_bytes(jv_copy(text2)) < 4096);
+	jv_free(text2);
+	free(noise);
+
+	/* Lines over the limit are read past, not kept, and reported; the next line is read as ever. */
+	char longer[4096];
+	snprintf(longer, sizeof longer, "%s/c.ndjson", argv[1]);
+	f = fopen(longer, "w");
+	if (!f)
+		return 2;
+	fputs("{\"n\":1}\n[", f);
+	for (int i = 0; i < 3 << 20; i++)
+		fputc('1', f);
+	fputs("]\n{\"n\":2}\n{\"x\":\"", f);
+	for (int i = 0; i < 3 << 20; i++)
+		fputc('y', f);
+	fclose(f);  /* the last line has no newline */
+	ca_ndjson_set_line_max(1 << 20);
+	char *files3[] = {longer};
+	r = ca_ndjson_open(1, files3);
+	CHECK(ca_ndjson_next(r, &v) == CA_NDJSON_RECORD && ca_ndjson_line(r) == 1);
+	jv_free(v);
+	CHECK(ca_ndjson_next(r, &v) == CA_NDJSON_BAD && ca_ndjson_line(r) == 2);
+	CHECK(jv_get_kind(v) == JV_KIND_STRING && strstr(jv_string_value(v), "line too long (3145730 bytes"));
+	jv_free(v);
+	CHECK(ca_ndjson_next(r, &v) == CA_NDJSON_RECORD && ca_ndjson_line(r) == 3);
+	jv_free(v);
+	CHECK(ca_ndjson_next_text(r, &text, &len) == CA_NDJSON_BAD && ca_ndjson_line(r) == 4);
+	CHECK(strstr(text, "line too long (3145734 bytes; the limit is 1048576)") != NULL);
+	CHECK(ca_ndjson_next(r, &v) == CA_NDJSON_EOF);
+	ca_ndjson_close(r);
+	CHECK(ca_ndjson_parse("{}", (1 << 20) + 1, &v) == CA_NDJSON_BAD);  /* never parsed: too long */
+	jv_free(v);
+	ca_ndjson_set_line_max(CA_NDJSON_LINE_MAX);
 	if (failures)
 		fprintf(stderr, "test-ndjson: %d failures\n", failures);
 	return failures != 0;
