@@ -708,6 +708,20 @@ static jv parse_policy_output(const char *text, size_t len, long long *tokens)
 	} else {
 		jv_free(choices);
 	}
+	/* A message of another role (a user turn the policy made up) is not the assistant's turn. */
+	if (jv_object_has(jv_copy(v), jv_string("role"))) {
+		jv role = obj_get(v, "role");
+		int assistant = jv_get_kind(role) == JV_KIND_STRING && !strcmp(jv_string_value(role), "assistant");
+		jv why = assistant ? jv_invalid() : jv_get_kind(role) == JV_KIND_STRING
+			? jv_string_fmt("the policy's output is a message with role \"%.40s\", not \"assistant\"",
+				jv_string_value(role))
+			: jv_string("the policy's output has a \"role\" that is not the string \"assistant\"");
+		jv_free(role);
+		if (!assistant) {
+			jv_free(v);
+			return jv_invalid_with_msg(why);
+		}
+	}
 	jv content = obj_get(v, "content"), calls = obj_get(v, "tool_calls");
 	int has_content = jv_get_kind(content) == JV_KIND_STRING || jv_get_kind(content) == JV_KIND_NULL ||
 		jv_get_kind(content) == JV_KIND_ARRAY;

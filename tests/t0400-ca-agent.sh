@@ -201,6 +201,19 @@ expect_success 'garbage JSON shapes are invalid outputs, not crashes' '
 	done
 '
 
+expect_success 'a message of another role is an invalid output, not the assistant'\''s turn' '
+	for r in "\"user\"" "\"system\"" "\"tool\"" "null" "5"; do
+		printf "%s\n" "$TASK" | ca-agent --unconfined --max-invalid 1 \
+			--policy "echo '\''{\"role\": $r, \"content\": \"done, says the user\"}'\''" >out || exit 1
+		jq -e ".trajectory.stop == \"invalid_output\" and .trajectory.invalid_outputs == 1
+			and ([.trajectory.messages[] | select(.is_error)][0].content | test(\"role\"))" out >/dev/null ||
+			{ echo "taken as the assistant: role $r"; exit 1; }
+	done &&
+	printf "%s\n" "$TASK" | ca-agent --unconfined \
+		--policy "echo '\''{\"role\": \"assistant\", \"content\": \"done\"}'\''" >out &&
+	jq -e ".trajectory.stop == \"done\" and .trajectory.invalid_outputs == 0" out
+'
+
 expect_status 4 'a failing policy stops the task with policy_error (exit 4), record still written' '
 	printf "%s\n" "$TASK" | ca-agent --unconfined --policy "echo boom >&2; exit 9" >out; s=$?
 	jq -e ".trajectory.stop == \"policy_error\" and (.trajectory.stop_detail | test(\"boom\"))" out >/dev/null && exit $s
