@@ -437,6 +437,18 @@ static const char *trusted_command(const char *command, jv *args, char *why, siz
 	return which;
 }
 
+/*
+ * 1 when a bash call runs in the foreground: run_in_background absent, null
+ * or false (a mistyped one goes to the tools, which refuse the call).
+ */
+static int in_foreground(jv args)
+{
+	jv v = obj_get(args, "run_in_background");
+	int r = jv_get_kind(v) == JV_KIND_NULL || jv_get_kind(v) == JV_KIND_FALSE;
+	jv_free(v);
+	return r;
+}
+
 /* 1 when a bash call's command names a trusted command without being one. */
 static int mentions_trusted(jv args)
 {
@@ -1056,7 +1068,7 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 				jv targs = jv_invalid();
 				const char *which = NULL;
 				char refused[512] = "";
-				if (!strcmp(name, "bash") && ca_json_bool(args, "run_in_background") != 1) {
+				if (!strcmp(name, "bash") && in_foreground(args)) {
 					jv cmd = obj_get(args, "command");
 					if (jv_get_kind(cmd) == JV_KIND_STRING)
 						which = trusted_command(jv_string_value(cmd), &targs, refused, sizeof refused);
@@ -1073,6 +1085,8 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 					jv_free(targs);
 				} else {
 					observation = ca_tools_call(s.tools, name, args, &is_error);
+					if (is_error == CA_TOOLS_INVALID)
+						s.invalid_calls++;
 					if (!strcmp(name, "bash") && mentions_trusted(args))
 						observation = append_note(observation, "\n[note: ca-build, ca-verify and ca-profile "
 							"run the trusted tools on a snapshot only when typed alone as the whole command]");

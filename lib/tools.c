@@ -108,23 +108,42 @@ static char *sb_take(struct sb *b)
 	return b->d;
 }
 
+static char *error_observation(int *is_error, int kind, const char *fmt, va_list ap)
+{
+	struct sb b = {0};
+	va_list again;
+	va_copy(again, ap);
+	sb_puts(&b, "error: ");
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	char *tmp = ca_xmalloc((size_t)(n > 0 ? n : 0) + 1);
+	vsnprintf(tmp, (size_t)(n > 0 ? n : 0) + 1, fmt, again);
+	va_end(again);
+	sb_puts(&b, tmp);
+	free(tmp);
+	*is_error = kind;
+	return sb_take(&b);
+}
+
+/* A call that failed (CA_TOOLS_FAILED). */
 __attribute__((format(printf, 2, 3)))
 static char *fail(int *is_error, const char *fmt, ...)
 {
 	va_list ap;
-	struct sb b = {0};
-	sb_puts(&b, "error: ");
 	va_start(ap, fmt);
-	int n = vsnprintf(NULL, 0, fmt, ap);
+	char *r = error_observation(is_error, CA_TOOLS_FAILED, fmt, ap);
 	va_end(ap);
-	char *tmp = ca_xmalloc((size_t)(n > 0 ? n : 0) + 1);
+	return r;
+}
+
+/* A call that broke the tool's schema (CA_TOOLS_INVALID). */
+__attribute__((format(printf, 2, 3)))
+static char *invalid(int *is_error, const char *fmt, ...)
+{
+	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(tmp, (size_t)(n > 0 ? n : 0) + 1, fmt, ap);
+	char *r = error_observation(is_error, CA_TOOLS_INVALID, fmt, ap);
 	va_end(ap);
-	sb_puts(&b, tmp);
-	free(tmp);
-	*is_error = 1;
-	return sb_take(&b);
+	return r;
 }
 
 char *ca_tools_truncate(const char *text, size_t len, size_t max)
@@ -408,10 +427,21 @@ static int arg_number(jv args, const char *key, double *out)
 	return r;
 }
 
+/* 1 true; 0 false, absent or null; -1 any other type (no strings: "false" would read as true). */
 static int arg_bool(jv args, const char *key)
 {
 	jv v = jv_object_has(jv_copy(args), jv_string(key)) ? jv_object_get(jv_copy(args), jv_string(key)) : jv_invalid();
-	int r = jv_get_kind(v) == JV_KIND_TRUE;
+	int r = jv_get_kind(v) == JV_KIND_TRUE ? 1
+		: !jv_is_valid(v) || jv_get_kind(v) == JV_KIND_FALSE || jv_get_kind(v) == JV_KIND_NULL ? 0 : -1;
+	jv_free(v);
+	return r;
+}
+
+/* 1 when the optional string argument key is given (not null) as something else than a string. */
+static int mistyped_string(jv args, const char *key)
+{
+	jv v = jv_object_has(jv_copy(args), jv_string(key)) ? jv_object_get(jv_copy(args), jv_string(key)) : jv_null();
+	int r = jv_get_kind(v) != JV_KIND_NULL && jv_get_kind(v) != JV_KIND_STRING;
 	jv_free(v);
 	return r;
 }
@@ -422,10 +452,10 @@ static char *tool_read(struct ca_tools *t, jv args, int *is_error)
 {
 	const char *path = arg_string(args, "path"), *why;
 	if (!path)
-		return fail(is_error, "read needs a string argument \"path\"");
+		return invalid(is_error, "read needs a string argument \"path\"");
 	double offset = 1, limit = DEFAULT_READ_LINES;
 	if (arg_number(args, "offset", &offset) < 0 || arg_number(args, "limit", &limit) < 0)
-		return fail(is_error, "read: offset and limit must be numbers");
+		return invalid(is_error, "read: offset and limit must be numbers");
 	if (offset < 1)
 		offset = 1;
 	if (limit < 1)
@@ -484,7 +514,7 @@ static char *tool_write(struct ca_tools *t, jv args, int *is_error)
 	}
 	jv_free(c);
 	if (!path || !content)
-		return fail(is_error, "write needs string arguments \"path\" and \"content\"");
+		return invalid(is_error, "write needs string arguments \"path\" and \"content\"");
 	char abs[PATH_MAX];
 	if (resolve(t, path, abs, &why) != 0)
 		return fail(is_error, "write %s: %s", path, why);
@@ -582,13 +612,16 @@ static char *tool_edit(struct ca_tools *t, jv args, int *is_error)
 	const char *path = arg_string(args, "path"), *old = arg_string(args, "old_string"),
 		*new = arg_string(args, "new_string"), *why;
 	if (!path || !old || !new)
-		return fail(is_error, "edit needs string arguments \"path\", \"old_string\" and \"new_string\"");
+		return invalid(is_error, "edit needs string arguments \"path\", \"old_string\" and \"new_string\"");
+	int all = arg_bool(args, "replace_all");
+	if (all < 0)
+		return invalid(is_error, "edit: replace_all must be true or false");
 	char abs[PATH_MAX], msg[160], *error;
 	char *text = load_for_edit(t, "edit", path, abs, is_error, &error);
 	if (!text)
 		return error;
 	size_t before = count_occurrences(text, old);
-	const char *problem = replace(&text, old, new, arg_bool(args, "replace_all"), msg, sizeof msg);
+	const char *problem = replace(&text, old, new, all, msg, sizeof msg);
 	if (problem) {
 		free(text);
 		return fail(is_error, "edit %s: %s", relative(t, abs), problem);
@@ -600,7 +633,7 @@ static char *tool_edit(struct ca_tools *t, jv args, int *is_error)
 	free(text);
 	struct sb b = {0};
 	sb_printf(&b, "edited %s: %zu replacement%s", relative(t, abs),
-		arg_bool(args, "replace_all") ? before : 1, (arg_bool(args, "replace_all") && before != 1) ? "s" : "");
+		all ? before : 1, (all && before != 1) ? "s" : "");
 	return sb_take(&b);
 }
 
@@ -610,7 +643,19 @@ static char *tool_multiedit(struct ca_tools *t, jv args, int *is_error)
 	jv edits = jv_object_has(jv_copy(args), jv_string("edits")) ? jv_object_get(jv_copy(args), jv_string("edits")) : jv_invalid();
 	if (!path || jv_get_kind(edits) != JV_KIND_ARRAY || jv_array_length(jv_copy(edits)) == 0) {
 		jv_free(edits);
-		return fail(is_error, "multiedit needs \"path\" and a non-empty array \"edits\" of {old_string, new_string[, replace_all]}");
+		return invalid(is_error, "multiedit needs \"path\" and a non-empty array \"edits\" of {old_string, new_string[, replace_all]}");
+	}
+	int n = jv_array_length(jv_copy(edits));
+	for (int i = 0; i < n; i++) {
+		jv e = jv_array_get(jv_copy(edits), i);
+		int ok = jv_get_kind(e) == JV_KIND_OBJECT && arg_string(e, "old_string") && arg_string(e, "new_string")
+			&& arg_bool(e, "replace_all") >= 0;
+		jv_free(e);
+		if (!ok) {
+			jv_free(edits);
+			return invalid(is_error, "multiedit: edit %d of %d needs string fields old_string and new_string "
+				"(and replace_all true or false); no edit was applied", i + 1, n);
+		}
 	}
 	char abs[PATH_MAX], msg[160], *error;
 	char *text = load_for_edit(t, "multiedit", path, abs, is_error, &error);
@@ -618,13 +663,10 @@ static char *tool_multiedit(struct ca_tools *t, jv args, int *is_error)
 		jv_free(edits);
 		return error;
 	}
-	int n = jv_array_length(jv_copy(edits));
 	for (int i = 0; i < n; i++) {
 		jv e = jv_array_get(jv_copy(edits), i);
-		const char *old = jv_get_kind(e) == JV_KIND_OBJECT ? arg_string(e, "old_string") : NULL;
-		const char *new = jv_get_kind(e) == JV_KIND_OBJECT ? arg_string(e, "new_string") : NULL;
-		const char *problem = !old || !new ? "needs string fields old_string and new_string"
-			: replace(&text, old, new, arg_bool(e, "replace_all"), msg, sizeof msg);
+		const char *problem = replace(&text, arg_string(e, "old_string"), arg_string(e, "new_string"),
+			arg_bool(e, "replace_all"), msg, sizeof msg);
 		jv_free(e);
 		if (problem) {
 			free(text);
@@ -735,8 +777,9 @@ static void walk_free(struct walk *w)
 static char *tool_glob(struct ca_tools *t, jv args, int *is_error)
 {
 	const char *pattern = arg_string(args, "pattern"), *path = arg_string(args, "path"), *why;
-	if (!pattern || !*pattern)
-		return fail(is_error, "glob needs a string argument \"pattern\" (for example \"**/*.cu\")");
+	if (!pattern || !*pattern || mistyped_string(args, "path"))
+		return invalid(is_error, "glob needs a string argument \"pattern\" (for example \"**/*.cu\") "
+			"and an optional string \"path\"");
 	if (pattern[0] == '/')
 		return fail(is_error, "glob: the pattern must be relative (use path to pick a directory)");
 	char base[PATH_MAX];
@@ -839,16 +882,22 @@ static char *tool_grep(struct ca_tools *t, jv args, int *is_error)
 	const char *pattern = arg_string(args, "pattern"), *path = arg_string(args, "path"),
 		*filter = arg_string(args, "glob"), *mode = arg_string(args, "output_mode"), *why;
 	if (!pattern)
-		return fail(is_error, "grep needs a string argument \"pattern\" (an extended regular expression)");
+		return invalid(is_error, "grep needs a string argument \"pattern\" (an extended regular expression)");
+	if (mistyped_string(args, "path") || mistyped_string(args, "glob"))
+		return invalid(is_error, "grep: path and glob must be strings");
+	if (mistyped_string(args, "output_mode"))
+		mode = "";
 	if (!mode)
 		mode = "content";
 	if (strcmp(mode, "content") && strcmp(mode, "files_with_matches") && strcmp(mode, "count"))
-		return fail(is_error, "grep: output_mode must be content, files_with_matches or count");
+		return invalid(is_error, "grep: output_mode must be content, files_with_matches or count");
 	double context = 0;
 	if (arg_number(args, "context", &context) < 0 || context < 0 || context > 100)
-		return fail(is_error, "grep: context must be a number of lines from 0 to 100");
-	int flags = REG_EXTENDED | REG_NOSUB;
-	if (arg_bool(args, "case_insensitive"))
+		return invalid(is_error, "grep: context must be a number of lines from 0 to 100");
+	int flags = REG_EXTENDED | REG_NOSUB, fold = arg_bool(args, "case_insensitive");
+	if (fold < 0)
+		return invalid(is_error, "grep: case_insensitive must be true or false");
+	if (fold)
 		flags |= REG_ICASE;
 	regex_t re;
 	int rc = regcomp(&re, pattern, flags);
@@ -1008,13 +1057,18 @@ static char *tool_bash(struct ca_tools *t, jv args, int *is_error)
 {
 	const char *command = arg_string(args, "command");
 	if (!command || !*command)
-		return fail(is_error, "bash needs a non-empty string argument \"command\"");
-	if (arg_bool(args, "run_in_background"))
-		return run_background(t, command, is_error);
+		return invalid(is_error, "bash needs a non-empty string argument \"command\"");
+	int background = arg_bool(args, "run_in_background");
 	double limit = t->command_time_s, asked;
 	int r = arg_number(args, "timeout", &asked);
+	if (background < 0)
+		return invalid(is_error, "bash: run_in_background must be true or false");
 	if (r < 0)
-		return fail(is_error, "bash: timeout must be a number of seconds");
+		return invalid(is_error, "bash: timeout must be a number of seconds");
+	if (mistyped_string(args, "description"))
+		return invalid(is_error, "bash: description must be a string");
+	if (background)
+		return run_background(t, command, is_error);
 	if (r > 0 && asked > 0 && asked < limit)
 		limit = asked;
 	char marker[64], time_text[32];
@@ -1090,7 +1144,7 @@ static struct job *find_job(struct ca_tools *t, jv args, char **error, int *is_e
 	double id;
 	int r = arg_number(args, "id", &id);
 	if (r <= 0) {
-		*error = fail(is_error, "needs the numeric argument \"id\" of a background command");
+		*error = invalid(is_error, "needs the numeric argument \"id\" of a background command");
 		return NULL;
 	}
 	for (size_t i = 0; i < t->njobs; i++)
@@ -1199,11 +1253,11 @@ char *ca_tools_call(struct ca_tools *t, const char *name, jv args, int *is_error
 {
 	*is_error = 0;
 	if (jv_get_kind(args) != JV_KIND_OBJECT)
-		return fail(is_error, "the arguments of %s must be a JSON object", name);
+		return invalid(is_error, "the arguments of %s must be a JSON object", name);
 	for (size_t i = 0; i < sizeof tool_table / sizeof tool_table[0]; i++)
 		if (strcmp(tool_table[i].name, name) == 0)
 			return tool_table[i].fn(t, args, is_error);
-	return fail(is_error, "unknown tool %s; the tools are bash, bash_output, edit, glob, grep, kill_bash, multiedit, read, write", name);
+	return invalid(is_error, "unknown tool %s; the tools are bash, bash_output, edit, glob, grep, kill_bash, multiedit, read, write", name);
 }
 
 static const char schema_text[] =

@@ -13,7 +13,12 @@
  * must stay inside the workspace; the files named protected (the task's
  * model.py, the skill) may be read but never written through the tools.
  * Observations are plain text: what the agent sees. A failed call returns
- * an observation starting with "error: " and sets *is_error.
+ * an observation starting with "error: " and sets *is_error: to
+ * CA_TOOLS_INVALID when the call broke the tool's schema (an unknown tool,
+ * arguments not an object, a required argument missing, an argument of
+ * the wrong type or outside its allowed values; numbers may come as
+ * numeric strings, booleans may not), else to CA_TOOLS_FAILED (a file not
+ * found, a command that exited nonzero, an edit that did not apply).
  */
 #ifndef CA_TOOLS_H
 #define CA_TOOLS_H
@@ -39,13 +44,16 @@ struct ca_tools_config {
 
 struct ca_tools;
 
+enum { CA_TOOLS_OK = 0, CA_TOOLS_FAILED = 1, CA_TOOLS_INVALID = 2 };
+
 struct ca_tools *ca_tools_new(const struct ca_tools_config *config);
 /* Kills background commands still running. */
 void ca_tools_free(struct ca_tools *tools);
 
 /*
  * Run tool name with its arguments (an object; borrowed). Returns the
- * observation (malloc'd); *is_error is 1 when the call failed.
+ * observation (malloc'd); *is_error is CA_TOOLS_OK, CA_TOOLS_FAILED or
+ * CA_TOOLS_INVALID (see above).
  */
 char *ca_tools_call(struct ca_tools *tools, const char *name, jv arguments, int *is_error);
 

@@ -182,9 +182,26 @@ expect_success 'invalid tool calls are answered with an error and counted' '
 	  "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"b\",\"type\":\"function\",\"function\":{\"name\":\"bash\",\"arguments\":\"{not json\"}}]}" \
 	  "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"read\",\"arguments\":\"{}\"}}]}" \
 	  "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[42, {\"function\": {}}]}" >turns &&
-	agent && jq -e ".trajectory.invalid_tool_calls == 4 and .trajectory.tool_calls == 5 and .trajectory.stop == \"done\"" out &&
+	agent && jq -e ".trajectory.invalid_tool_calls == 5 and .trajectory.tool_calls == 5 and .trajectory.stop == \"done\"" out &&
 	obs 0 | grep -q "unknown tool rm_rf" && obs 1 | grep -q "not a JSON object" && obs 2 | grep -q "needs a string argument" &&
 	[ "$(err 3)" = true ] && [ "$(err 4)" = true ]
+'
+
+expect_success 'missing and mistyped arguments are invalid calls, counted; failed calls are not' '
+	jq -cn "{role: \"assistant\", content: null, tool_calls: ([
+		[\"read\", {}], [\"read\", {path: 5}], [\"write\", {path: \"a\"}],
+		[\"edit\", {path: \"a\", old_string: \"x\", new_string: \"y\", replace_all: \"yes\"}],
+		[\"multiedit\", {path: \"a\", edits: [{old_string: 1}]}], [\"glob\", {pattern: \"*\", path: 3}],
+		[\"grep\", {pattern: \"x\", output_mode: \"lines\"}], [\"grep\", {pattern: \"x\", context: \"many\"}],
+		[\"grep\", {pattern: \"x\", case_insensitive: 1}], [\"bash\", {command: 5}],
+		[\"bash\", {command: \"true\", timeout: \"soon\"}], [\"bash\", {command: \"true\", run_in_background: \"yes\"}],
+		[\"bash_output\", {}], [\"kill_bash\", {id: \"x\"}],
+		[\"read\", {path: \"missing\"}], [\"bash_output\", {id: 9}], [\"bash\", {command: \"exit 1\"}]
+	] | to_entries | map({id: \"c\(.key)\", type: \"function\",
+		function: {name: .value[0], arguments: (.value[1] | tojson)}}))}" >turns &&
+	agent && jq -e ".trajectory.invalid_tool_calls == 14 and .trajectory.tool_calls == 17" out &&
+	for i in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do [ "$(err $i)" = true ] || { echo "call $i not an error"; exit 1; }; done &&
+	obs 14 | grep -q "^error: read missing" && [ "$(err 16)" = false ] && obs 16 | grep -q "exit status 1"
 '
 
 expect_success 'a policy writing random bytes yields a clean trajectory with a stop reason' '
