@@ -611,16 +611,73 @@ static char *run_trusted(struct session *s, const char *which, jv args, int *is_
 	return shown;
 }
 
-/* Normalise one tool call; on failure return an error observation (and a usable id). */
-static char *check_call(struct session *s, jv call, int k, jv *norm, const char **name_out, jv *args_out)
+/* The id a policy gave a call (a non-empty string), or null. */
+static jv given_id(jv call)
 {
-	char idbuf[64];
-	snprintf(idbuf, sizeof idbuf, "call_%d_%d", s->turn, k);
 	jv id = jv_get_kind(call) == JV_KIND_OBJECT ? obj_get(call, "id") : jv_null();
-	if (jv_get_kind(id) != JV_KIND_STRING || jv_string_length_bytes(jv_copy(id)) == 0) {
-		jv_free(id);
-		id = jv_string(idbuf);
+	if (jv_get_kind(id) == JV_KIND_STRING && jv_string_length_bytes(jv_copy(id)) > 0)
+		return id;
+	jv_free(id);
+	return jv_null();
+}
+
+/* The ids the policy gave the calls of one message, as the keys of an object. */
+static jv given_ids(jv calls)
+{
+	jv set = jv_object();
+	jv_array_foreach(calls, i, call) {
+		jv id = given_id(call);
+		if (jv_get_kind(id) == JV_KIND_STRING)
+			set = jv_object_set(set, id, jv_true());
+		else
+			jv_free(id);
+		jv_free(call);
 	}
+	return set;
+}
+
+static int has_key(jv set, const char *key)
+{
+	return jv_object_has(jv_copy(set), jv_string(key));
+}
+
+/*
+ * The id of call k: the policy's, unless it gave none or one an earlier call
+ * of the message has (*duplicate); then one of ours that no call of the
+ * message has (given), so that every tool message answers one call.
+ * Adds it to *used.
+ */
+static jv call_id(const struct session *s, jv call, int k, jv given, jv *used, int *duplicate)
+{
+	jv id = given_id(call);
+	*duplicate = jv_get_kind(id) == JV_KIND_STRING && has_key(*used, jv_string_value(id));
+	if (jv_get_kind(id) != JV_KIND_STRING || *duplicate) {
+		char ours[64];
+		for (int n = 0;; n++) {
+			if (n == 0)
+				snprintf(ours, sizeof ours, "call_%d_%d", s->turn, k);
+			else
+				snprintf(ours, sizeof ours, "call_%d_%d_%d", s->turn, k, n);
+			if (!has_key(*used, ours) && !has_key(given, ours))
+				break;
+		}
+		jv_free(id);
+		id = jv_string(ours);
+	}
+	*used = jv_object_set(*used, jv_copy(id), jv_true());
+	return id;
+}
+
+/*
+ * Normalise call k of a message; on failure return an error observation.
+ * given holds the ids the policy gave the message's calls; *used those
+ * answered so far (see call_id).
+ */
+static char *check_call(struct session *s, jv call, int k, jv given, jv *used, jv *norm, const char **name_out,
+	jv *args_out)
+{
+	int duplicate;
+	jv id = call_id(s, call, k, given, used, &duplicate);
 	jv fn = jv_get_kind(call) == JV_KIND_OBJECT ? obj_get(call, "function") : jv_null();
 	jv name = jv_get_kind(fn) == JV_KIND_OBJECT ? obj_get(fn, "name") : jv_null();
 	jv args = jv_get_kind(fn) == JV_KIND_OBJECT ? obj_get(fn, "arguments") : jv_null();
@@ -642,7 +699,15 @@ static char *check_call(struct session *s, jv call, int k, jv *norm, const char 
 		nf = jv_object_set(nf, jv_string("arguments"), jv_string(""));
 	}
 	*norm = jv_object_set(*norm, jv_string("function"), nf);
-	if (jv_get_kind(call) != JV_KIND_OBJECT)
+	if (duplicate) {
+		jv theirs = given_id(call);
+		jv text = jv_string_fmt("error: the tool call id \"%.100s\" is used by an earlier call of this message; "
+			"give every call its own id (this call was not run and is answered as %s)",
+			jv_string_value(theirs), jv_string_value(id));
+		error = ca_xstrdup(jv_string_value(text));
+		jv_free(text);
+		jv_free(theirs);
+	} else if (jv_get_kind(call) != JV_KIND_OBJECT)
 		error = ca_xstrdup("error: a tool call must be an object {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
 	else if (jv_get_kind(name) != JV_KIND_STRING)
 		error = ca_xstrdup("error: the tool call has no function name");
@@ -1052,10 +1117,11 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 		}
 		/* Normalise every call first, so the assistant message precedes its results. */
 		jv norm_calls = jv_array(), results = jv_array();
+		jv given = given_ids(calls), used = jv_object();
 		for (int k = 0; k < ncalls; k++) {
 			jv call = jv_array_get(jv_copy(calls), k), norm, args;
 			const char *name;
-			char *error = check_call(&s, call, k, &norm, &name, &args);
+			char *error = check_call(&s, call, k, given, &used, &norm, &name, &args);
 			jv call_id = obj_get(norm, "id");
 			char *observation;
 			int is_error = 0;
@@ -1104,6 +1170,8 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 			if (cfg->max_time > 0 && elapsed(&s) >= cfg->max_time)
 				break;
 		}
+		jv_free(given);
+		jv_free(used);
 		am = jv_object_set(am, jv_string("tool_calls"), norm_calls);
 		s.messages = jv_array_append(s.messages, stamp(&s, am));
 		jv_array_foreach(results, i, r) {

@@ -204,6 +204,21 @@ expect_success 'missing and mistyped arguments are invalid calls, counted; faile
 	obs 14 | grep -q "^error: read missing" && [ "$(err 16)" = false ] && obs 16 | grep -q "exit status 1"
 '
 
+expect_success 'a tool call id used twice in a message is an invalid call; every tool message has its own id' '
+	jq -cn "{role: \"assistant\", content: null, tool_calls: [
+		{type: \"function\", function: {name: \"bash\", arguments: ({command: \"echo first >one\"} | tojson)}},
+		{id: \"x\", type: \"function\", function: {name: \"bash\", arguments: ({command: \"echo x\"} | tojson)}},
+		{id: \"x\", type: \"function\", function: {name: \"bash\", arguments: ({command: \"echo again >two\"} | tojson)}},
+		{id: \"call_1_0\", type: \"function\", function: {name: \"glob\", arguments: ({pattern: \"*\"} | tojson)}}]}" >turns &&
+	agent && jq -e "[.trajectory.messages[] | select(.role == \"tool\") | .tool_call_id] as \$ids
+		| (\$ids | length) == 4 and (\$ids | unique | length) == 4
+		and [.trajectory.messages[] | select(.role == \"assistant\") | .tool_calls[]?.id] == \$ids
+		and .trajectory.invalid_tool_calls == 1 and (.trajectory.final.files | has(\"two\") | not)
+		and .trajectory.final.files.one == \"first\n\"" out &&
+	[ "$(err 2)" = true ] && obs 2 | grep -q "used by an earlier call" && obs 1 | grep -q "^x$" &&
+	[ "$(err 3)" = false ]
+'
+
 expect_success 'a policy writing random bytes yields a clean trajectory with a stop reason' '
 	printf "%s\n" "$TASK" | ca-agent --unconfined --max-invalid 3 --policy "head -c 300 /dev/urandom" >out &&
 	[ $(wc -l <out) -eq 1 ] &&
