@@ -46,6 +46,8 @@ enum {
 	MAX_SNAPSHOT_FILE = 1 << 20,     /* a larger file is left out of a snapshot */
 	MAX_SNAPSHOT_TOTAL = 4 << 20,
 	MAX_RAW_SHOWN = 4000,            /* of an invalid policy output kept in the record */
+	MAX_POLICY_OUTPUT = 64 << 20,    /* one assistant message; more is an invalid output */
+	MAX_TRUSTED_OUTPUT = 4 << 20,    /* kept of a trusted command's output: head and tail */
 };
 
 struct config {
@@ -478,7 +480,7 @@ static char *run_trusted(struct session *s, const char *which, jv args, int *is_
 	snprintf(dir, sizeof dir, "%s/snapshot-%d", s->state, index);
 	const char *cmd = !strcmp(which, "ca-build") ? cfg->build_cmd
 		: !strcmp(which, "ca-verify") ? cfg->verify_cmd : cfg->profile_cmd;
-	struct ca_buf out = {0}, err = {0};
+	struct ca_buf out = {.keep_tail = 1}, err = {.keep_tail = 1};
 	int status = -1;
 	char *why = NULL;
 	if (materialize(dir, files, s->code) != 0) {
@@ -506,7 +508,7 @@ static char *run_trusted(struct session *s, const char *which, jv args, int *is_
 		p.timeout_s = cfg->eval_time;
 		p.die_with_parent = 1;
 		running_proc = &p;
-		status = ca_proc_capture(&p, NULL, 0, &out, &err, 4 << 20);
+		status = ca_proc_capture(&p, NULL, 0, &out, &err, MAX_TRUSTED_OUTPUT);
 		running_proc = NULL;
 		if (status < 0)
 			why = ca_xstrdup(strerror(errno));
@@ -578,20 +580,16 @@ static char *run_trusted(struct session *s, const char *which, jv args, int *is_
 		} else if (!field && jv_get_kind(result) == JV_KIND_OBJECT) {
 			view = jv_copy(result);
 		}
-		const char *body;
-		size_t body_len;
-		jv dumped = jv_invalid();
+		char *b;
 		if (jv_get_kind(view) != JV_KIND_NULL) {
-			dumped = jv_dump_string(view, JV_PRINT_PRETTY | JV_PRINT_SPACE1);
-			body = jv_string_value(dumped);
-			body_len = strlen(body);
+			jv dumped = jv_dump_string(view, JV_PRINT_PRETTY | JV_PRINT_SPACE1);
+			b = ca_tools_truncate(jv_string_value(dumped), strlen(jv_string_value(dumped)), (size_t)cfg->max_output);
+			jv_free(dumped);
 		} else {
 			jv_free(view);
-			body = out.data ? out.data : "";
-			body_len = out.len;
+			b = ca_tools_truncate_buf(&out, out.len, NULL, (size_t)cfg->max_output);
 		}
-		char *b = ca_tools_truncate(body, body_len, (size_t)cfg->max_output);
-		char *e = err.len ? ca_tools_truncate(err.data, err.len, 4000) : NULL;
+		char *e = err.len ? ca_tools_truncate_buf(&err, err.len, NULL, 4000) : NULL;
 		size_t len = strlen(b) + (e ? strlen(e) : 0) + 128;
 		shown = ca_xmalloc(len);
 		snprintf(shown, len, "%s%s%s%s", b, e ? "\n" : "", e ? e : "", "");
@@ -602,7 +600,6 @@ static char *run_trusted(struct session *s, const char *which, jv args, int *is_
 		}
 		free(b);
 		free(e);
-		jv_free(dumped);
 	}
 	jv_free(result);
 	ca_buf_free(&out);
@@ -854,10 +851,10 @@ static const char *run_policy(struct session *s, jv *message, char **detail)
 	ca_proc_init(&p, argv);
 	p.timeout_s = cfg->policy_time;
 	p.die_with_parent = 1;
-	struct ca_buf out = {0}, err = {0};
+	struct ca_buf out = {0}, err = {.keep_tail = 1};
 	running_proc = &p;
 	int status = ca_proc_capture(&p, jv_string_value(text), (size_t)jv_string_length_bytes(jv_copy(text)),
-		&out, &err, 8 << 20);
+		&out, &err, MAX_POLICY_OUTPUT);
 	running_proc = NULL;
 	jv_free(text);
 	const char *stop = NULL;
@@ -870,14 +867,18 @@ static const char *run_policy(struct session *s, jv *message, char **detail)
 		stop = "policy_timeout";
 	} else if (status != 0) {
 		stop = "policy_error";
-		char *tail = ca_tools_truncate(err.data ? err.data : "", err.len, 2000);
+		char *tail = ca_tools_truncate_buf(&err, err.len, NULL, 2000);
 		size_t len = strlen(tail) + 64;
 		*detail = ca_xmalloc(len);
 		snprintf(*detail, len, "exit status %d: %s", status, tail);
 		free(tail);
 	} else {
 		long long tokens = -1;
-		*message = parse_policy_output(out.data ? out.data : "", out.len, &tokens);
+		if (out.dropped)
+			*message = jv_invalid_with_msg(jv_string_fmt("the policy's output is over the limit of a message "
+				"(%d MiB)", MAX_POLICY_OUTPUT >> 20));
+		else
+			*message = parse_policy_output(out.data ? out.data : "", out.len, &tokens);
 		if (tokens > 0)
 			s->tokens = tokens;
 		if (!jv_is_valid(*message)) {

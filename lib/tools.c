@@ -23,6 +23,7 @@
 
 enum {
 	MAX_FILE_BYTES = 8 << 20,   /* read/edit/grep refuse larger files */
+	MAX_CAPTURE = 8 << 20,      /* of a bash command's output, head and tail (or twice --max-output) */
 	MAX_GLOB_RESULTS = 500,
 	MAX_WALK_ENTRIES = 100000,
 	MAX_WALK_DEPTH = 32,
@@ -146,21 +147,51 @@ static char *invalid(int *is_error, const char *fmt, ...)
 	return r;
 }
 
-char *ca_tools_truncate(const char *text, size_t len, size_t max)
+/*
+ * Shorten an output of which text[0, len) is what we hold: gap bytes that
+ * came after text[0, gap_at) were not kept (a capture keeping its head and
+ * its tail). Keep the head and the tail: compiler errors come first,
+ * summaries last.
+ */
+static char *shorten(const char *text, size_t len, size_t gap_at, size_t gap, size_t max)
 {
-	if (len <= max) {
+	if (gap == 0 && len <= max) {
 		char *copy = ca_xmalloc(len + 1);
 		memcpy(copy, text, len);
 		copy[len] = '\0';
 		return copy;
 	}
-	/* Keep the head and the tail: compiler errors come first, summaries last. */
-	size_t head = max * 2 / 3, tail = max - head;
+	if (gap == 0)
+		gap_at = len;
+	size_t head = max * 2 / 3;
+	if (head > gap_at)
+		head = gap_at;
+	size_t tail = max - head;
+	if (tail > len - head)
+		tail = len - head;
+	if (gap > 0 && tail > len - gap_at)
+		tail = len - gap_at;
 	struct sb b = {0};
 	sb_add(&b, text, head);
-	sb_printf(&b, "\n[... %zu bytes of output omitted ...]\n", len - head - tail);
+	sb_printf(&b, "\n[... %zu bytes of output omitted ...]\n", len + gap - head - tail);
 	sb_add(&b, text + len - tail, tail);
 	return sb_take(&b);
+}
+
+char *ca_tools_truncate(const char *text, size_t len, size_t max)
+{
+	return shorten(text, len, len, 0, max);
+}
+
+char *ca_tools_truncate_buf(const struct ca_buf *buf, size_t len, const char *more, size_t max)
+{
+	size_t gap_at = buf->keep_tail && buf->dropped_at < len ? buf->dropped_at : len;
+	struct sb b = {0};
+	sb_add(&b, buf->data ? buf->data : "", len);
+	sb_puts(&b, more ? more : "");
+	char *r = shorten(b.d, b.len, gap_at, buf->dropped, max);
+	free(b.d);
+	return r;
 }
 
 /* ---- paths ---- */
@@ -1082,9 +1113,10 @@ static char *tool_bash(struct ca_tools *t, jv args, int *is_error)
 	p.die_with_parent = 1;
 	/* The sandbox enforces the limit; ours is the backstop. */
 	p.timeout_s = t->sandbox ? limit + 10 : limit;
-	struct ca_buf out = {0}, err = {0};
-	/* Keep plenty, so the tail shown is the real tail for any sensible output. */
-	int status = ca_proc_capture(&p, NULL, 0, &out, &err, 8 << 20);
+	/* The head and the real tail of any output, more of each than an observation shows. */
+	struct ca_buf out = {.keep_tail = 1}, err = {0};
+	size_t cap = 2 * t->max_output > MAX_CAPTURE ? 2 * t->max_output : MAX_CAPTURE;
+	int status = ca_proc_capture(&p, NULL, 0, &out, &err, cap);
 	if (status < 0) {
 		int e = errno;
 		char *r = fail(is_error, "bash: cannot start %s: %s", argv[0], strerror(e));
@@ -1117,26 +1149,40 @@ static char *tool_bash(struct ca_tools *t, jv args, int *is_error)
 		}
 	}
 	struct sb b = {0};
-	while (out.len > 0 && out.data[out.len - 1] == '\n')
-		out.len--;
-	if (out.len)
-		sb_add(&b, out.data, out.len);
-	if (out.dropped)
-		sb_printf(&b, "\n[... %zu more bytes of output dropped ...]\n", out.dropped);
+	size_t len = out.len;
+	while (len > 0 && out.data[len - 1] == '\n')
+		len--;
+	/* After the output: the sandbox's own diagnostics, then how the command ended. */
 	if (diag && *diag)
-		sb_printf(&b, "%s%s", b.len && b.d[b.len - 1] != '\n' ? "\n" : "", diag);
+		sb_printf(&b, "%s%s", len ? "\n" : "", diag);
 	free(diag);
+	int any = len > 0 || b.len > 0;
 	if (p.timed_out || status == CA_PROC_TIMEOUT_STATUS)
-		sb_printf(&b, "%s[the command ran past its %s s limit and was killed]", b.len ? "\n" : "", time_text);
+		sb_printf(&b, "%s[the command ran past its %s s limit and was killed]", any ? "\n" : "", time_text);
 	else if (status != 0)
-		sb_printf(&b, "%s[exit status %d]", b.len ? "\n" : "", status);
-	if (b.len == 0)
+		sb_printf(&b, "%s[exit status %d]", any ? "\n" : "", status);
+	if (len == 0 && b.len == 0)
 		sb_puts(&b, "(no output)");
+	char *res = ca_tools_truncate_buf(&out, len, b.d, t->max_output);
 	ca_buf_free(&out);
 	ca_buf_free(&err);
-	char *res = ca_tools_truncate(b.d, b.len, t->max_output);
 	free(b.d);
 	return res;
+}
+
+/* Read up to n bytes at offset; returns how many came. */
+static size_t pread_all(int fd, char *into, size_t n, off_t offset)
+{
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = pread(fd, into + got, n - got, offset + (off_t)got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	return got;
 }
 
 static struct job *find_job(struct ca_tools *t, jv args, char **error, int *is_error)
@@ -1176,25 +1222,27 @@ static char *tool_bash_output(struct ca_tools *t, jv args, int *is_error)
 	if (!job)
 		return error;
 	job_poll(t, job);
-	struct sb b = {0};
+	/* The new output's head and its real tail, however much came. */
+	struct ca_buf news = {.keep_tail = 1};
 	int fd = open(job->log_path, O_RDONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		char chunk[65536];
-		ssize_t n;
-		size_t taken = 0;
-		if (lseek(fd, job->offset, SEEK_SET) >= 0) {
-			while ((n = read(fd, chunk, sizeof chunk)) > 0) {
-				job->offset += n;
-				if (taken < t->max_output * 4) {
-					sb_add(&b, chunk, (size_t)n);
-					taken += (size_t)n;
-				}
-			}
+	struct stat st;
+	if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > job->offset) {
+		size_t size = (size_t)(st.st_size - job->offset), half = t->max_output;
+		size_t head = size > 2 * half ? half : size, tail = size > 2 * half ? half : 0;
+		news.data = ca_xmalloc(head + tail + 1);
+		news.len = pread_all(fd, news.data, head, job->offset);
+		if (tail > 0 && news.len == head) {
+			news.len += pread_all(fd, news.data + head, tail, st.st_size - (off_t)tail);
+			news.dropped = size - head - tail;
+			news.dropped_at = head;
 		}
-		close(fd);
+		news.data[news.len] = '\0';
+		job->offset = st.st_size;
 	}
-	char *shown = ca_tools_truncate(b.d ? b.d : "", b.len, t->max_output);
-	free(b.d);
+	if (fd >= 0)
+		close(fd);
+	char *shown = ca_tools_truncate_buf(&news, news.len, NULL, t->max_output);
+	ca_buf_free(&news);
 	struct sb r = {0};
 	sb_puts(&r, shown[0] ? shown : "(no new output)");
 	free(shown);

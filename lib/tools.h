@@ -63,7 +63,15 @@ int ca_tools_known(const char *name);
 /* The tools' schema in OpenAI function-calling form: an array of {"type": "function", ...}. */
 jv ca_tools_schema(void);
 
-/* Shorten text to at most max bytes, keeping the head and saying how much went (malloc'd). */
+/* Shorten text to at most max bytes, keeping the head and the tail and saying how much went (malloc'd). */
 char *ca_tools_truncate(const char *text, size_t len, size_t max);
+
+/*
+ * The same for the first len bytes a capture kept (buf; borrowed) followed
+ * by the text more (may be NULL): the bytes the capture dropped, past its
+ * cap or in the gap of a keep_tail buffer, count as left out.
+ */
+struct ca_buf;
+char *ca_tools_truncate_buf(const struct ca_buf *buf, size_t len, const char *more, size_t max);
 
 #endif

@@ -77,6 +77,20 @@ expect_success 'bash: long output is truncated with a note' '
 	head -1 o | grep -q "^1$" && tail -1 o | grep -q "^100000$"
 '
 
+expect_success 'bash: output over the capture limit (8 MiB) keeps its real end and counts what went' '
+	call bash "{\"command\": \"seq 1 2000000\"}" >turns &&
+	agent --max-output 2000 && obs 0 >o && head -1 o | grep -q "^1$" && tail -1 o | grep -q "^2000000$" &&
+	grep -q "^\[\.\.\. 14886895 bytes of output omitted \.\.\.\]$" o
+'
+
+expect_success 'bash_output: a long new output keeps its real end' '
+	{ call bash "{\"command\": \"seq 1 300000\", \"run_in_background\": true}"
+	  call bash "{\"command\": \"sleep 1\"}"
+	  call bash_output "{\"id\": 1}"; } >turns &&
+	agent --max-output 2000 && obs 2 >o && head -1 o | grep -q "^1$" &&
+	grep -q "^300000$" o && tail -1 o | grep -q "finished with status 0" && grep -q "omitted" o
+'
+
 expect_success 'bash: background commands, bash_output and kill_bash' '
 	{ call bash "{\"command\": \"echo started; sleep 60\", \"run_in_background\": true}"
 	  call bash "{\"command\": \"sleep 1\"}"
@@ -249,6 +263,23 @@ expect_success 'a message of another role is an invalid output, not the assistan
 expect_status 4 'a failing policy stops the task with policy_error (exit 4), record still written' '
 	printf "%s\n" "$TASK" | ca-agent --unconfined --policy "echo boom >&2; exit 9" >out; s=$?
 	jq -e ".trajectory.stop == \"policy_error\" and (.trajectory.stop_detail | test(\"boom\"))" out >/dev/null && exit $s
+'
+
+expect_success 'a 9 MB policy message is read whole; the end of a long standard error is kept' '
+	cat >policy <<-\EOF &&
+	#!/bin/sh
+	cat >/dev/null
+	printf "{\"role\": \"assistant\", \"content\": \""
+	head -c 9437184 /dev/zero | tr "\0" a
+	printf "\"}\n"
+	EOF
+	chmod +x policy &&
+	printf "%s\n" "$TASK" | ca-agent --unconfined --policy ./policy >out &&
+	jq -e ".trajectory.stop == \"done\" and .trajectory.invalid_outputs == 0
+		and (.trajectory.messages[-1].content | length) == 9437184" out &&
+	printf "%s\n" "$TASK" | ca-agent --unconfined \
+		--policy "head -c 9437184 /dev/zero | tr \"\\\\0\" x >&2; echo the real end >&2; exit 9" >out
+	jq -e ".trajectory.stop == \"policy_error\" and (.trajectory.stop_detail | endswith(\"the real end\n\"))" out
 '
 
 expect_success 'a policy past --policy-time stops with policy_timeout' '
