@@ -959,6 +959,14 @@ static jv message(const char *role, const char *content)
 	return jv_object_set(m, jv_string("content"), jv_string(content));
 }
 
+/* A diagnostic about a task, its id quoted as JSON: an id cannot forge lines of diagnostics. */
+static void warn_task(const struct session *s, const char *detail)
+{
+	jv quoted = jv_dump_string(jv_string(s->id), 0);
+	ca_err_warn("task %s: %s", jv_string_value(quoted), detail);
+	jv_free(quoted);
+}
+
 /* Run one task to its trajectory record; *status gets the worst status. */
 static jv run_task(const struct config *cfg, jv task, long index, const char *taskdir, int *status)
 {
@@ -986,7 +994,7 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 	if (!s.code) {
 		stop = "setup_error";
 		detail = ca_xstrdup("the task record has no string field \"code\"");
-		ca_err_warn("task %s: %s", s.id, detail);
+		warn_task(&s, detail);
 		*status = ca_err_worst(*status, CA_EXIT_DATA);
 	}
 	char path[PATH_MAX + 64];
@@ -1010,7 +1018,7 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 			}
 		}
 		if (stop) {
-			ca_err_warn("task %s: %s", s.id, detail);
+			warn_task(&s, detail);
 			*status = ca_err_worst(*status, CA_EXIT_SYSTEM);
 		}
 	}
@@ -1267,12 +1275,26 @@ static noreturn void child_main(const struct config *cfg, struct slot *slot, lon
 	_exit(status);
 }
 
+/*
+ * Set when writing to stdout failed, and reported then, while errno says
+ * why (the clean-up after it would leave another errno for ca_err_finish).
+ */
+static int write_failed;
+
+static int write_error(void)
+{
+	if (!write_failed)
+		ca_err_warn_sys("write error on stdout");
+	write_failed = 1;
+	return CA_EXIT_SYSTEM;
+}
+
 static int emit(const struct config *cfg, struct slot *slot)
 {
 	int status = CA_EXIT_OK;
 	if (!slot->is_task) {
 		if (ca_ndjson_write(slot->record) != 0)
-			status = CA_EXIT_SYSTEM;
+			status = write_error();
 		ca_ndjson_progress_tick();
 		return status;
 	}
@@ -1282,7 +1304,7 @@ static int emit(const struct config *cfg, struct slot *slot)
 	char *text = ca_file_read(path, 0, 0, &len);
 	if (text && len > 0) {
 		if (ca_ndjson_write_raw(text, len) != 0)
-			status = CA_EXIT_SYSTEM;
+			status = write_error();
 	} else {
 		/* The worker died without a record: still one record out. */
 		jv traj = jv_object();
@@ -1292,7 +1314,7 @@ static int emit(const struct config *cfg, struct slot *slot)
 		traj = jv_object_set(traj, jv_string("stop_detail"), jv_string(d));
 		ca_err_warn("task at line %ld: %s", slot->line, d);
 		if (ca_ndjson_write(jv_object_set(jv_copy(slot->record), jv_string("trajectory"), traj)) != 0)
-			status = CA_EXIT_SYSTEM;
+			status = write_error();
 		status = ca_err_worst(status, CA_EXIT_SYSTEM);
 	}
 	free(text);
@@ -1530,5 +1552,5 @@ int main(int argc, char **argv)
 		remove_tree(root);
 	else if (cfg.keep)
 		ca_err_warn("workspaces kept under %s", root);
-	return ca_err_finish(status);
+	return write_failed ? CA_EXIT_SYSTEM : ca_err_finish(status);
 }

@@ -372,8 +372,17 @@ expect_status 3 'a malformed line becomes an error record; a task without code a
 	grep -q "tasks:2:" err && exit $s
 '
 
-expect_success 'writing to a full disk fails with status 4' '
-	printf "%s\n" "$TASK" | ca-agent --unconfined --policy "echo {\\\"content\\\":\\\"x\\\"}" >/dev/full; [ $? -eq 4 ]
+expect_success 'writing to a full disk fails with status 4 and says why' '
+	printf "%s\n" "$TASK" | ca-agent --unconfined --policy "echo {\\\"content\\\":\\\"x\\\"}" >/dev/full 2>err
+	[ $? -eq 4 ] && grep -q "^ca-agent: write error on stdout: No space left on device$" err &&
+	[ $(grep -c "write error" err) -eq 1 ]
+'
+
+expect_status 3 'an id holding a newline cannot forge a diagnostic line' '
+	printf "%s\n" "{\"id\": \"x\\nca-agent: forged\", \"no\": \"code\"}" |
+		ca-agent --unconfined --policy true >out 2>err; s=$?
+	cat err && [ $(wc -l <err) -eq 1 ] && ! grep -q "^ca-agent: forged" err &&
+	jq -e ".trajectory.stop == \"setup_error\"" out >/dev/null && exit $s
 '
 
 expect_success 'killing ca-agent stops its workers and their policies, and cleans up' '
