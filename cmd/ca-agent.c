@@ -17,6 +17,7 @@
 #include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -922,10 +923,31 @@ static char *task_text(const struct session *s)
 	return t;
 }
 
+/* Add every entry of dir but the one called keep[0, keep_len) to list[*n ...]. */
+static char **add_siblings(char **list, size_t *n, const char *dir, const char *keep, size_t keep_len)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+				(strlen(e->d_name) == keep_len && !strncmp(e->d_name, keep, keep_len)))
+			continue;
+		list = ca_xrealloc(list, (*n + 2) * sizeof *list);
+		size_t len = strlen(dir) + strlen(e->d_name) + 2;
+		list[*n] = ca_xmalloc(len);
+		snprintf(list[(*n)++], len, "%s/%s", dir, e->d_name);
+	}
+	if (d)
+		closedir(d);
+	return list;
+}
+
 /*
- * What the agent's shell must not reach: the other tasks' directories and
- * our own state (job logs, snapshots). Below /tmp the sandbox's private
- * /tmp hides them already (and a hide of a path it cannot see would fail).
+ * What the agent's shell must not reach: everything on the way from root
+ * to its own taskdir but that way (the other workers' directories, and
+ * the earlier tasks of its own worker), and our own state (job logs,
+ * snapshots). Below /tmp the sandbox's private /tmp hides them already
+ * (and a hide of a path it cannot see would fail).
  */
 static char **hidden_paths(const char *root, const char *taskdir, const char *state)
 {
@@ -933,20 +955,16 @@ static char **hidden_paths(const char *root, const char *taskdir, const char *st
 	size_t n = 0;
 	if (strncmp(root, "/tmp/", 5) == 0)
 		return list;
-	const char *own = strrchr(taskdir, '/');
-	own = own ? own + 1 : taskdir;
-	DIR *d = opendir(root);
-	struct dirent *e;
-	while (d && (e = readdir(d))) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, own))
-			continue;
-		list = ca_xrealloc(list, (n + 2) * sizeof *list);
-		size_t len = strlen(root) + strlen(e->d_name) + 2;
-		list[n] = ca_xmalloc(len);
-		snprintf(list[n++], len, "%s/%s", root, e->d_name);
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof dir, "%s", root);
+	for (const char *rest = taskdir + strlen(root); *rest == '/'; ) {
+		const char *name = rest + 1, *slash = strchr(name, '/');
+		size_t len = slash ? (size_t)(slash - name) : strlen(name);
+		list = add_siblings(list, &n, dir, name, len);
+		size_t used = strlen(dir);
+		snprintf(dir + used, sizeof dir - used, "/%.*s", (int)len, name);
+		rest = name + len;
 	}
-	if (d)
-		closedir(d);
 	list = ca_xrealloc(list, (n + 2) * sizeof *list);
 	list[n++] = ca_xstrdup(state);
 	list[n] = NULL;
@@ -1243,13 +1261,35 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 
 /* ---- the task pool ---- */
 
+/*
+ * Tasks start as they arrive, each in a worker process of its own, up to
+ * -j at once; records leave in input order. A task's directory is
+ * ROOT/worker-K/NNNNNN-ID, where the -j worker directories all exist before
+ * the first task starts: a confined task hides the other workers' (and
+ * what its own worker holds besides it), so no task reaches another's
+ * workspace, also one that starts after it.
+ */
+enum { MAX_WAITING = 256 };  /* records read ahead of the oldest one still running */
+
 struct slot {
 	jv record;          /* the task, or an error record to pass through */
 	int is_task;
+	const char *file;   /* where it came from, for messages */
 	long line;
+	long position;      /* in the input, from 1 */
 	pid_t pid;
+	long worker;        /* the worker directory it runs in, from 0 */
 	int done, status;
 	char dir[PATH_MAX];
+};
+
+struct pool {
+	const struct config *cfg;
+	struct slot *slots;         /* the records read and not yet written, in input order: [head, count) */
+	size_t head, count, cap;
+	long running, read;
+	char *busy;                 /* busy[k]: worker directory k holds a running task */
+	int status;
 };
 
 static void sanitize(const char *id, char *out, size_t n)
@@ -1261,11 +1301,16 @@ static void sanitize(const char *id, char *out, size_t n)
 	out[k] = '\0';
 }
 
+static void worker_dir(const struct config *cfg, long k, char *out, size_t n)
+{
+	snprintf(out, n, "%s/worker-%ld", cfg->root, k + 1);
+}
+
 /* The child: run one task, write its record to dir/record.json. */
-static noreturn void child_main(const struct config *cfg, struct slot *slot, long index)
+static noreturn void child_main(const struct config *cfg, struct slot *slot)
 {
 	int status = CA_EXIT_OK;
-	jv out = run_task(cfg, slot->record, index, slot->dir, &status);
+	jv out = run_task(cfg, slot->record, slot->position - 1, slot->dir, &status);
 	char path[PATH_MAX + 32];
 	snprintf(path, sizeof path, "%s/record.json", slot->dir);
 	jv text = jv_dump_string(out, 0);
@@ -1312,7 +1357,7 @@ static int emit(const struct config *cfg, struct slot *slot)
 		char d[64];
 		snprintf(d, sizeof d, "the task's worker ended with status %d", slot->status);
 		traj = jv_object_set(traj, jv_string("stop_detail"), jv_string(d));
-		ca_err_warn("task at line %ld: %s", slot->line, d);
+		ca_err_warn("%s:%ld: %s", slot->file, slot->line, d);
 		if (ca_ndjson_write(jv_object_set(jv_copy(slot->record), jv_string("trajectory"), traj)) != 0)
 			status = write_error();
 		status = ca_err_worst(status, CA_EXIT_SYSTEM);
@@ -1326,119 +1371,214 @@ static int emit(const struct config *cfg, struct slot *slot)
 	return status;
 }
 
-/* Set by SIGTERM, SIGINT or SIGHUP in ca-agent itself: stop the workers and clean up. */
+/*
+ * Set by SIGTERM, SIGINT or SIGHUP in ca-agent itself: stop the workers and
+ * clean up. Every signal we wait for (these and SIGCHLD) writes a byte to
+ * the wake pipe, so the main loop's poll sees it without a race.
+ */
 static volatile sig_atomic_t stop_signal;
+static int wake[2] = {-1, -1};
+
+static void poke(void)
+{
+	int saved = errno;
+	if (wake[1] >= 0 && write(wake[1], "", 1) < 0) {
+		/* full: a wake-up is pending anyway */
+	}
+	errno = saved;
+}
 
 static void note_stop(int sig)
 {
 	stop_signal = sig;
+	poke();
 }
 
-static int run_all(const struct config *cfg, int nfiles, char **files, const char *root)
+static void note_child(int sig)
 {
-	struct ca_ndjson_reader *r = ca_ndjson_open(nfiles, files);
-	struct slot *slots = NULL;
-	size_t n = 0, cap = 0;
-	int status = CA_EXIT_OK;
-	jv rec;
-	int kind;
-	while ((kind = ca_ndjson_next(r, &rec)) != CA_NDJSON_EOF) {
-		if (n == cap) {
-			cap = cap ? 2 * cap : 16;
-			slots = ca_xrealloc(slots, cap * sizeof *slots);
-		}
-		struct slot *sl = &slots[n];
-		memset(sl, 0, sizeof *sl);
-		sl->line = ca_ndjson_line(r);
-		if (kind == CA_NDJSON_BAD) {
-			ca_ndjson_warn(r, "%s", jv_string_value(rec));
-			sl->record = ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(rec));
-			jv_free(rec);
-			status = ca_err_worst(status, CA_EXIT_DATA);
-		} else {
-			sl->record = rec;
-			sl->is_task = 1;
-			jv id = obj_get(rec, "id");
-			char clean[64] = "task";
-			if (jv_get_kind(id) == JV_KIND_STRING)
-				sanitize(jv_string_value(id), clean, sizeof clean);
-			jv_free(id);
-			snprintf(sl->dir, sizeof sl->dir, "%s/%06zu-%s", root, n + 1, clean);
-		}
-		n++;
-	}
-	status = ca_err_worst(status, ca_ndjson_status(r));
-	ca_ndjson_close(r);
+	(void)sig;
+	poke();
+}
 
-	/* Every task directory exists before any task starts, so each can hide the others. */
-	for (size_t i = 0; i < n; i++)
-		if (slots[i].is_task && ca_paths_mkdirs(slots[i].dir, 0755) != 0)
-			ca_err_die_sys(CA_EXIT_SYSTEM, "%s", slots[i].dir);
-	size_t next_start = 0, next_emit = 0;
-	long running = 0;
-	fflush(stdout);
-	while (next_emit < n) {
-		while (running < cfg->jobs && next_start < n) {
-			struct slot *sl = &slots[next_start];
-			if (sl->is_task) {
-				pid_t parent = getpid();
-				pid_t pid = fork();
-				if (pid < 0)
-					ca_err_die_sys(CA_EXIT_SYSTEM, "fork");
-				if (pid == 0) {
-					/* A worker does not outlive ca-agent; its children die with it. */
-					struct sigaction sa;
-					memset(&sa, 0, sizeof sa);
-					sa.sa_handler = stop_worker;
-					sigaction(SIGTERM, &sa, NULL);
-					sigaction(SIGINT, &sa, NULL);
-					sigaction(SIGHUP, &sa, NULL);
-					prctl(PR_SET_PDEATHSIG, SIGTERM);
-					if (getppid() != parent)
-						_exit(CA_EXIT_SYSTEM);
-					child_main(cfg, sl, (long)next_start);
-				}
-				sl->pid = pid;
-				running++;
-			} else {
-				sl->done = 1;
-			}
-			next_start++;
-		}
-		while (next_emit < n && slots[next_emit].done) {
-			status = ca_err_worst(status, emit(cfg, &slots[next_emit]));
-			next_emit++;
-		}
-		if (next_emit >= n)
-			break;
-		int st;
-		pid_t pid = stop_signal ? -1 : waitpid(-1, &st, 0);
-		if (stop_signal) {
-			for (size_t i = 0; i < n; i++)
-				if (slots[i].pid > 0 && !slots[i].done)
-					kill(slots[i].pid, SIGTERM);
-			while (wait(NULL) > 0 || errno == EINTR)
-				;
-			ca_err_warn("stopped by signal %d; %zu of %zu records written", (int)stop_signal, next_emit, n);
-			for (size_t i = next_emit; i < n; i++)
-				jv_free(slots[i].record);
-			free(slots);
-			return 128 + stop_signal;
-		}
-		if (pid < 0) {
-			if (errno == EINTR)
-				continue;
-			ca_err_die_sys(CA_EXIT_SYSTEM, "waitpid");
-		}
-		for (size_t i = 0; i < n; i++)
-			if (slots[i].pid == pid && !slots[i].done) {
-				slots[i].done = 1;
-				slots[i].status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-				running--;
-			}
+static void start_task(struct pool *pool, struct slot *slot)
+{
+	const struct config *cfg = pool->cfg;
+	long k = 0;
+	while (pool->busy[k])
+		k++;
+	char dir[PATH_MAX];
+	worker_dir(cfg, k, dir, sizeof dir);
+	jv id = obj_get(slot->record, "id");
+	char clean[64] = "task";
+	if (jv_get_kind(id) == JV_KIND_STRING)
+		sanitize(jv_string_value(id), clean, sizeof clean);
+	jv_free(id);
+	snprintf(slot->dir, sizeof slot->dir, "%s/%06ld-%s", dir, slot->position, clean);
+	if (ca_paths_mkdirs(slot->dir, 0755) != 0)
+		ca_err_die_sys(CA_EXIT_SYSTEM, "%s", slot->dir);
+	/* A child that exits through stdio must not write what we hold a second time. */
+	if (fflush(stdout) != 0)
+		pool->status = ca_err_worst(pool->status, write_error());
+	pid_t parent = getpid();
+	pid_t pid = fork();
+	if (pid < 0)
+		ca_err_die_sys(CA_EXIT_SYSTEM, "fork");
+	if (pid == 0) {
+		/* A worker does not outlive ca-agent; its children die with it. */
+		struct sigaction sa;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = SIG_DFL;
+		sigaction(SIGCHLD, &sa, NULL);
+		close(wake[0]);
+		close(wake[1]);
+		wake[0] = wake[1] = -1;
+		sa.sa_handler = stop_worker;
+		sigaction(SIGTERM, &sa, NULL);
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGHUP, &sa, NULL);
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		if (getppid() != parent)
+			_exit(CA_EXIT_SYSTEM);
+		child_main(cfg, slot);
 	}
-	free(slots);
-	ca_ndjson_progress_done();
+	slot->pid = pid;
+	slot->worker = k;
+	pool->busy[k] = 1;
+	pool->running++;
+}
+
+/* Take one line of input: an error record at once, or a task that starts. */
+static void take(struct pool *pool, struct ca_ndjson_reader *r, int kind, jv rec)
+{
+	if (pool->count == pool->cap) {
+		if (pool->head > 0) {
+			memmove(pool->slots, pool->slots + pool->head, (pool->count - pool->head) * sizeof *pool->slots);
+			pool->count -= pool->head;
+			pool->head = 0;
+		} else {
+			pool->cap = pool->cap ? 2 * pool->cap : 16;
+			pool->slots = ca_xrealloc(pool->slots, pool->cap * sizeof *pool->slots);
+		}
+	}
+	struct slot *slot = &pool->slots[pool->count++];
+	memset(slot, 0, sizeof *slot);
+	slot->file = ca_ndjson_name(r);
+	slot->line = ca_ndjson_line(r);
+	slot->position = ++pool->read;
+	slot->worker = -1;
+	if (kind == CA_NDJSON_BAD) {
+		ca_ndjson_warn(r, "%s", jv_string_value(rec));
+		slot->record = ca_ndjson_error_record(slot->file, slot->line, jv_string_value(rec));
+		jv_free(rec);
+		slot->done = 1;
+		pool->status = ca_err_worst(pool->status, CA_EXIT_DATA);
+		return;
+	}
+	slot->record = rec;
+	slot->is_task = 1;
+	start_task(pool, slot);
+}
+
+/* Collect the workers that ended. */
+static void reap(struct pool *pool)
+{
+	int st;
+	pid_t pid;
+	while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+		for (size_t i = pool->head; i < pool->count; i++) {
+			struct slot *slot = &pool->slots[i];
+			if (slot->pid != pid || slot->done)
+				continue;
+			slot->done = 1;
+			slot->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+			pool->busy[slot->worker] = 0;
+			pool->running--;
+		}
+	}
+}
+
+/* Write the finished records at the head, in input order. */
+static void emit_finished(struct pool *pool)
+{
+	while (pool->head < pool->count && pool->slots[pool->head].done && !write_failed) {
+		pool->status = ca_err_worst(pool->status, emit(pool->cfg, &pool->slots[pool->head]));
+		pool->head++;
+	}
+	if (pool->head == pool->count)
+		pool->head = pool->count = 0;
+}
+
+/* Stop the workers still running and drop what was not written. */
+static void stop_all(struct pool *pool)
+{
+	for (size_t i = pool->head; i < pool->count; i++)
+		if (!pool->slots[i].done && pool->slots[i].pid > 0)
+			kill(pool->slots[i].pid, SIGTERM);
+	for (size_t i = pool->head; i < pool->count; i++) {
+		struct slot *slot = &pool->slots[i];
+		while (!slot->done && slot->pid > 0 && waitpid(slot->pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		if (slot->is_task && !pool->cfg->keep)
+			remove_tree(slot->dir);
+		jv_free(slot->record);
+	}
+}
+
+static int run_all(const struct config *cfg, int nfiles, char **files)
+{
+	struct pool pool = {.cfg = cfg, .busy = ca_xcalloc((size_t)cfg->jobs, 1)};
+	char dir[PATH_MAX];
+	for (long k = 0; k < cfg->jobs; k++) {
+		worker_dir(cfg, k, dir, sizeof dir);
+		if (ca_paths_mkdirs(dir, 0755) != 0)
+			ca_err_die_sys(CA_EXIT_SYSTEM, "%s", dir);
+	}
+	struct ca_ndjson_reader *r = ca_ndjson_open(nfiles, files);
+	int input_done = 0;
+	for (;;) {
+		emit_finished(&pool);
+		if (write_failed || stop_signal || (input_done && pool.count == 0))
+			break;
+		int want = !input_done && pool.running < cfg->jobs && pool.count - pool.head < (size_t)cfg->jobs + MAX_WAITING;
+		if (want && ca_ndjson_ready(r)) {
+			jv rec;
+			int kind = ca_ndjson_next(r, &rec);
+			if (kind == CA_NDJSON_EOF)
+				input_done = 1;
+			else
+				take(&pool, r, kind, rec);
+			continue;
+		}
+		/* Wait for input, a worker's end or a signal. */
+		struct pollfd pfd[2] = {{.fd = wake[0], .events = POLLIN}};
+		nfds_t n = 1;
+		if (want && ca_ndjson_fd(r) >= 0)
+			pfd[n++] = (struct pollfd){.fd = ca_ndjson_fd(r), .events = POLLIN};
+		if (poll(pfd, n, -1) < 0 && errno != EINTR)
+			ca_err_die_sys(CA_EXIT_SYSTEM, "poll");
+		char drain[64];
+		while (read(wake[0], drain, sizeof drain) > 0)
+			;
+		reap(&pool);
+	}
+	int status = ca_err_worst(pool.status, ca_ndjson_status(r));
+	ca_ndjson_close(r);
+	if (stop_signal || write_failed) {
+		stop_all(&pool);
+		if (stop_signal) {
+			ca_err_warn("stopped by signal %d; %ld of the %ld records read were written", (int)stop_signal,
+				pool.read - (long)(pool.count - pool.head), pool.read);
+			status = 128 + stop_signal;
+		}
+	} else {
+		ca_ndjson_progress_done();
+	}
+	for (long k = 0; k < cfg->jobs && !cfg->keep; k++) {
+		worker_dir(cfg, k, dir, sizeof dir);
+		rmdir(dir);
+	}
+	free(pool.slots);
+	free(pool.busy);
 	return status;
 }
 
@@ -1541,13 +1681,19 @@ int main(int argc, char **argv)
 		chmod(root, 0755);
 	}
 	cfg.root = root;
+	if (pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0)
+		ca_err_die_sys(CA_EXIT_SYSTEM, "pipe");
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = note_stop;     /* no SA_RESTART: waitpid returns */
+	sa.sa_flags = SA_RESTART;      /* stdout's writes go on; poll returns all the same */
+	sa.sa_handler = note_stop;
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
-	int status = run_all(&cfg, argc - optind, argv + optind, root);
+	sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+	sa.sa_handler = note_child;
+	sigaction(SIGCHLD, &sa, NULL);
+	int status = run_all(&cfg, argc - optind, argv + optind);
 	if (made_root && !cfg.keep)
 		remove_tree(root);
 	else if (cfg.keep)

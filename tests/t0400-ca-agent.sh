@@ -364,6 +364,40 @@ expect_success '-j runs tasks in parallel, keeps input order, count in = count o
 	[ "$(jq -r ".trajectory.messages[-1].content" out | tr "\n" " ")" = "task1 task2 task3 task4 " ]
 '
 
+expect_success 'streaming: -j keeps input order when later tasks finish first' '
+	cat >policy <<-\EOF &&
+	#!/bin/sh
+	cat >/dev/null
+	case $CA_TASK_ID in task1) sleep 2 ;; esac
+	echo "{\"role\": \"assistant\", \"content\": \"$CA_TASK_ID\"}"
+	EOF
+	chmod +x policy &&
+	for i in 1 2 3 4 5; do printf "{\"id\": \"task%s\", \"code\": \"x = 1\\\\n\"}\n" $i; done >tasks &&
+	ca-agent --unconfined -j 3 --policy ./policy tasks >out &&
+	[ "$(jq -r ".trajectory.messages[-1].content" out | tr "\n" " ")" = "task1 task2 task3 task4 task5 " ]
+'
+
+expect_status 3 'streaming: each task starts as it arrives and with -u its record leaves at once (a coprocess)' '
+	mkfifo in && : >out &&
+	{ ca-agent -u --unconfined --policy "echo {\\\"content\\\":\\\"x\\\"}" <in >out 2>err & } &&
+	exec 3>in &&
+	# lines N: wait up to 10 s for N records
+	lines() { i=0; while [ $(wc -l <out) -lt $1 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done; [ $(wc -l <out) -eq $1 ]; }
+	printf "%s\n" "$TASK" >&3 && lines 1 && printf "{oops\n" >&3 && lines 2 && printf "%s\n" "$TASK" >&3 && lines 3 ||
+		{ echo "no record before the next line came"; exec 3>&-; wait; exit 1; }
+	exec 3>&-
+	wait $!; s=$?
+	jq -e -s "length == 3 and .[0].trajectory.stop == \"done\" and .[1].error.line == 2
+		and .[2].trajectory.id == \"t/1#3\"" out >/dev/null && exit $s
+'
+
+expect_success 'streaming: --progress reports on standard error, nothing without it when not a terminal' '
+	printf "%s\n" "$TASK" "$TASK" | ca-agent --unconfined --progress --policy "echo {\\\"content\\\":\\\"x\\\"}" >out 2>err &&
+	grep -q "ca-agent: 2 records, done" err &&
+	printf "%s\n" "$TASK" | ca-agent --unconfined --policy "echo {\\\"content\\\":\\\"x\\\"}" >out 2>err &&
+	[ ! -s err ]
+'
+
 expect_status 3 'a malformed line becomes an error record; a task without code a setup_error' '
 	{ printf "%s\n" "$TASK"; echo "{oops"; echo "{\"id\": \"nocode\"}"; } >tasks &&
 	ca-agent --unconfined --policy "echo {\\\"content\\\":\\\"x\\\"}" tasks >out 2>err; s=$?
@@ -412,14 +446,17 @@ else
 		obs 0 >o && grep -q "^ok$" o && ! grep -q "^0$" o &&
 		jq -e ".trajectory.final.files.mine == \"ok\n\"" out
 	'
-	expect_success 'confined: another task'\''s directory and our own state are out of reach' '
+	expect_success 'confined: other tasks'\''s directories, later ones too, and our own state are out of reach' '
 		W=$(mktemp -d /var/tmp/ca-agent-test.XXXXXX) && chmod 755 "$W" &&
-		printf "%s\n" "{\"id\": \"a\", \"code\": \"x\\n\"}" "{\"id\": \"b\", \"code\": \"y\\n\"}" >tasks &&
-		jq -cn --arg c "for d in $W/000002-b $W/000001-a/state; do ls -A \$d 2>/dev/null | wc -l; done; echo end" \
+		printf "{\"id\": \"%s\", \"code\": \"x\\\\n\"}\n" a b c >tasks &&
+		{ call bash "{\"command\": \"ca-build\"}"
+		  jq -cn --arg c "case \$PWD in */000001-a/workspace) sleep 3 ;; esac
+			find $W -name workspace 2>/dev/null | wc -l; find $W -path \"*/state/*\" 2>/dev/null | wc -l; echo end" \
 			"{role: \"assistant\", content: null, tool_calls: [{id: \"c\", type: \"function\",
-			  function: {name: \"bash\", arguments: ({command: \$c} | tojson)}}]}" >turns &&
-		ca-agent -j 2 --workdir "$W" --policy "policy-replay turns" tasks >out; s=$?; rm -rf "$W"
-		[ $s -eq 0 ] && [ "$(head -n 1 out | jq -r ".trajectory.messages[3].content" | tr "\n" " ")" = "0 0 end " ]
+			  function: {name: \"bash\", arguments: ({command: \$c} | tojson)}}]}"; } >turns &&
+		ca-agent -j 2 --workdir "$W" --build-cmd "$FAKE build" --policy "policy-replay turns" tasks >out; s=$?; rm -rf "$W"
+		[ $s -eq 0 ] && [ $(wc -l <out) -eq 3 ] && jq -e "(.trajectory.snapshots | length) == 1" out >/dev/null &&
+		[ "$(head -n 1 out | jq -r ".trajectory.messages[5].content" | tr "\n" " ")" = "1 0 end " ]
 	'
 	expect_success 'confined: the per-command time limit kills the whole tree' '
 		call bash "{\"command\": \"sleep 100 & sleep 100; echo never\", \"timeout\": 1}" >turns &&
