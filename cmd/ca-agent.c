@@ -336,9 +336,19 @@ struct session {
 	long tool_calls, invalid_calls, invalid_outputs;
 	long long tokens;
 	int turn;
+	int *status;                     /* the task's exit status, raised on the way */
+	int told_result;                 /* bits of the trusted commands whose bad result was reported */
 };
 
 static double elapsed(const struct session *s) { return ca_proc_now() - s->start; }
+
+/* A diagnostic about a task, its id quoted as JSON: an id cannot forge lines of diagnostics. */
+static void warn_task(const struct session *s, const char *detail)
+{
+	jv quoted = jv_dump_string(jv_string(s->id), 0);
+	ca_err_warn("task %s: %s", jv_string_value(quoted), detail);
+	jv_free(quoted);
+}
 
 static jv stamp(const struct session *s, jv msg)
 {
@@ -470,6 +480,48 @@ static char *append_note(char *text, const char *note)
 	return text;
 }
 
+/* 1 when the agent asked a trusted command for text (-H). */
+static int human(jv args)
+{
+	int found = 0;
+	jv_array_foreach(args, i, a) {
+		found |= !strcmp(jv_string_value(a), "-H") || !strcmp(jv_string_value(a), "--human");
+		jv_free(a);
+	}
+	return found;
+}
+
+/*
+ * The result of a trusted command: the last line of its output that is not
+ * blank, when that is a JSON object; else null, with *problem saying why
+ * when there was output at all.
+ */
+static jv trusted_result(const struct ca_buf *out, const char **problem)
+{
+	*problem = NULL;
+	const char *text = out->data ? out->data : "";
+	size_t end = out->len;
+	while (end > 0 && (text[end - 1] == '\n' || text[end - 1] == ' ' || text[end - 1] == '\r' || text[end - 1] == '\t'))
+		end--;
+	if (end == 0)
+		return jv_null();
+	size_t start = end;
+	while (start > 0 && text[start - 1] != '\n')
+		start--;
+	jv v = jv_parse_sized(text + start, (int)(end - start > INT32_MAX ? INT32_MAX : end - start));
+	if (jv_get_kind(v) == JV_KIND_OBJECT)
+		return v;
+	jv_free(v);
+	*problem = "the last line of its output is not a JSON object: a result must be one line of JSON";
+	if (start > 0 && out->dropped == 0 && end <= INT32_MAX) {
+		jv whole = jv_parse_sized(text, (int)end);
+		if (jv_get_kind(whole) == JV_KIND_OBJECT)
+			*problem = "its result is spread over several lines: a result must be one line of JSON (as jq -c writes it)";
+		jv_free(whole);
+	}
+	return jv_null();
+}
+
 /* Run a trusted evaluation command on a snapshot; returns the observation. */
 static char *run_trusted(struct session *s, const char *which, jv args, int *is_error)
 {
@@ -515,31 +567,17 @@ static char *run_trusted(struct session *s, const char *which, jv args, int *is_
 			why = ca_xstrdup(strerror(errno));
 		free(argv);
 	}
-	/* The result: the last line of output that parses as a JSON object. */
-	jv result = jv_null();
-	if (out.data) {
-		char *end = out.data + out.len;
-		while (end > out.data) {
-			char *line_end = end;
-			while (line_end > out.data && (line_end[-1] == '\n' || line_end[-1] == ' '))
-				line_end--;
-			char *line = line_end;
-			while (line > out.data && line[-1] != '\n')
-				line--;
-			if (line_end > line) {
-				jv v = jv_parse_sized(line, (int)(line_end - line));
-				if (jv_get_kind(v) == JV_KIND_OBJECT) {
-					jv_free(result);
-					result = v;
-				} else {
-					jv_free(v);
-				}
-				break;
-			}
-			end = line;
-			if (line == out.data)
-				break;
-		}
+	const char *problem = NULL;
+	jv result = trusted_result(&out, &problem);
+	if (problem && human(args))
+		problem = NULL;   /* -H asked for text */
+	int bit = 1 << (which[3] == 'b' ? 0 : which[3] == 'v' ? 1 : 2);
+	if (problem && !(s->told_result & bit)) {
+		char note[1024];
+		snprintf(note, sizeof note, "--%s-cmd %s: %s", which + 3, cmd, problem);
+		warn_task(s, note);
+		*s->status = ca_err_worst(*s->status, CA_EXIT_SYSTEM);
+		s->told_result |= bit;
 	}
 	jv snap = jv_object();
 	snap = jv_object_set(snap, jv_string("index"), jv_number(index));
@@ -552,6 +590,8 @@ static char *run_trusted(struct session *s, const char *which, jv args, int *is_
 		snap = jv_object_set(snap, jv_string("files_truncated"), jv_true());
 	snap = jv_object_set(snap, jv_string("status"), status >= 0 ? jv_number(status) : jv_null());
 	snap = jv_object_set(snap, jv_string("result"), jv_copy(result));
+	if (problem)
+		snap = jv_object_set(snap, jv_string("error"), jv_string(problem));
 	s->snapshots = jv_array_append(s->snapshots, snap);
 
 	/* What the agent sees: the field the command added, else its raw output. */
@@ -977,18 +1017,10 @@ static jv message(const char *role, const char *content)
 	return jv_object_set(m, jv_string("content"), jv_string(content));
 }
 
-/* A diagnostic about a task, its id quoted as JSON: an id cannot forge lines of diagnostics. */
-static void warn_task(const struct session *s, const char *detail)
-{
-	jv quoted = jv_dump_string(jv_string(s->id), 0);
-	ca_err_warn("task %s: %s", jv_string_value(quoted), detail);
-	jv_free(quoted);
-}
-
 /* Run one task to its trajectory record; *status gets the worst status. */
 static jv run_task(const struct config *cfg, jv task, long index, const char *taskdir, int *status)
 {
-	struct session s = {.cfg = cfg, .task = task, .start = ca_proc_now()};
+	struct session s = {.cfg = cfg, .task = task, .start = ca_proc_now(), .status = status};
 	s.messages = jv_array();
 	s.snapshots = jv_array();
 	jv idv = obj_get(task, "id");

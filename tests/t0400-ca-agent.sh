@@ -325,6 +325,21 @@ expect_success 'ca-build, ca-verify, ca-profile typed alone run outside on a sna
 	obs 1 | grep -q "model.py" && obs 6 | grep -q "\"ok\": true" && obs 8 | grep -q "typed alone"
 '
 
+expect_status 4 'a trusted command whose result is not one line of JSON is an error, not a silent null' '
+	{ call bash "{\"command\": \"ca-verify\"}"
+	  call bash "{\"command\": \"ca-verify -H\"}"
+	  call bash "{\"command\": \"ca-build\"}"; } >turns &&
+	printf "%s\n" "$TASK" | ca-agent --unconfined --verify-cmd "jq -n \"{verify: {ok: true}}\"; :" \
+		--build-cmd "echo built; :" --policy "policy-replay turns" >out 2>err; s=$?
+	cat err && [ $(wc -l <err) -eq 2 ] && grep -q "verify-cmd .*spread over several lines" err &&
+	grep -q "build-cmd .*not a JSON object" err &&
+	jq -e "[.trajectory.snapshots[] | .result] == [null, null, null]
+		and (.trajectory.snapshots[0].error | test(\"one line of JSON\"))
+		and (.trajectory.snapshots[1] | has(\"error\") | not)
+		and (.trajectory.snapshots[2].error | test(\"not a JSON object\"))" out >/dev/null &&
+	obs 0 | grep -q "\"ok\": true" && exit $s
+'
+
 expect_success 'snapshots take no symbolic links, hidden files or build outputs' '
 	{ call bash "{\"command\": \"mkdir -p kernels build && ln -s /etc/passwd leak.txt && ln -s /etc kernels/etc && echo x >.hidden && echo o >build/out && echo k >kernels/k.cu && echo so >kernels/libk.so\"}"
 	  call bash "{\"command\": \"ca-build\"}"; } >turns &&
