@@ -17,6 +17,7 @@
 #include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,8 @@ enum {
 	MAX_SNAPSHOT_FILE = 1 << 20,     /* a larger file is left out of a snapshot */
 	MAX_SNAPSHOT_TOTAL = 4 << 20,
 	MAX_RAW_SHOWN = 4000,            /* of an invalid policy output kept in the record */
+	MAX_POLICY_OUTPUT = 64 << 20,    /* one assistant message; more is an invalid output */
+	MAX_TRUSTED_OUTPUT = 4 << 20,    /* kept of a trusted command's output: head and tail */
 };
 
 struct config {
@@ -333,9 +336,19 @@ struct session {
 	long tool_calls, invalid_calls, invalid_outputs;
 	long long tokens;
 	int turn;
+	int *status;                     /* the task's exit status, raised on the way */
+	int told_result;                 /* bits of the trusted commands whose bad result was reported */
 };
 
 static double elapsed(const struct session *s) { return ca_proc_now() - s->start; }
+
+/* A diagnostic about a task, its id quoted as JSON: an id cannot forge lines of diagnostics. */
+static void warn_task(const struct session *s, const char *detail)
+{
+	jv quoted = jv_dump_string(jv_string(s->id), 0);
+	ca_err_warn("task %s: %s", jv_string_value(quoted), detail);
+	jv_free(quoted);
+}
 
 static jv stamp(const struct session *s, jv msg)
 {
@@ -437,6 +450,18 @@ static const char *trusted_command(const char *command, jv *args, char *why, siz
 	return which;
 }
 
+/*
+ * 1 when a bash call runs in the foreground: run_in_background absent, null
+ * or false (a mistyped one goes to the tools, which refuse the call).
+ */
+static int in_foreground(jv args)
+{
+	jv v = obj_get(args, "run_in_background");
+	int r = jv_get_kind(v) == JV_KIND_NULL || jv_get_kind(v) == JV_KIND_FALSE;
+	jv_free(v);
+	return r;
+}
+
 /* 1 when a bash call's command names a trusted command without being one. */
 static int mentions_trusted(jv args)
 {
@@ -466,6 +491,48 @@ static int evaluator_failed(jv result, const char *field)
 	return failed;
 }
 
+/* 1 when the agent asked a trusted command for text (-H). */
+static int human(jv args)
+{
+	int found = 0;
+	jv_array_foreach(args, i, a) {
+		found |= !strcmp(jv_string_value(a), "-H") || !strcmp(jv_string_value(a), "--human");
+		jv_free(a);
+	}
+	return found;
+}
+
+/*
+ * The result of a trusted command: the last line of its output that is not
+ * blank, when that is a JSON object; else null, with *problem saying why
+ * when there was output at all.
+ */
+static jv trusted_result(const struct ca_buf *out, const char **problem)
+{
+	*problem = NULL;
+	const char *text = out->data ? out->data : "";
+	size_t end = out->len;
+	while (end > 0 && (text[end - 1] == '\n' || text[end - 1] == ' ' || text[end - 1] == '\r' || text[end - 1] == '\t'))
+		end--;
+	if (end == 0)
+		return jv_null();
+	size_t start = end;
+	while (start > 0 && text[start - 1] != '\n')
+		start--;
+	jv v = jv_parse_sized(text + start, (int)(end - start > INT32_MAX ? INT32_MAX : end - start));
+	if (jv_get_kind(v) == JV_KIND_OBJECT)
+		return v;
+	jv_free(v);
+	*problem = "the last line of its output is not a JSON object: a result must be one line of JSON";
+	if (start > 0 && out->dropped == 0 && end <= INT32_MAX) {
+		jv whole = jv_parse_sized(text, (int)end);
+		if (jv_get_kind(whole) == JV_KIND_OBJECT)
+			*problem = "its result is spread over several lines: a result must be one line of JSON (as jq -c writes it)";
+		jv_free(whole);
+	}
+	return jv_null();
+}
+
 /* Run a trusted evaluation command on a snapshot; returns the observation. */
 static char *run_trusted(struct session *s, const char *which, jv args, int *is_error)
 {
@@ -477,7 +544,7 @@ static char *run_trusted(struct session *s, const char *which, jv args, int *is_
 	snprintf(dir, sizeof dir, "%s/snapshot-%d", s->state, index);
 	const char *cmd = !strcmp(which, "ca-build") ? cfg->build_cmd
 		: !strcmp(which, "ca-verify") ? cfg->verify_cmd : cfg->profile_cmd;
-	struct ca_buf out = {0}, err = {0};
+	struct ca_buf out = {.keep_tail = 1}, err = {.keep_tail = 1};
 	int status = -1;
 	char *why = NULL;
 	if (materialize(dir, files, s->code) != 0) {
@@ -505,37 +572,23 @@ static char *run_trusted(struct session *s, const char *which, jv args, int *is_
 		p.timeout_s = cfg->eval_time;
 		p.die_with_parent = 1;
 		running_proc = &p;
-		status = ca_proc_capture(&p, NULL, 0, &out, &err, 4 << 20);
+		status = ca_proc_capture(&p, NULL, 0, &out, &err, MAX_TRUSTED_OUTPUT);
 		running_proc = NULL;
 		if (status < 0)
 			why = ca_xstrdup(strerror(errno));
 		free(argv);
 	}
-	/* The result: the last line of output that parses as a JSON object. */
-	jv result = jv_null();
-	if (out.data) {
-		char *end = out.data + out.len;
-		while (end > out.data) {
-			char *line_end = end;
-			while (line_end > out.data && (line_end[-1] == '\n' || line_end[-1] == ' '))
-				line_end--;
-			char *line = line_end;
-			while (line > out.data && line[-1] != '\n')
-				line--;
-			if (line_end > line) {
-				jv v = jv_parse_sized(line, (int)(line_end - line));
-				if (jv_get_kind(v) == JV_KIND_OBJECT) {
-					jv_free(result);
-					result = v;
-				} else {
-					jv_free(v);
-				}
-				break;
-			}
-			end = line;
-			if (line == out.data)
-				break;
-		}
+	const char *problem = NULL;
+	jv result = trusted_result(&out, &problem);
+	if (problem && human(args))
+		problem = NULL;   /* -H asked for text */
+	int bit = 1 << (which[3] == 'b' ? 0 : which[3] == 'v' ? 1 : 2);
+	if (problem && !(s->told_result & bit)) {
+		char note[1024];
+		snprintf(note, sizeof note, "--%s-cmd %s: %s", which + 3, cmd, problem);
+		warn_task(s, note);
+		*s->status = ca_err_worst(*s->status, CA_EXIT_SYSTEM);
+		s->told_result |= bit;
 	}
 	jv snap = jv_object();
 	snap = jv_object_set(snap, jv_string("index"), jv_number(index));
@@ -548,6 +601,8 @@ static char *run_trusted(struct session *s, const char *which, jv args, int *is_
 		snap = jv_object_set(snap, jv_string("files_truncated"), jv_true());
 	snap = jv_object_set(snap, jv_string("status"), status >= 0 ? jv_number(status) : jv_null());
 	snap = jv_object_set(snap, jv_string("result"), jv_copy(result));
+	if (problem)
+		snap = jv_object_set(snap, jv_string("error"), jv_string(problem));
 	s->snapshots = jv_array_append(s->snapshots, snap);
 
 	/* What the agent sees: the field the command added, else its raw output. */
@@ -577,20 +632,16 @@ static char *run_trusted(struct session *s, const char *which, jv args, int *is_
 		} else if (!field && jv_get_kind(result) == JV_KIND_OBJECT) {
 			view = jv_copy(result);
 		}
-		const char *body;
-		size_t body_len;
-		jv dumped = jv_invalid();
+		char *b;
 		if (jv_get_kind(view) != JV_KIND_NULL) {
-			dumped = jv_dump_string(view, JV_PRINT_PRETTY | JV_PRINT_SPACE1);
-			body = jv_string_value(dumped);
-			body_len = strlen(body);
+			jv dumped = jv_dump_string(view, JV_PRINT_PRETTY | JV_PRINT_SPACE1);
+			b = ca_tools_truncate(jv_string_value(dumped), strlen(jv_string_value(dumped)), (size_t)cfg->max_output);
+			jv_free(dumped);
 		} else {
 			jv_free(view);
-			body = out.data ? out.data : "";
-			body_len = out.len;
+			b = ca_tools_truncate_buf(&out, out.len, NULL, (size_t)cfg->max_output);
 		}
-		char *b = ca_tools_truncate(body, body_len, (size_t)cfg->max_output);
-		char *e = err.len ? ca_tools_truncate(err.data, err.len, 4000) : NULL;
+		char *e = err.len ? ca_tools_truncate_buf(&err, err.len, NULL, 4000) : NULL;
 		size_t len = strlen(b) + (e ? strlen(e) : 0) + 128;
 		shown = ca_xmalloc(len);
 		snprintf(shown, len, "%s%s%s%s", b, e ? "\n" : "", e ? e : "", "");
@@ -607,7 +658,6 @@ static char *run_trusted(struct session *s, const char *which, jv args, int *is_
 		}
 		free(b);
 		free(e);
-		jv_free(dumped);
 	}
 	jv_free(result);
 	ca_buf_free(&out);
@@ -616,16 +666,73 @@ static char *run_trusted(struct session *s, const char *which, jv args, int *is_
 	return shown;
 }
 
-/* Normalise one tool call; on failure return an error observation (and a usable id). */
-static char *check_call(struct session *s, jv call, int k, jv *norm, const char **name_out, jv *args_out)
+/* The id a policy gave a call (a non-empty string), or null. */
+static jv given_id(jv call)
 {
-	char idbuf[64];
-	snprintf(idbuf, sizeof idbuf, "call_%d_%d", s->turn, k);
 	jv id = jv_get_kind(call) == JV_KIND_OBJECT ? obj_get(call, "id") : jv_null();
-	if (jv_get_kind(id) != JV_KIND_STRING || jv_string_length_bytes(jv_copy(id)) == 0) {
-		jv_free(id);
-		id = jv_string(idbuf);
+	if (jv_get_kind(id) == JV_KIND_STRING && jv_string_length_bytes(jv_copy(id)) > 0)
+		return id;
+	jv_free(id);
+	return jv_null();
+}
+
+/* The ids the policy gave the calls of one message, as the keys of an object. */
+static jv given_ids(jv calls)
+{
+	jv set = jv_object();
+	jv_array_foreach(calls, i, call) {
+		jv id = given_id(call);
+		if (jv_get_kind(id) == JV_KIND_STRING)
+			set = jv_object_set(set, id, jv_true());
+		else
+			jv_free(id);
+		jv_free(call);
 	}
+	return set;
+}
+
+static int has_key(jv set, const char *key)
+{
+	return jv_object_has(jv_copy(set), jv_string(key));
+}
+
+/*
+ * The id of call k: the policy's, unless it gave none or one an earlier call
+ * of the message has (*duplicate); then one of ours that no call of the
+ * message has (given), so that every tool message answers one call.
+ * Adds it to *used.
+ */
+static jv call_id(const struct session *s, jv call, int k, jv given, jv *used, int *duplicate)
+{
+	jv id = given_id(call);
+	*duplicate = jv_get_kind(id) == JV_KIND_STRING && has_key(*used, jv_string_value(id));
+	if (jv_get_kind(id) != JV_KIND_STRING || *duplicate) {
+		char ours[64];
+		for (int n = 0;; n++) {
+			if (n == 0)
+				snprintf(ours, sizeof ours, "call_%d_%d", s->turn, k);
+			else
+				snprintf(ours, sizeof ours, "call_%d_%d_%d", s->turn, k, n);
+			if (!has_key(*used, ours) && !has_key(given, ours))
+				break;
+		}
+		jv_free(id);
+		id = jv_string(ours);
+	}
+	*used = jv_object_set(*used, jv_copy(id), jv_true());
+	return id;
+}
+
+/*
+ * Normalise call k of a message; on failure return an error observation.
+ * given holds the ids the policy gave the message's calls; *used those
+ * answered so far (see call_id).
+ */
+static char *check_call(struct session *s, jv call, int k, jv given, jv *used, jv *norm, const char **name_out,
+	jv *args_out)
+{
+	int duplicate;
+	jv id = call_id(s, call, k, given, used, &duplicate);
 	jv fn = jv_get_kind(call) == JV_KIND_OBJECT ? obj_get(call, "function") : jv_null();
 	jv name = jv_get_kind(fn) == JV_KIND_OBJECT ? obj_get(fn, "name") : jv_null();
 	jv args = jv_get_kind(fn) == JV_KIND_OBJECT ? obj_get(fn, "arguments") : jv_null();
@@ -647,7 +754,15 @@ static char *check_call(struct session *s, jv call, int k, jv *norm, const char 
 		nf = jv_object_set(nf, jv_string("arguments"), jv_string(""));
 	}
 	*norm = jv_object_set(*norm, jv_string("function"), nf);
-	if (jv_get_kind(call) != JV_KIND_OBJECT)
+	if (duplicate) {
+		jv theirs = given_id(call);
+		jv text = jv_string_fmt("error: the tool call id \"%.100s\" is used by an earlier call of this message; "
+			"give every call its own id (this call was not run and is answered as %s)",
+			jv_string_value(theirs), jv_string_value(id));
+		error = ca_xstrdup(jv_string_value(text));
+		jv_free(text);
+		jv_free(theirs);
+	} else if (jv_get_kind(call) != JV_KIND_OBJECT)
 		error = ca_xstrdup("error: a tool call must be an object {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
 	else if (jv_get_kind(name) != JV_KIND_STRING)
 		error = ca_xstrdup("error: the tool call has no function name");
@@ -725,6 +840,20 @@ static jv parse_policy_output(const char *text, size_t len, long long *tokens)
 	} else {
 		jv_free(choices);
 	}
+	/* A message of another role (a user turn the policy made up) is not the assistant's turn. */
+	if (jv_object_has(jv_copy(v), jv_string("role"))) {
+		jv role = obj_get(v, "role");
+		int assistant = jv_get_kind(role) == JV_KIND_STRING && !strcmp(jv_string_value(role), "assistant");
+		jv why = assistant ? jv_invalid() : jv_get_kind(role) == JV_KIND_STRING
+			? jv_string_fmt("the policy's output is a message with role \"%.40s\", not \"assistant\"",
+				jv_string_value(role))
+			: jv_string("the policy's output has a \"role\" that is not the string \"assistant\"");
+		jv_free(role);
+		if (!assistant) {
+			jv_free(v);
+			return jv_invalid_with_msg(why);
+		}
+	}
 	jv content = obj_get(v, "content"), calls = obj_get(v, "tool_calls");
 	int has_content = jv_get_kind(content) == JV_KIND_STRING || jv_get_kind(content) == JV_KIND_NULL ||
 		jv_get_kind(content) == JV_KIND_ARRAY;
@@ -780,10 +909,10 @@ static const char *run_policy(struct session *s, jv *message, char **detail)
 	ca_proc_init(&p, argv);
 	p.timeout_s = cfg->policy_time;
 	p.die_with_parent = 1;
-	struct ca_buf out = {0}, err = {0};
+	struct ca_buf out = {0}, err = {.keep_tail = 1};
 	running_proc = &p;
 	int status = ca_proc_capture(&p, jv_string_value(text), (size_t)jv_string_length_bytes(jv_copy(text)),
-		&out, &err, 8 << 20);
+		&out, &err, MAX_POLICY_OUTPUT);
 	running_proc = NULL;
 	jv_free(text);
 	const char *stop = NULL;
@@ -796,14 +925,18 @@ static const char *run_policy(struct session *s, jv *message, char **detail)
 		stop = "policy_timeout";
 	} else if (status != 0) {
 		stop = "policy_error";
-		char *tail = ca_tools_truncate(err.data ? err.data : "", err.len, 2000);
+		char *tail = ca_tools_truncate_buf(&err, err.len, NULL, 2000);
 		size_t len = strlen(tail) + 64;
 		*detail = ca_xmalloc(len);
 		snprintf(*detail, len, "exit status %d: %s", status, tail);
 		free(tail);
 	} else {
 		long long tokens = -1;
-		*message = parse_policy_output(out.data ? out.data : "", out.len, &tokens);
+		if (out.dropped)
+			*message = jv_invalid_with_msg(jv_string_fmt("the policy's output is over the limit of a message "
+				"(%d MiB)", MAX_POLICY_OUTPUT >> 20));
+		else
+			*message = parse_policy_output(out.data ? out.data : "", out.len, &tokens);
 		if (tokens > 0)
 			s->tokens = tokens;
 		if (!jv_is_valid(*message)) {
@@ -847,10 +980,31 @@ static char *task_text(const struct session *s)
 	return t;
 }
 
+/* Add every entry of dir but the one called keep[0, keep_len) to list[*n ...]. */
+static char **add_siblings(char **list, size_t *n, const char *dir, const char *keep, size_t keep_len)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+				(strlen(e->d_name) == keep_len && !strncmp(e->d_name, keep, keep_len)))
+			continue;
+		list = ca_xrealloc(list, (*n + 2) * sizeof *list);
+		size_t len = strlen(dir) + strlen(e->d_name) + 2;
+		list[*n] = ca_xmalloc(len);
+		snprintf(list[(*n)++], len, "%s/%s", dir, e->d_name);
+	}
+	if (d)
+		closedir(d);
+	return list;
+}
+
 /*
- * What the agent's shell must not reach: the other tasks' directories and
- * our own state (job logs, snapshots). Below /tmp the sandbox's private
- * /tmp hides them already (and a hide of a path it cannot see would fail).
+ * What the agent's shell must not reach: everything on the way from root
+ * to its own taskdir but that way (the other workers' directories, and
+ * the earlier tasks of its own worker), and our own state (job logs,
+ * snapshots). Below /tmp the sandbox's private /tmp hides them already
+ * (and a hide of a path it cannot see would fail).
  */
 static char **hidden_paths(const char *root, const char *taskdir, const char *state)
 {
@@ -858,20 +1012,16 @@ static char **hidden_paths(const char *root, const char *taskdir, const char *st
 	size_t n = 0;
 	if (strncmp(root, "/tmp/", 5) == 0)
 		return list;
-	const char *own = strrchr(taskdir, '/');
-	own = own ? own + 1 : taskdir;
-	DIR *d = opendir(root);
-	struct dirent *e;
-	while (d && (e = readdir(d))) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, own))
-			continue;
-		list = ca_xrealloc(list, (n + 2) * sizeof *list);
-		size_t len = strlen(root) + strlen(e->d_name) + 2;
-		list[n] = ca_xmalloc(len);
-		snprintf(list[n++], len, "%s/%s", root, e->d_name);
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof dir, "%s", root);
+	for (const char *rest = taskdir + strlen(root); *rest == '/'; ) {
+		const char *name = rest + 1, *slash = strchr(name, '/');
+		size_t len = slash ? (size_t)(slash - name) : strlen(name);
+		list = add_siblings(list, &n, dir, name, len);
+		size_t used = strlen(dir);
+		snprintf(dir + used, sizeof dir - used, "/%.*s", (int)len, name);
+		rest = name + len;
 	}
-	if (d)
-		closedir(d);
 	list = ca_xrealloc(list, (n + 2) * sizeof *list);
 	list[n++] = ca_xstrdup(state);
 	list[n] = NULL;
@@ -887,7 +1037,7 @@ static jv message(const char *role, const char *content)
 /* Run one task to its trajectory record; *status gets the worst status. */
 static jv run_task(const struct config *cfg, jv task, long index, const char *taskdir, int *status)
 {
-	struct session s = {.cfg = cfg, .task = task, .start = ca_proc_now()};
+	struct session s = {.cfg = cfg, .task = task, .start = ca_proc_now(), .status = status};
 	s.messages = jv_array();
 	s.snapshots = jv_array();
 	jv idv = obj_get(task, "id");
@@ -911,7 +1061,7 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 	if (!s.code) {
 		stop = "setup_error";
 		detail = ca_xstrdup("the task record has no string field \"code\"");
-		ca_err_warn("task %s: %s", s.id, detail);
+		warn_task(&s, detail);
 		*status = ca_err_worst(*status, CA_EXIT_DATA);
 	}
 	char path[PATH_MAX + 64];
@@ -935,7 +1085,7 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 			}
 		}
 		if (stop) {
-			ca_err_warn("task %s: %s", s.id, detail);
+			warn_task(&s, detail);
 			*status = ca_err_worst(*status, CA_EXIT_SYSTEM);
 		}
 	}
@@ -1043,10 +1193,11 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 		}
 		/* Normalise every call first, so the assistant message precedes its results. */
 		jv norm_calls = jv_array(), results = jv_array();
+		jv given = given_ids(calls), used = jv_object();
 		for (int k = 0; k < ncalls; k++) {
 			jv call = jv_array_get(jv_copy(calls), k), norm, args;
 			const char *name;
-			char *error = check_call(&s, call, k, &norm, &name, &args);
+			char *error = check_call(&s, call, k, given, &used, &norm, &name, &args);
 			jv call_id = obj_get(norm, "id");
 			char *observation;
 			int is_error = 0;
@@ -1059,7 +1210,7 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 				jv targs = jv_invalid();
 				const char *which = NULL;
 				char refused[512] = "";
-				if (!strcmp(name, "bash") && ca_json_bool(args, "run_in_background") != 1) {
+				if (!strcmp(name, "bash") && in_foreground(args)) {
 					jv cmd = obj_get(args, "command");
 					if (jv_get_kind(cmd) == JV_KIND_STRING)
 						which = trusted_command(jv_string_value(cmd), &targs, refused, sizeof refused);
@@ -1076,6 +1227,8 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 					jv_free(targs);
 				} else {
 					observation = ca_tools_call(s.tools, name, args, &is_error);
+					if (is_error == CA_TOOLS_INVALID)
+						s.invalid_calls++;
 					if (!strcmp(name, "bash") && mentions_trusted(args))
 						observation = append_note(observation, "\n[note: ca-build, ca-verify and ca-profile "
 							"run the trusted tools on a snapshot only when typed alone as the whole command]");
@@ -1093,6 +1246,8 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 			if (cfg->max_time > 0 && elapsed(&s) >= cfg->max_time)
 				break;
 		}
+		jv_free(given);
+		jv_free(used);
 		am = jv_object_set(am, jv_string("tool_calls"), norm_calls);
 		s.messages = jv_array_append(s.messages, stamp(&s, am));
 		jv_array_foreach(results, i, r) {
@@ -1155,13 +1310,35 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 
 /* ---- the task pool ---- */
 
+/*
+ * Tasks start as they arrive, each in a worker process of its own, up to
+ * -j at once; records leave in input order. A task's directory is
+ * ROOT/worker-K/NNNNNN-ID, where the -j worker directories all exist before
+ * the first task starts: a confined task hides the other workers' (and
+ * what its own worker holds besides it), so no task reaches another's
+ * workspace, also one that starts after it.
+ */
+enum { MAX_WAITING = 256 };  /* records read ahead of the oldest one still running */
+
 struct slot {
 	jv record;          /* the task, or an error record to pass through */
 	int is_task;
+	const char *file;   /* where it came from, for messages */
 	long line;
+	long position;      /* in the input, from 1 */
 	pid_t pid;
+	long worker;        /* the worker directory it runs in, from 0 */
 	int done, status;
 	char dir[PATH_MAX];
+};
+
+struct pool {
+	const struct config *cfg;
+	struct slot *slots;         /* the records read and not yet written, in input order: [head, count) */
+	size_t head, count, cap;
+	long running, read;
+	char *busy;                 /* busy[k]: worker directory k holds a running task */
+	int status;
 };
 
 static void sanitize(const char *id, char *out, size_t n)
@@ -1173,11 +1350,16 @@ static void sanitize(const char *id, char *out, size_t n)
 	out[k] = '\0';
 }
 
+static void worker_dir(const struct config *cfg, long k, char *out, size_t n)
+{
+	snprintf(out, n, "%s/worker-%ld", cfg->root, k + 1);
+}
+
 /* The child: run one task, write its record to dir/record.json. */
-static noreturn void child_main(const struct config *cfg, struct slot *slot, long index)
+static noreturn void child_main(const struct config *cfg, struct slot *slot)
 {
 	int status = CA_EXIT_OK;
-	jv out = run_task(cfg, slot->record, index, slot->dir, &status);
+	jv out = run_task(cfg, slot->record, slot->position - 1, slot->dir, &status);
 	char path[PATH_MAX + 32];
 	snprintf(path, sizeof path, "%s/record.json", slot->dir);
 	jv text = jv_dump_string(out, 0);
@@ -1187,12 +1369,26 @@ static noreturn void child_main(const struct config *cfg, struct slot *slot, lon
 	_exit(status);
 }
 
+/*
+ * Set when writing to stdout failed, and reported then, while errno says
+ * why (the clean-up after it would leave another errno for ca_err_finish).
+ */
+static int write_failed;
+
+static int write_error(void)
+{
+	if (!write_failed)
+		ca_err_warn_sys("write error on stdout");
+	write_failed = 1;
+	return CA_EXIT_SYSTEM;
+}
+
 static int emit(const struct config *cfg, struct slot *slot)
 {
 	int status = CA_EXIT_OK;
 	if (!slot->is_task) {
 		if (ca_ndjson_write(slot->record) != 0)
-			status = CA_EXIT_SYSTEM;
+			status = write_error();
 		ca_ndjson_progress_tick();
 		return status;
 	}
@@ -1202,7 +1398,7 @@ static int emit(const struct config *cfg, struct slot *slot)
 	char *text = ca_file_read(path, 0, 0, &len);
 	if (text && len > 0) {
 		if (ca_ndjson_write_raw(text, len) != 0)
-			status = CA_EXIT_SYSTEM;
+			status = write_error();
 	} else {
 		/* The worker died without a record: still one record out. */
 		jv traj = jv_object();
@@ -1210,9 +1406,9 @@ static int emit(const struct config *cfg, struct slot *slot)
 		char d[64];
 		snprintf(d, sizeof d, "the task's worker ended with status %d", slot->status);
 		traj = jv_object_set(traj, jv_string("stop_detail"), jv_string(d));
-		ca_err_warn("task at line %ld: %s", slot->line, d);
+		ca_err_warn("%s:%ld: %s", slot->file, slot->line, d);
 		if (ca_ndjson_write(jv_object_set(jv_copy(slot->record), jv_string("trajectory"), traj)) != 0)
-			status = CA_EXIT_SYSTEM;
+			status = write_error();
 		status = ca_err_worst(status, CA_EXIT_SYSTEM);
 	}
 	free(text);
@@ -1224,119 +1420,214 @@ static int emit(const struct config *cfg, struct slot *slot)
 	return status;
 }
 
-/* Set by SIGTERM, SIGINT or SIGHUP in ca-agent itself: stop the workers and clean up. */
+/*
+ * Set by SIGTERM, SIGINT or SIGHUP in ca-agent itself: stop the workers and
+ * clean up. Every signal we wait for (these and SIGCHLD) writes a byte to
+ * the wake pipe, so the main loop's poll sees it without a race.
+ */
 static volatile sig_atomic_t stop_signal;
+static int wake[2] = {-1, -1};
+
+static void poke(void)
+{
+	int saved = errno;
+	if (wake[1] >= 0 && write(wake[1], "", 1) < 0) {
+		/* full: a wake-up is pending anyway */
+	}
+	errno = saved;
+}
 
 static void note_stop(int sig)
 {
 	stop_signal = sig;
+	poke();
 }
 
-static int run_all(const struct config *cfg, int nfiles, char **files, const char *root)
+static void note_child(int sig)
 {
-	struct ca_ndjson_reader *r = ca_ndjson_open(nfiles, files);
-	struct slot *slots = NULL;
-	size_t n = 0, cap = 0;
-	int status = CA_EXIT_OK;
-	jv rec;
-	int kind;
-	while ((kind = ca_ndjson_next(r, &rec)) != CA_NDJSON_EOF) {
-		if (n == cap) {
-			cap = cap ? 2 * cap : 16;
-			slots = ca_xrealloc(slots, cap * sizeof *slots);
-		}
-		struct slot *sl = &slots[n];
-		memset(sl, 0, sizeof *sl);
-		sl->line = ca_ndjson_line(r);
-		if (kind == CA_NDJSON_BAD) {
-			ca_ndjson_warn(r, "%s", jv_string_value(rec));
-			sl->record = ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(rec));
-			jv_free(rec);
-			status = ca_err_worst(status, CA_EXIT_DATA);
-		} else {
-			sl->record = rec;
-			sl->is_task = 1;
-			jv id = obj_get(rec, "id");
-			char clean[64] = "task";
-			if (jv_get_kind(id) == JV_KIND_STRING)
-				sanitize(jv_string_value(id), clean, sizeof clean);
-			jv_free(id);
-			snprintf(sl->dir, sizeof sl->dir, "%s/%06zu-%s", root, n + 1, clean);
-		}
-		n++;
-	}
-	status = ca_err_worst(status, ca_ndjson_status(r));
-	ca_ndjson_close(r);
+	(void)sig;
+	poke();
+}
 
-	/* Every task directory exists before any task starts, so each can hide the others. */
-	for (size_t i = 0; i < n; i++)
-		if (slots[i].is_task && ca_paths_mkdirs(slots[i].dir, 0755) != 0)
-			ca_err_die_sys(CA_EXIT_SYSTEM, "%s", slots[i].dir);
-	size_t next_start = 0, next_emit = 0;
-	long running = 0;
-	fflush(stdout);
-	while (next_emit < n) {
-		while (running < cfg->jobs && next_start < n) {
-			struct slot *sl = &slots[next_start];
-			if (sl->is_task) {
-				pid_t parent = getpid();
-				pid_t pid = fork();
-				if (pid < 0)
-					ca_err_die_sys(CA_EXIT_SYSTEM, "fork");
-				if (pid == 0) {
-					/* A worker does not outlive ca-agent; its children die with it. */
-					struct sigaction sa;
-					memset(&sa, 0, sizeof sa);
-					sa.sa_handler = stop_worker;
-					sigaction(SIGTERM, &sa, NULL);
-					sigaction(SIGINT, &sa, NULL);
-					sigaction(SIGHUP, &sa, NULL);
-					prctl(PR_SET_PDEATHSIG, SIGTERM);
-					if (getppid() != parent)
-						_exit(CA_EXIT_SYSTEM);
-					child_main(cfg, sl, (long)next_start);
-				}
-				sl->pid = pid;
-				running++;
-			} else {
-				sl->done = 1;
-			}
-			next_start++;
-		}
-		while (next_emit < n && slots[next_emit].done) {
-			status = ca_err_worst(status, emit(cfg, &slots[next_emit]));
-			next_emit++;
-		}
-		if (next_emit >= n)
-			break;
-		int st;
-		pid_t pid = stop_signal ? -1 : waitpid(-1, &st, 0);
-		if (stop_signal) {
-			for (size_t i = 0; i < n; i++)
-				if (slots[i].pid > 0 && !slots[i].done)
-					kill(slots[i].pid, SIGTERM);
-			while (wait(NULL) > 0 || errno == EINTR)
-				;
-			ca_err_warn("stopped by signal %d; %zu of %zu records written", (int)stop_signal, next_emit, n);
-			for (size_t i = next_emit; i < n; i++)
-				jv_free(slots[i].record);
-			free(slots);
-			return 128 + stop_signal;
-		}
-		if (pid < 0) {
-			if (errno == EINTR)
-				continue;
-			ca_err_die_sys(CA_EXIT_SYSTEM, "waitpid");
-		}
-		for (size_t i = 0; i < n; i++)
-			if (slots[i].pid == pid && !slots[i].done) {
-				slots[i].done = 1;
-				slots[i].status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-				running--;
-			}
+static void start_task(struct pool *pool, struct slot *slot)
+{
+	const struct config *cfg = pool->cfg;
+	long k = 0;
+	while (pool->busy[k])
+		k++;
+	char dir[PATH_MAX];
+	worker_dir(cfg, k, dir, sizeof dir);
+	jv id = obj_get(slot->record, "id");
+	char clean[64] = "task";
+	if (jv_get_kind(id) == JV_KIND_STRING)
+		sanitize(jv_string_value(id), clean, sizeof clean);
+	jv_free(id);
+	snprintf(slot->dir, sizeof slot->dir, "%s/%06ld-%s", dir, slot->position, clean);
+	if (ca_paths_mkdirs(slot->dir, 0755) != 0)
+		ca_err_die_sys(CA_EXIT_SYSTEM, "%s", slot->dir);
+	/* A child that exits through stdio must not write what we hold a second time. */
+	if (fflush(stdout) != 0)
+		pool->status = ca_err_worst(pool->status, write_error());
+	pid_t parent = getpid();
+	pid_t pid = fork();
+	if (pid < 0)
+		ca_err_die_sys(CA_EXIT_SYSTEM, "fork");
+	if (pid == 0) {
+		/* A worker does not outlive ca-agent; its children die with it. */
+		struct sigaction sa;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = SIG_DFL;
+		sigaction(SIGCHLD, &sa, NULL);
+		close(wake[0]);
+		close(wake[1]);
+		wake[0] = wake[1] = -1;
+		sa.sa_handler = stop_worker;
+		sigaction(SIGTERM, &sa, NULL);
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGHUP, &sa, NULL);
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		if (getppid() != parent)
+			_exit(CA_EXIT_SYSTEM);
+		child_main(cfg, slot);
 	}
-	free(slots);
-	ca_ndjson_progress_done();
+	slot->pid = pid;
+	slot->worker = k;
+	pool->busy[k] = 1;
+	pool->running++;
+}
+
+/* Take one line of input: an error record at once, or a task that starts. */
+static void take(struct pool *pool, struct ca_ndjson_reader *r, int kind, jv rec)
+{
+	if (pool->count == pool->cap) {
+		if (pool->head > 0) {
+			memmove(pool->slots, pool->slots + pool->head, (pool->count - pool->head) * sizeof *pool->slots);
+			pool->count -= pool->head;
+			pool->head = 0;
+		} else {
+			pool->cap = pool->cap ? 2 * pool->cap : 16;
+			pool->slots = ca_xrealloc(pool->slots, pool->cap * sizeof *pool->slots);
+		}
+	}
+	struct slot *slot = &pool->slots[pool->count++];
+	memset(slot, 0, sizeof *slot);
+	slot->file = ca_ndjson_name(r);
+	slot->line = ca_ndjson_line(r);
+	slot->position = ++pool->read;
+	slot->worker = -1;
+	if (kind == CA_NDJSON_BAD) {
+		ca_ndjson_warn(r, "%s", jv_string_value(rec));
+		slot->record = ca_ndjson_error_record(slot->file, slot->line, jv_string_value(rec));
+		jv_free(rec);
+		slot->done = 1;
+		pool->status = ca_err_worst(pool->status, CA_EXIT_DATA);
+		return;
+	}
+	slot->record = rec;
+	slot->is_task = 1;
+	start_task(pool, slot);
+}
+
+/* Collect the workers that ended. */
+static void reap(struct pool *pool)
+{
+	int st;
+	pid_t pid;
+	while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+		for (size_t i = pool->head; i < pool->count; i++) {
+			struct slot *slot = &pool->slots[i];
+			if (slot->pid != pid || slot->done)
+				continue;
+			slot->done = 1;
+			slot->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+			pool->busy[slot->worker] = 0;
+			pool->running--;
+		}
+	}
+}
+
+/* Write the finished records at the head, in input order. */
+static void emit_finished(struct pool *pool)
+{
+	while (pool->head < pool->count && pool->slots[pool->head].done && !write_failed) {
+		pool->status = ca_err_worst(pool->status, emit(pool->cfg, &pool->slots[pool->head]));
+		pool->head++;
+	}
+	if (pool->head == pool->count)
+		pool->head = pool->count = 0;
+}
+
+/* Stop the workers still running and drop what was not written. */
+static void stop_all(struct pool *pool)
+{
+	for (size_t i = pool->head; i < pool->count; i++)
+		if (!pool->slots[i].done && pool->slots[i].pid > 0)
+			kill(pool->slots[i].pid, SIGTERM);
+	for (size_t i = pool->head; i < pool->count; i++) {
+		struct slot *slot = &pool->slots[i];
+		while (!slot->done && slot->pid > 0 && waitpid(slot->pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		if (slot->is_task && !pool->cfg->keep)
+			remove_tree(slot->dir);
+		jv_free(slot->record);
+	}
+}
+
+static int run_all(const struct config *cfg, int nfiles, char **files)
+{
+	struct pool pool = {.cfg = cfg, .busy = ca_xcalloc((size_t)cfg->jobs, 1)};
+	char dir[PATH_MAX];
+	for (long k = 0; k < cfg->jobs; k++) {
+		worker_dir(cfg, k, dir, sizeof dir);
+		if (ca_paths_mkdirs(dir, 0755) != 0)
+			ca_err_die_sys(CA_EXIT_SYSTEM, "%s", dir);
+	}
+	struct ca_ndjson_reader *r = ca_ndjson_open(nfiles, files);
+	int input_done = 0;
+	for (;;) {
+		emit_finished(&pool);
+		if (write_failed || stop_signal || (input_done && pool.count == 0))
+			break;
+		int want = !input_done && pool.running < cfg->jobs && pool.count - pool.head < (size_t)cfg->jobs + MAX_WAITING;
+		if (want && ca_ndjson_ready(r)) {
+			jv rec;
+			int kind = ca_ndjson_next(r, &rec);
+			if (kind == CA_NDJSON_EOF)
+				input_done = 1;
+			else
+				take(&pool, r, kind, rec);
+			continue;
+		}
+		/* Wait for input, a worker's end or a signal. */
+		struct pollfd pfd[2] = {{.fd = wake[0], .events = POLLIN}};
+		nfds_t n = 1;
+		if (want && ca_ndjson_fd(r) >= 0)
+			pfd[n++] = (struct pollfd){.fd = ca_ndjson_fd(r), .events = POLLIN};
+		if (poll(pfd, n, -1) < 0 && errno != EINTR)
+			ca_err_die_sys(CA_EXIT_SYSTEM, "poll");
+		char drain[64];
+		while (read(wake[0], drain, sizeof drain) > 0)
+			;
+		reap(&pool);
+	}
+	int status = ca_err_worst(pool.status, ca_ndjson_status(r));
+	ca_ndjson_close(r);
+	if (stop_signal || write_failed) {
+		stop_all(&pool);
+		if (stop_signal) {
+			ca_err_warn("stopped by signal %d; %ld of the %ld records read were written", (int)stop_signal,
+				pool.read - (long)(pool.count - pool.head), pool.read);
+			status = 128 + stop_signal;
+		}
+	} else {
+		ca_ndjson_progress_done();
+	}
+	for (long k = 0; k < cfg->jobs && !cfg->keep; k++) {
+		worker_dir(cfg, k, dir, sizeof dir);
+		rmdir(dir);
+	}
+	free(pool.slots);
+	free(pool.busy);
 	return status;
 }
 
@@ -1439,16 +1730,22 @@ int main(int argc, char **argv)
 		chmod(root, 0755);
 	}
 	cfg.root = root;
+	if (pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0)
+		ca_err_die_sys(CA_EXIT_SYSTEM, "pipe");
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = note_stop;     /* no SA_RESTART: waitpid returns */
+	sa.sa_flags = SA_RESTART;      /* stdout's writes go on; poll returns all the same */
+	sa.sa_handler = note_stop;
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
-	int status = run_all(&cfg, argc - optind, argv + optind, root);
+	sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+	sa.sa_handler = note_child;
+	sigaction(SIGCHLD, &sa, NULL);
+	int status = run_all(&cfg, argc - optind, argv + optind);
 	if (made_root && !cfg.keep)
 		remove_tree(root);
 	else if (cfg.keep)
 		ca_err_warn("workspaces kept under %s", root);
-	return ca_err_finish(status);
+	return write_failed ? CA_EXIT_SYSTEM : ca_err_finish(status);
 }

@@ -1,6 +1,7 @@
 /* ndjson: see ndjson.h. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,10 @@
 #include "json.h"
 #include "ndjson.h"
 
-enum { CHUNK = 1 << 20 };
+enum {
+	CHUNK = 1 << 20,
+	READY_PARTIAL = 16 << 20,  /* a partial line this long is read to its end, waiting (ca_ndjson_ready) */
+};
 
 /* The longest line kept (ca_ndjson_set_line_max changes it, for tests). */
 static size_t line_max = CA_NDJSON_LINE_MAX;
@@ -39,6 +43,9 @@ struct ca_ndjson_reader {
 	size_t linelen;
 	size_t too_long;     /* the last line's length when it was over line_max (and not kept), else 0 */
 	char why[128];       /* the reason given for such a line */
+	int sniffed;         /* whether the current input was looked at for gzip */
+	int no_wait;         /* read only what is there (ca_ndjson_ready) ... */
+	int again;           /* ... and nothing was: the read would have waited */
 };
 
 struct ca_ndjson_reader *ca_ndjson_open(int nfiles, char **files)
@@ -85,10 +92,18 @@ void ca_ndjson_close(struct ca_ndjson_reader *r)
 /*
  * read(2) whatever is there, not a full buffer: a command run as a
  * coprocess must see a line as soon as it is written. (zlib's gzread
- * waits for its whole request, so gzip is inflated here by hand.)
+ * waits for its whole request, so gzip is inflated here by hand.) With
+ * no_wait, -2 (and again set) when nothing is there yet.
  */
 static ssize_t read_some(struct ca_ndjson_reader *r, void *into, size_t n)
 {
+	if (r->no_wait) {
+		struct pollfd p = {.fd = r->fd, .events = POLLIN};
+		if (poll(&p, 1, 0) == 0) {
+			r->again = 1;
+			return -2;
+		}
+	}
 	for (;;) {
 		ssize_t got = read(r->fd, into, n);
 		if (got >= 0)
@@ -126,23 +141,33 @@ static int open_next(struct ca_ndjson_reader *r)
 		r->start = r->end = 0;
 		r->raw_start = r->raw_end = 0;
 		r->gzip = 0;
-		/* Sniff the gzip magic (1f 8b); a plain first byte decides at once. */
-		while (r->raw_end < 2) {
-			ssize_t got = read_some(r, r->raw + r->raw_end, CHUNK - r->raw_end);
-			if (got <= 0)
-				break;
-			r->raw_end += (size_t)got;
-			if (r->raw[0] != 0x1f)
-				break;
-		}
-		if (r->raw_end >= 2 && r->raw[0] == 0x1f && r->raw[1] == 0x8b) {
-			memset(&r->z, 0, sizeof r->z);
-			if (inflateInit2(&r->z, 15 + 16) != Z_OK)
-				ca_err_die(CA_EXIT_SYSTEM, "%s: cannot start zlib", r->name);
-			r->gzip = 1;
-		}
+		r->sniffed = 0;
 		return 1;
 	}
+}
+
+/*
+ * Sniff the gzip magic (1f 8b) at the first read of an input; a plain
+ * first byte decides at once. -1 when, with no_wait, no byte was there.
+ */
+static int sniff(struct ca_ndjson_reader *r)
+{
+	while (r->raw_end < 2 && (r->raw_end == 0 || r->raw[0] == 0x1f)) {
+		ssize_t got = read_some(r, r->raw + r->raw_end, CHUNK - r->raw_end);
+		if (got == -2)
+			return -1;
+		if (got <= 0)
+			break;
+		r->raw_end += (size_t)got;
+	}
+	if (r->raw_end >= 2 && r->raw[0] == 0x1f && r->raw[1] == 0x8b) {
+		memset(&r->z, 0, sizeof r->z);
+		if (inflateInit2(&r->z, 15 + 16) != Z_OK)
+			ca_err_die(CA_EXIT_SYSTEM, "%s: cannot start zlib", r->name);
+		r->gzip = 1;
+	}
+	r->sniffed = 1;
+	return 0;
 }
 
 /* Inflate into buf[end..cap); returns bytes produced, 0 at the end of input. */
@@ -187,10 +212,13 @@ static size_t inflate_some(struct ca_ndjson_reader *r)
 	}
 }
 
-/* Fill more bytes into buf; returns bytes added, 0 at EOF. */
+/* Fill more bytes into buf; returns bytes added, 0 at EOF (or with again set, for now). */
 static size_t fill(struct ca_ndjson_reader *r)
 {
+	r->again = 0;
 	if (r->eof)
+		return 0;
+	if (!r->sniffed && sniff(r) != 0)
 		return 0;
 	if (r->start > 0) {
 		memmove(r->buf, r->buf + r->start, r->end - r->start);
@@ -215,7 +243,8 @@ static size_t fill(struct ca_ndjson_reader *r)
 		got = n > 0 ? (size_t)n : 0;
 	}
 	if (got == 0) {
-		r->eof = 1;
+		if (!r->again)
+			r->eof = 1;
 		return 0;
 	}
 	r->end += got;
@@ -299,6 +328,42 @@ int ca_ndjson_next_text(struct ca_ndjson_reader *r, const char **text, size_t *l
 		return CA_NDJSON_RECORD;
 	}
 }
+
+/* 1 when buf[from, end) holds a whole line that is not blank. */
+static int whole_line_buffered(const struct ca_ndjson_reader *r)
+{
+	size_t from = r->start;
+	char *nl;
+	while ((nl = memchr(r->buf + from, '\n', r->end - from))) {
+		if (!blank(r->buf + from, (size_t)(nl - r->buf) - from))
+			return 1;
+		from = (size_t)(nl - r->buf) + 1;
+	}
+	return 0;
+}
+
+int ca_ndjson_ready(struct ca_ndjson_reader *r)
+{
+	for (;;) {
+		if (r->fd < 0 && !open_next(r))
+			return 1;  /* the next call says EOF */
+		if (whole_line_buffered(r) || r->end - r->start >= READY_PARTIAL)
+			return 1;
+		if (r->eof) {
+			if (!blank(r->buf + r->start, r->end - r->start))
+				return 1;  /* a last line without a newline */
+			close_current(r);  /* nothing but blank lines left: on to the next input */
+			continue;
+		}
+		r->no_wait = 1;
+		size_t got = fill(r);
+		r->no_wait = 0;
+		if (got == 0 && r->again)
+			return 0;
+	}
+}
+
+int ca_ndjson_fd(const struct ca_ndjson_reader *r) { return r->fd; }
 
 int ca_ndjson_parse(const char *text, size_t len, jv *out)
 {

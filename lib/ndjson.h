@@ -50,6 +50,18 @@ int ca_ndjson_next(struct ca_ndjson_reader *r, jv *out);
  */
 int ca_ndjson_next_text(struct ca_ndjson_reader *r, const char **text, size_t *len);
 int ca_ndjson_parse(const char *text, size_t len, jv *out);
+/*
+ * For a command that waits on more than its input (ca-agent runs tasks
+ * while more arrive): 1 when the next call of ca_ndjson_next or
+ * ca_ndjson_next_text will not wait for input (a whole line is buffered,
+ * or the input is at its end), after taking in whatever was there without
+ * waiting; 0 when it would wait: poll ca_ndjson_fd(r) for input, then ask
+ * again. (A partial line of over 16 MiB counts as ready: it is read to
+ * its end.)
+ */
+int ca_ndjson_ready(struct ca_ndjson_reader *r);
+/* The descriptor of the current input, or -1. */
+int ca_ndjson_fd(const struct ca_ndjson_reader *r);
 /* Where the last line came from ("stdin" or the file name) and its number. */
 const char *ca_ndjson_name(const struct ca_ndjson_reader *r);
 long ca_ndjson_line(const struct ca_ndjson_reader *r);

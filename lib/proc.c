@@ -41,24 +41,61 @@ void ca_buf_free(struct ca_buf *b)
 {
 	free(b->data);
 	b->data = NULL;
-	b->len = b->dropped = 0;
+	b->len = b->dropped = b->dropped_at = b->ring = 0;
 }
 
+/*
+ * With keep_tail, a full buffer is a fixed head, [0, cap - cap / 2), and
+ * a ring of the last cap / 2 bytes whose oldest byte is at head + ring;
+ * buf_settle puts the ring in order once the child is done.
+ */
 static void buf_append(struct ca_buf *b, const char *data, size_t n, size_t cap)
 {
 	size_t room = b->len < cap ? cap - b->len : 0;
 	size_t keep = n < room ? n : room;
-	b->dropped += n - keep;
 	if (!b->data) {
 		b->data = ca_xmalloc(keep + 1);
 		b->data[0] = '\0';
 	}
-	if (keep == 0)
+	if (keep > 0) {
+		b->data = ca_xrealloc(b->data, b->len + keep + 1);
+		memcpy(b->data + b->len, data, keep);
+		b->len += keep;
+		b->data[b->len] = '\0';
+	}
+	data += keep;
+	n -= keep;
+	if (n == 0)
 		return;
-	b->data = ca_xrealloc(b->data, b->len + keep + 1);
-	memcpy(b->data + b->len, data, keep);
-	b->len += keep;
-	b->data[b->len] = '\0';
+	b->dropped += n;  /* each byte past the cap pushes one out, of the ring or itself */
+	size_t size = cap / 2, head = cap - size;
+	if (!b->keep_tail || size == 0 || b->len != cap)
+		return;
+	b->dropped_at = head;
+	if (n >= size) {
+		memcpy(b->data + head, data + n - size, size);
+		b->ring = 0;
+		return;
+	}
+	size_t first = size - b->ring < n ? size - b->ring : n;
+	memcpy(b->data + head + b->ring, data, first);
+	memcpy(b->data + head, data + first, n - first);
+	b->ring = (b->ring + n) % size;
+}
+
+/* Put a kept tail in the order its bytes came. */
+static void buf_settle(struct ca_buf *b)
+{
+	if (!b || !b->keep_tail || b->dropped == 0 || b->ring == 0)
+		return;
+	char *tail = b->data + b->dropped_at;
+	size_t size = b->len - b->dropped_at;
+	char *copy = ca_xmalloc(size);
+	memcpy(copy, tail + b->ring, size - b->ring);
+	memcpy(copy + size - b->ring, tail, b->ring);
+	memcpy(tail, copy, size);
+	free(copy);
+	b->ring = 0;
 }
 
 /* The value of PATH in env (or our own), for the lookup before fork. */
@@ -519,6 +556,8 @@ int ca_proc_capture(struct ca_proc *p, const char *input, size_t input_len,
 		if ((i_pid >= 0 && pfd[i_pid].revents) || (p->pidfd < 0 && ca_proc_wait_exit(p, 0)))
 			exited = 1;
 	}
+	buf_settle(out);
+	buf_settle(err);
 	return ca_proc_finish(p);
 }
 

@@ -93,11 +93,20 @@ void ca_proc_kill(struct ca_proc *p, int sig);
 /* Start and finish; -1 (errno set) when it could not start. */
 int ca_proc_run(struct ca_proc *p);
 
-/* A growing byte buffer; data is always NUL-terminated (when not NULL). */
+/*
+ * A growing byte buffer; data is always NUL-terminated (when not NULL).
+ * Past the cap, the bytes that come are dropped; with keep_tail the first
+ * half of the cap is kept and the second holds the last bytes that came,
+ * so that the end of a long output (a summary, an exit line) is its real
+ * end: the dropped bytes were at data + dropped_at.
+ */
 struct ca_buf {
 	char *data;
 	size_t len;
-	size_t dropped;  /* bytes the child wrote beyond the cap, read and thrown away */
+	size_t dropped;     /* bytes the child wrote beyond the cap, read and thrown away */
+	int keep_tail;      /* set before capture: keep the last bytes, not the first, past the cap */
+	size_t dropped_at;  /* with keep_tail and dropped > 0: where in data the gap is */
+	size_t ring;        /* private: the oldest byte of the kept tail while capturing */
 };
 void ca_buf_free(struct ca_buf *b);
 

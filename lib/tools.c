@@ -23,6 +23,7 @@
 
 enum {
 	MAX_FILE_BYTES = 8 << 20,   /* read/edit/grep refuse larger files */
+	MAX_CAPTURE = 8 << 20,      /* of a bash command's output, head and tail (or twice --max-output) */
 	MAX_GLOB_RESULTS = 500,
 	MAX_WALK_ENTRIES = 100000,
 	MAX_WALK_DEPTH = 32,
@@ -108,40 +109,89 @@ static char *sb_take(struct sb *b)
 	return b->d;
 }
 
+static char *error_observation(int *is_error, int kind, const char *fmt, va_list ap)
+{
+	struct sb b = {0};
+	va_list again;
+	va_copy(again, ap);
+	sb_puts(&b, "error: ");
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	char *tmp = ca_xmalloc((size_t)(n > 0 ? n : 0) + 1);
+	vsnprintf(tmp, (size_t)(n > 0 ? n : 0) + 1, fmt, again);
+	va_end(again);
+	sb_puts(&b, tmp);
+	free(tmp);
+	*is_error = kind;
+	return sb_take(&b);
+}
+
+/* A call that failed (CA_TOOLS_FAILED). */
 __attribute__((format(printf, 2, 3)))
 static char *fail(int *is_error, const char *fmt, ...)
 {
 	va_list ap;
-	struct sb b = {0};
-	sb_puts(&b, "error: ");
 	va_start(ap, fmt);
-	int n = vsnprintf(NULL, 0, fmt, ap);
+	char *r = error_observation(is_error, CA_TOOLS_FAILED, fmt, ap);
 	va_end(ap);
-	char *tmp = ca_xmalloc((size_t)(n > 0 ? n : 0) + 1);
-	va_start(ap, fmt);
-	vsnprintf(tmp, (size_t)(n > 0 ? n : 0) + 1, fmt, ap);
-	va_end(ap);
-	sb_puts(&b, tmp);
-	free(tmp);
-	*is_error = 1;
-	return sb_take(&b);
+	return r;
 }
 
-char *ca_tools_truncate(const char *text, size_t len, size_t max)
+/* A call that broke the tool's schema (CA_TOOLS_INVALID). */
+__attribute__((format(printf, 2, 3)))
+static char *invalid(int *is_error, const char *fmt, ...)
 {
-	if (len <= max) {
+	va_list ap;
+	va_start(ap, fmt);
+	char *r = error_observation(is_error, CA_TOOLS_INVALID, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+/*
+ * Shorten an output of which text[0, len) is what we hold: gap bytes that
+ * came after text[0, gap_at) were not kept (a capture keeping its head and
+ * its tail). Keep the head and the tail: compiler errors come first,
+ * summaries last.
+ */
+static char *shorten(const char *text, size_t len, size_t gap_at, size_t gap, size_t max)
+{
+	if (gap == 0 && len <= max) {
 		char *copy = ca_xmalloc(len + 1);
 		memcpy(copy, text, len);
 		copy[len] = '\0';
 		return copy;
 	}
-	/* Keep the head and the tail: compiler errors come first, summaries last. */
-	size_t head = max * 2 / 3, tail = max - head;
+	if (gap == 0)
+		gap_at = len;
+	size_t head = max * 2 / 3;
+	if (head > gap_at)
+		head = gap_at;
+	size_t tail = max - head;
+	if (tail > len - head)
+		tail = len - head;
+	if (gap > 0 && tail > len - gap_at)
+		tail = len - gap_at;
 	struct sb b = {0};
 	sb_add(&b, text, head);
-	sb_printf(&b, "\n[... %zu bytes of output omitted ...]\n", len - head - tail);
+	sb_printf(&b, "\n[... %zu bytes of output omitted ...]\n", len + gap - head - tail);
 	sb_add(&b, text + len - tail, tail);
 	return sb_take(&b);
+}
+
+char *ca_tools_truncate(const char *text, size_t len, size_t max)
+{
+	return shorten(text, len, len, 0, max);
+}
+
+char *ca_tools_truncate_buf(const struct ca_buf *buf, size_t len, const char *more, size_t max)
+{
+	size_t gap_at = buf->keep_tail && buf->dropped_at < len ? buf->dropped_at : len;
+	struct sb b = {0};
+	sb_add(&b, buf->data ? buf->data : "", len);
+	sb_puts(&b, more ? more : "");
+	char *r = shorten(b.d, b.len, gap_at, buf->dropped, max);
+	free(b.d);
+	return r;
 }
 
 /* ---- paths ---- */
@@ -408,10 +458,21 @@ static int arg_number(jv args, const char *key, double *out)
 	return r;
 }
 
+/* 1 true; 0 false, absent or null; -1 any other type (no strings: "false" would read as true). */
 static int arg_bool(jv args, const char *key)
 {
 	jv v = jv_object_has(jv_copy(args), jv_string(key)) ? jv_object_get(jv_copy(args), jv_string(key)) : jv_invalid();
-	int r = jv_get_kind(v) == JV_KIND_TRUE;
+	int r = jv_get_kind(v) == JV_KIND_TRUE ? 1
+		: !jv_is_valid(v) || jv_get_kind(v) == JV_KIND_FALSE || jv_get_kind(v) == JV_KIND_NULL ? 0 : -1;
+	jv_free(v);
+	return r;
+}
+
+/* 1 when the optional string argument key is given (not null) as something else than a string. */
+static int mistyped_string(jv args, const char *key)
+{
+	jv v = jv_object_has(jv_copy(args), jv_string(key)) ? jv_object_get(jv_copy(args), jv_string(key)) : jv_null();
+	int r = jv_get_kind(v) != JV_KIND_NULL && jv_get_kind(v) != JV_KIND_STRING;
 	jv_free(v);
 	return r;
 }
@@ -422,10 +483,10 @@ static char *tool_read(struct ca_tools *t, jv args, int *is_error)
 {
 	const char *path = arg_string(args, "path"), *why;
 	if (!path)
-		return fail(is_error, "read needs a string argument \"path\"");
+		return invalid(is_error, "read needs a string argument \"path\"");
 	double offset = 1, limit = DEFAULT_READ_LINES;
 	if (arg_number(args, "offset", &offset) < 0 || arg_number(args, "limit", &limit) < 0)
-		return fail(is_error, "read: offset and limit must be numbers");
+		return invalid(is_error, "read: offset and limit must be numbers");
 	if (offset < 1)
 		offset = 1;
 	if (limit < 1)
@@ -484,7 +545,7 @@ static char *tool_write(struct ca_tools *t, jv args, int *is_error)
 	}
 	jv_free(c);
 	if (!path || !content)
-		return fail(is_error, "write needs string arguments \"path\" and \"content\"");
+		return invalid(is_error, "write needs string arguments \"path\" and \"content\"");
 	char abs[PATH_MAX];
 	if (resolve(t, path, abs, &why) != 0)
 		return fail(is_error, "write %s: %s", path, why);
@@ -582,13 +643,16 @@ static char *tool_edit(struct ca_tools *t, jv args, int *is_error)
 	const char *path = arg_string(args, "path"), *old = arg_string(args, "old_string"),
 		*new = arg_string(args, "new_string"), *why;
 	if (!path || !old || !new)
-		return fail(is_error, "edit needs string arguments \"path\", \"old_string\" and \"new_string\"");
+		return invalid(is_error, "edit needs string arguments \"path\", \"old_string\" and \"new_string\"");
+	int all = arg_bool(args, "replace_all");
+	if (all < 0)
+		return invalid(is_error, "edit: replace_all must be true or false");
 	char abs[PATH_MAX], msg[160], *error;
 	char *text = load_for_edit(t, "edit", path, abs, is_error, &error);
 	if (!text)
 		return error;
 	size_t before = count_occurrences(text, old);
-	const char *problem = replace(&text, old, new, arg_bool(args, "replace_all"), msg, sizeof msg);
+	const char *problem = replace(&text, old, new, all, msg, sizeof msg);
 	if (problem) {
 		free(text);
 		return fail(is_error, "edit %s: %s", relative(t, abs), problem);
@@ -600,7 +664,7 @@ static char *tool_edit(struct ca_tools *t, jv args, int *is_error)
 	free(text);
 	struct sb b = {0};
 	sb_printf(&b, "edited %s: %zu replacement%s", relative(t, abs),
-		arg_bool(args, "replace_all") ? before : 1, (arg_bool(args, "replace_all") && before != 1) ? "s" : "");
+		all ? before : 1, (all && before != 1) ? "s" : "");
 	return sb_take(&b);
 }
 
@@ -610,7 +674,19 @@ static char *tool_multiedit(struct ca_tools *t, jv args, int *is_error)
 	jv edits = jv_object_has(jv_copy(args), jv_string("edits")) ? jv_object_get(jv_copy(args), jv_string("edits")) : jv_invalid();
 	if (!path || jv_get_kind(edits) != JV_KIND_ARRAY || jv_array_length(jv_copy(edits)) == 0) {
 		jv_free(edits);
-		return fail(is_error, "multiedit needs \"path\" and a non-empty array \"edits\" of {old_string, new_string[, replace_all]}");
+		return invalid(is_error, "multiedit needs \"path\" and a non-empty array \"edits\" of {old_string, new_string[, replace_all]}");
+	}
+	int n = jv_array_length(jv_copy(edits));
+	for (int i = 0; i < n; i++) {
+		jv e = jv_array_get(jv_copy(edits), i);
+		int ok = jv_get_kind(e) == JV_KIND_OBJECT && arg_string(e, "old_string") && arg_string(e, "new_string")
+			&& arg_bool(e, "replace_all") >= 0;
+		jv_free(e);
+		if (!ok) {
+			jv_free(edits);
+			return invalid(is_error, "multiedit: edit %d of %d needs string fields old_string and new_string "
+				"(and replace_all true or false); no edit was applied", i + 1, n);
+		}
 	}
 	char abs[PATH_MAX], msg[160], *error;
 	char *text = load_for_edit(t, "multiedit", path, abs, is_error, &error);
@@ -618,13 +694,10 @@ static char *tool_multiedit(struct ca_tools *t, jv args, int *is_error)
 		jv_free(edits);
 		return error;
 	}
-	int n = jv_array_length(jv_copy(edits));
 	for (int i = 0; i < n; i++) {
 		jv e = jv_array_get(jv_copy(edits), i);
-		const char *old = jv_get_kind(e) == JV_KIND_OBJECT ? arg_string(e, "old_string") : NULL;
-		const char *new = jv_get_kind(e) == JV_KIND_OBJECT ? arg_string(e, "new_string") : NULL;
-		const char *problem = !old || !new ? "needs string fields old_string and new_string"
-			: replace(&text, old, new, arg_bool(e, "replace_all"), msg, sizeof msg);
+		const char *problem = replace(&text, arg_string(e, "old_string"), arg_string(e, "new_string"),
+			arg_bool(e, "replace_all"), msg, sizeof msg);
 		jv_free(e);
 		if (problem) {
 			free(text);
@@ -735,8 +808,9 @@ static void walk_free(struct walk *w)
 static char *tool_glob(struct ca_tools *t, jv args, int *is_error)
 {
 	const char *pattern = arg_string(args, "pattern"), *path = arg_string(args, "path"), *why;
-	if (!pattern || !*pattern)
-		return fail(is_error, "glob needs a string argument \"pattern\" (for example \"**/*.cu\")");
+	if (!pattern || !*pattern || mistyped_string(args, "path"))
+		return invalid(is_error, "glob needs a string argument \"pattern\" (for example \"**/*.cu\") "
+			"and an optional string \"path\"");
 	if (pattern[0] == '/')
 		return fail(is_error, "glob: the pattern must be relative (use path to pick a directory)");
 	char base[PATH_MAX];
@@ -839,16 +913,22 @@ static char *tool_grep(struct ca_tools *t, jv args, int *is_error)
 	const char *pattern = arg_string(args, "pattern"), *path = arg_string(args, "path"),
 		*filter = arg_string(args, "glob"), *mode = arg_string(args, "output_mode"), *why;
 	if (!pattern)
-		return fail(is_error, "grep needs a string argument \"pattern\" (an extended regular expression)");
+		return invalid(is_error, "grep needs a string argument \"pattern\" (an extended regular expression)");
+	if (mistyped_string(args, "path") || mistyped_string(args, "glob"))
+		return invalid(is_error, "grep: path and glob must be strings");
+	if (mistyped_string(args, "output_mode"))
+		mode = "";
 	if (!mode)
 		mode = "content";
 	if (strcmp(mode, "content") && strcmp(mode, "files_with_matches") && strcmp(mode, "count"))
-		return fail(is_error, "grep: output_mode must be content, files_with_matches or count");
+		return invalid(is_error, "grep: output_mode must be content, files_with_matches or count");
 	double context = 0;
 	if (arg_number(args, "context", &context) < 0 || context < 0 || context > 100)
-		return fail(is_error, "grep: context must be a number of lines from 0 to 100");
-	int flags = REG_EXTENDED | REG_NOSUB;
-	if (arg_bool(args, "case_insensitive"))
+		return invalid(is_error, "grep: context must be a number of lines from 0 to 100");
+	int flags = REG_EXTENDED | REG_NOSUB, fold = arg_bool(args, "case_insensitive");
+	if (fold < 0)
+		return invalid(is_error, "grep: case_insensitive must be true or false");
+	if (fold)
 		flags |= REG_ICASE;
 	regex_t re;
 	int rc = regcomp(&re, pattern, flags);
@@ -1008,13 +1088,18 @@ static char *tool_bash(struct ca_tools *t, jv args, int *is_error)
 {
 	const char *command = arg_string(args, "command");
 	if (!command || !*command)
-		return fail(is_error, "bash needs a non-empty string argument \"command\"");
-	if (arg_bool(args, "run_in_background"))
-		return run_background(t, command, is_error);
+		return invalid(is_error, "bash needs a non-empty string argument \"command\"");
+	int background = arg_bool(args, "run_in_background");
 	double limit = t->command_time_s, asked;
 	int r = arg_number(args, "timeout", &asked);
+	if (background < 0)
+		return invalid(is_error, "bash: run_in_background must be true or false");
 	if (r < 0)
-		return fail(is_error, "bash: timeout must be a number of seconds");
+		return invalid(is_error, "bash: timeout must be a number of seconds");
+	if (mistyped_string(args, "description"))
+		return invalid(is_error, "bash: description must be a string");
+	if (background)
+		return run_background(t, command, is_error);
 	if (r > 0 && asked > 0 && asked < limit)
 		limit = asked;
 	char marker[64], time_text[32];
@@ -1028,9 +1113,10 @@ static char *tool_bash(struct ca_tools *t, jv args, int *is_error)
 	p.die_with_parent = 1;
 	/* The sandbox enforces the limit; ours is the backstop. */
 	p.timeout_s = t->sandbox ? limit + 10 : limit;
-	struct ca_buf out = {0}, err = {0};
-	/* Keep plenty, so the tail shown is the real tail for any sensible output. */
-	int status = ca_proc_capture(&p, NULL, 0, &out, &err, 8 << 20);
+	/* The head and the real tail of any output, more of each than an observation shows. */
+	struct ca_buf out = {.keep_tail = 1}, err = {0};
+	size_t cap = 2 * t->max_output > MAX_CAPTURE ? 2 * t->max_output : MAX_CAPTURE;
+	int status = ca_proc_capture(&p, NULL, 0, &out, &err, cap);
 	if (status < 0) {
 		int e = errno;
 		char *r = fail(is_error, "bash: cannot start %s: %s", argv[0], strerror(e));
@@ -1063,26 +1149,40 @@ static char *tool_bash(struct ca_tools *t, jv args, int *is_error)
 		}
 	}
 	struct sb b = {0};
-	while (out.len > 0 && out.data[out.len - 1] == '\n')
-		out.len--;
-	if (out.len)
-		sb_add(&b, out.data, out.len);
-	if (out.dropped)
-		sb_printf(&b, "\n[... %zu more bytes of output dropped ...]\n", out.dropped);
+	size_t len = out.len;
+	while (len > 0 && out.data[len - 1] == '\n')
+		len--;
+	/* After the output: the sandbox's own diagnostics, then how the command ended. */
 	if (diag && *diag)
-		sb_printf(&b, "%s%s", b.len && b.d[b.len - 1] != '\n' ? "\n" : "", diag);
+		sb_printf(&b, "%s%s", len ? "\n" : "", diag);
 	free(diag);
+	int any = len > 0 || b.len > 0;
 	if (p.timed_out || status == CA_PROC_TIMEOUT_STATUS)
-		sb_printf(&b, "%s[the command ran past its %s s limit and was killed]", b.len ? "\n" : "", time_text);
+		sb_printf(&b, "%s[the command ran past its %s s limit and was killed]", any ? "\n" : "", time_text);
 	else if (status != 0)
-		sb_printf(&b, "%s[exit status %d]", b.len ? "\n" : "", status);
-	if (b.len == 0)
+		sb_printf(&b, "%s[exit status %d]", any ? "\n" : "", status);
+	if (len == 0 && b.len == 0)
 		sb_puts(&b, "(no output)");
+	char *res = ca_tools_truncate_buf(&out, len, b.d, t->max_output);
 	ca_buf_free(&out);
 	ca_buf_free(&err);
-	char *res = ca_tools_truncate(b.d, b.len, t->max_output);
 	free(b.d);
 	return res;
+}
+
+/* Read up to n bytes at offset; returns how many came. */
+static size_t pread_all(int fd, char *into, size_t n, off_t offset)
+{
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = pread(fd, into + got, n - got, offset + (off_t)got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	return got;
 }
 
 static struct job *find_job(struct ca_tools *t, jv args, char **error, int *is_error)
@@ -1090,7 +1190,7 @@ static struct job *find_job(struct ca_tools *t, jv args, char **error, int *is_e
 	double id;
 	int r = arg_number(args, "id", &id);
 	if (r <= 0) {
-		*error = fail(is_error, "needs the numeric argument \"id\" of a background command");
+		*error = invalid(is_error, "needs the numeric argument \"id\" of a background command");
 		return NULL;
 	}
 	for (size_t i = 0; i < t->njobs; i++)
@@ -1122,25 +1222,27 @@ static char *tool_bash_output(struct ca_tools *t, jv args, int *is_error)
 	if (!job)
 		return error;
 	job_poll(t, job);
-	struct sb b = {0};
+	/* The new output's head and its real tail, however much came. */
+	struct ca_buf news = {.keep_tail = 1};
 	int fd = open(job->log_path, O_RDONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		char chunk[65536];
-		ssize_t n;
-		size_t taken = 0;
-		if (lseek(fd, job->offset, SEEK_SET) >= 0) {
-			while ((n = read(fd, chunk, sizeof chunk)) > 0) {
-				job->offset += n;
-				if (taken < t->max_output * 4) {
-					sb_add(&b, chunk, (size_t)n);
-					taken += (size_t)n;
-				}
-			}
+	struct stat st;
+	if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > job->offset) {
+		size_t size = (size_t)(st.st_size - job->offset), half = t->max_output;
+		size_t head = size > 2 * half ? half : size, tail = size > 2 * half ? half : 0;
+		news.data = ca_xmalloc(head + tail + 1);
+		news.len = pread_all(fd, news.data, head, job->offset);
+		if (tail > 0 && news.len == head) {
+			news.len += pread_all(fd, news.data + head, tail, st.st_size - (off_t)tail);
+			news.dropped = size - head - tail;
+			news.dropped_at = head;
 		}
-		close(fd);
+		news.data[news.len] = '\0';
+		job->offset = st.st_size;
 	}
-	char *shown = ca_tools_truncate(b.d ? b.d : "", b.len, t->max_output);
-	free(b.d);
+	if (fd >= 0)
+		close(fd);
+	char *shown = ca_tools_truncate_buf(&news, news.len, NULL, t->max_output);
+	ca_buf_free(&news);
 	struct sb r = {0};
 	sb_puts(&r, shown[0] ? shown : "(no new output)");
 	free(shown);
@@ -1199,11 +1301,11 @@ char *ca_tools_call(struct ca_tools *t, const char *name, jv args, int *is_error
 {
 	*is_error = 0;
 	if (jv_get_kind(args) != JV_KIND_OBJECT)
-		return fail(is_error, "the arguments of %s must be a JSON object", name);
+		return invalid(is_error, "the arguments of %s must be a JSON object", name);
 	for (size_t i = 0; i < sizeof tool_table / sizeof tool_table[0]; i++)
 		if (strcmp(tool_table[i].name, name) == 0)
 			return tool_table[i].fn(t, args, is_error);
-	return fail(is_error, "unknown tool %s; the tools are bash, bash_output, edit, glob, grep, kill_bash, multiedit, read, write", name);
+	return invalid(is_error, "unknown tool %s; the tools are bash, bash_output, edit, glob, grep, kill_bash, multiedit, read, write", name);
 }
 
 static const char schema_text[] =

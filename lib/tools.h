@@ -13,7 +13,12 @@
  * must stay inside the workspace; the files named protected (the task's
  * model.py, the skill) may be read but never written through the tools.
  * Observations are plain text: what the agent sees. A failed call returns
- * an observation starting with "error: " and sets *is_error.
+ * an observation starting with "error: " and sets *is_error: to
+ * CA_TOOLS_INVALID when the call broke the tool's schema (an unknown tool,
+ * arguments not an object, a required argument missing, an argument of
+ * the wrong type or outside its allowed values; numbers may come as
+ * numeric strings, booleans may not), else to CA_TOOLS_FAILED (a file not
+ * found, a command that exited nonzero, an edit that did not apply).
  */
 #ifndef CA_TOOLS_H
 #define CA_TOOLS_H
@@ -39,13 +44,16 @@ struct ca_tools_config {
 
 struct ca_tools;
 
+enum { CA_TOOLS_OK = 0, CA_TOOLS_FAILED = 1, CA_TOOLS_INVALID = 2 };
+
 struct ca_tools *ca_tools_new(const struct ca_tools_config *config);
 /* Kills background commands still running. */
 void ca_tools_free(struct ca_tools *tools);
 
 /*
  * Run tool name with its arguments (an object; borrowed). Returns the
- * observation (malloc'd); *is_error is 1 when the call failed.
+ * observation (malloc'd); *is_error is CA_TOOLS_OK, CA_TOOLS_FAILED or
+ * CA_TOOLS_INVALID (see above).
  */
 char *ca_tools_call(struct ca_tools *tools, const char *name, jv arguments, int *is_error);
 
@@ -55,7 +63,15 @@ int ca_tools_known(const char *name);
 /* The tools' schema in OpenAI function-calling form: an array of {"type": "function", ...}. */
 jv ca_tools_schema(void);
 
-/* Shorten text to at most max bytes, keeping the head and saying how much went (malloc'd). */
+/* Shorten text to at most max bytes, keeping the head and the tail and saying how much went (malloc'd). */
 char *ca_tools_truncate(const char *text, size_t len, size_t max);
+
+/*
+ * The same for the first len bytes a capture kept (buf; borrowed) followed
+ * by the text more (may be NULL): the bytes the capture dropped, past its
+ * cap or in the gap of a keep_tail buffer, count as left out.
+ */
+struct ca_buf;
+char *ca_tools_truncate_buf(const struct ca_buf *buf, size_t len, const char *more, size_t max);
 
 #endif

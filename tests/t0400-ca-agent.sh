@@ -77,6 +77,20 @@ expect_success 'bash: long output is truncated with a note' '
 	head -1 o | grep -q "^1$" && tail -1 o | grep -q "^100000$"
 '
 
+expect_success 'bash: output over the capture limit (8 MiB) keeps its real end and counts what went' '
+	call bash "{\"command\": \"seq 1 2000000\"}" >turns &&
+	agent --max-output 2000 && obs 0 >o && head -1 o | grep -q "^1$" && tail -1 o | grep -q "^2000000$" &&
+	grep -q "^\[\.\.\. 14886895 bytes of output omitted \.\.\.\]$" o
+'
+
+expect_success 'bash_output: a long new output keeps its real end' '
+	{ call bash "{\"command\": \"seq 1 300000\", \"run_in_background\": true}"
+	  call bash "{\"command\": \"sleep 1\"}"
+	  call bash_output "{\"id\": 1}"; } >turns &&
+	agent --max-output 2000 && obs 2 >o && head -1 o | grep -q "^1$" &&
+	grep -q "^300000$" o && tail -1 o | grep -q "finished with status 0" && grep -q "omitted" o
+'
+
 expect_success 'bash: background commands, bash_output and kill_bash' '
 	{ call bash "{\"command\": \"echo started; sleep 60\", \"run_in_background\": true}"
 	  call bash "{\"command\": \"sleep 1\"}"
@@ -182,9 +196,41 @@ expect_success 'invalid tool calls are answered with an error and counted' '
 	  "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"b\",\"type\":\"function\",\"function\":{\"name\":\"bash\",\"arguments\":\"{not json\"}}]}" \
 	  "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"read\",\"arguments\":\"{}\"}}]}" \
 	  "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[42, {\"function\": {}}]}" >turns &&
-	agent && jq -e ".trajectory.invalid_tool_calls == 4 and .trajectory.tool_calls == 5 and .trajectory.stop == \"done\"" out &&
+	agent && jq -e ".trajectory.invalid_tool_calls == 5 and .trajectory.tool_calls == 5 and .trajectory.stop == \"done\"" out &&
 	obs 0 | grep -q "unknown tool rm_rf" && obs 1 | grep -q "not a JSON object" && obs 2 | grep -q "needs a string argument" &&
 	[ "$(err 3)" = true ] && [ "$(err 4)" = true ]
+'
+
+expect_success 'missing and mistyped arguments are invalid calls, counted; failed calls are not' '
+	jq -cn "{role: \"assistant\", content: null, tool_calls: ([
+		[\"read\", {}], [\"read\", {path: 5}], [\"write\", {path: \"a\"}],
+		[\"edit\", {path: \"a\", old_string: \"x\", new_string: \"y\", replace_all: \"yes\"}],
+		[\"multiedit\", {path: \"a\", edits: [{old_string: 1}]}], [\"glob\", {pattern: \"*\", path: 3}],
+		[\"grep\", {pattern: \"x\", output_mode: \"lines\"}], [\"grep\", {pattern: \"x\", context: \"many\"}],
+		[\"grep\", {pattern: \"x\", case_insensitive: 1}], [\"bash\", {command: 5}],
+		[\"bash\", {command: \"true\", timeout: \"soon\"}], [\"bash\", {command: \"true\", run_in_background: \"yes\"}],
+		[\"bash_output\", {}], [\"kill_bash\", {id: \"x\"}],
+		[\"read\", {path: \"missing\"}], [\"bash_output\", {id: 9}], [\"bash\", {command: \"exit 1\"}]
+	] | to_entries | map({id: \"c\(.key)\", type: \"function\",
+		function: {name: .value[0], arguments: (.value[1] | tojson)}}))}" >turns &&
+	agent && jq -e ".trajectory.invalid_tool_calls == 14 and .trajectory.tool_calls == 17" out &&
+	for i in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do [ "$(err $i)" = true ] || { echo "call $i not an error"; exit 1; }; done &&
+	obs 14 | grep -q "^error: read missing" && [ "$(err 16)" = false ] && obs 16 | grep -q "exit status 1"
+'
+
+expect_success 'a tool call id used twice in a message is an invalid call; every tool message has its own id' '
+	jq -cn "{role: \"assistant\", content: null, tool_calls: [
+		{type: \"function\", function: {name: \"bash\", arguments: ({command: \"echo first >one\"} | tojson)}},
+		{id: \"x\", type: \"function\", function: {name: \"bash\", arguments: ({command: \"echo x\"} | tojson)}},
+		{id: \"x\", type: \"function\", function: {name: \"bash\", arguments: ({command: \"echo again >two\"} | tojson)}},
+		{id: \"call_1_0\", type: \"function\", function: {name: \"glob\", arguments: ({pattern: \"*\"} | tojson)}}]}" >turns &&
+	agent && jq -e "[.trajectory.messages[] | select(.role == \"tool\") | .tool_call_id] as \$ids
+		| (\$ids | length) == 4 and (\$ids | unique | length) == 4
+		and [.trajectory.messages[] | select(.role == \"assistant\") | .tool_calls[]?.id] == \$ids
+		and .trajectory.invalid_tool_calls == 1 and (.trajectory.final.files | has(\"two\") | not)
+		and .trajectory.final.files.one == \"first\n\"" out &&
+	[ "$(err 2)" = true ] && obs 2 | grep -q "used by an earlier call" && obs 1 | grep -q "^x$" &&
+	[ "$(err 3)" = false ]
 '
 
 expect_success 'a policy writing random bytes yields a clean trajectory with a stop reason' '
@@ -201,9 +247,39 @@ expect_success 'garbage JSON shapes are invalid outputs, not crashes' '
 	done
 '
 
+expect_success 'a message of another role is an invalid output, not the assistant'\''s turn' '
+	for r in "\"user\"" "\"system\"" "\"tool\"" "null" "5"; do
+		printf "%s\n" "$TASK" | ca-agent --unconfined --max-invalid 1 \
+			--policy "echo '\''{\"role\": $r, \"content\": \"done, says the user\"}'\''" >out || exit 1
+		jq -e ".trajectory.stop == \"invalid_output\" and .trajectory.invalid_outputs == 1
+			and ([.trajectory.messages[] | select(.is_error)][0].content | test(\"role\"))" out >/dev/null ||
+			{ echo "taken as the assistant: role $r"; exit 1; }
+	done &&
+	printf "%s\n" "$TASK" | ca-agent --unconfined \
+		--policy "echo '\''{\"role\": \"assistant\", \"content\": \"done\"}'\''" >out &&
+	jq -e ".trajectory.stop == \"done\" and .trajectory.invalid_outputs == 0" out
+'
+
 expect_status 4 'a failing policy stops the task with policy_error (exit 4), record still written' '
 	printf "%s\n" "$TASK" | ca-agent --unconfined --policy "echo boom >&2; exit 9" >out; s=$?
 	jq -e ".trajectory.stop == \"policy_error\" and (.trajectory.stop_detail | test(\"boom\"))" out >/dev/null && exit $s
+'
+
+expect_success 'a 9 MB policy message is read whole; the end of a long standard error is kept' '
+	cat >policy <<-\EOF &&
+	#!/bin/sh
+	cat >/dev/null
+	printf "{\"role\": \"assistant\", \"content\": \""
+	head -c 9437184 /dev/zero | tr "\0" a
+	printf "\"}\n"
+	EOF
+	chmod +x policy &&
+	printf "%s\n" "$TASK" | ca-agent --unconfined --policy ./policy >out &&
+	jq -e ".trajectory.stop == \"done\" and .trajectory.invalid_outputs == 0
+		and (.trajectory.messages[-1].content | length) == 9437184" out &&
+	printf "%s\n" "$TASK" | ca-agent --unconfined \
+		--policy "head -c 9437184 /dev/zero | tr \"\\\\0\" x >&2; echo the real end >&2; exit 9" >out
+	jq -e ".trajectory.stop == \"policy_error\" and (.trajectory.stop_detail | endswith(\"the real end\n\"))" out
 '
 
 expect_success 'a policy past --policy-time stops with policy_timeout' '
@@ -249,6 +325,21 @@ expect_success 'ca-build, ca-verify, ca-profile typed alone run outside on a sna
 	obs 1 | grep -q "model.py" && obs 6 | grep -q "\"ok\": true" && obs 8 | grep -q "typed alone"
 '
 
+expect_status 4 'a trusted command whose result is not one line of JSON is an error, not a silent null' '
+	{ call bash "{\"command\": \"ca-verify\"}"
+	  call bash "{\"command\": \"ca-verify -H\"}"
+	  call bash "{\"command\": \"ca-build\"}"; } >turns &&
+	printf "%s\n" "$TASK" | ca-agent --unconfined --verify-cmd "jq -n \"{verify: {ok: true}}\"; :" \
+		--build-cmd "echo built; :" --policy "policy-replay turns" >out 2>err; s=$?
+	cat err && [ $(wc -l <err) -eq 2 ] && grep -q "verify-cmd .*spread over several lines" err &&
+	grep -q "build-cmd .*not a JSON object" err &&
+	jq -e "[.trajectory.snapshots[] | .result] == [null, null, null]
+		and (.trajectory.snapshots[0].error | test(\"one line of JSON\"))
+		and (.trajectory.snapshots[1] | has(\"error\") | not)
+		and (.trajectory.snapshots[2].error | test(\"not a JSON object\"))" out >/dev/null &&
+	obs 0 | grep -q "\"ok\": true" && exit $s
+'
+
 expect_success 'snapshots take no symbolic links, hidden files or build outputs' '
 	{ call bash "{\"command\": \"mkdir -p kernels build && ln -s /etc/passwd leak.txt && ln -s /etc kernels/etc && echo x >.hidden && echo o >build/out && echo k >kernels/k.cu && echo so >kernels/libk.so\"}"
 	  call bash "{\"command\": \"ca-build\"}"; } >turns &&
@@ -288,6 +379,40 @@ expect_success '-j runs tasks in parallel, keeps input order, count in = count o
 	[ "$(jq -r ".trajectory.messages[-1].content" out | tr "\n" " ")" = "task1 task2 task3 task4 " ]
 '
 
+expect_success 'streaming: -j keeps input order when later tasks finish first' '
+	cat >policy <<-\EOF &&
+	#!/bin/sh
+	cat >/dev/null
+	case $CA_TASK_ID in task1) sleep 2 ;; esac
+	echo "{\"role\": \"assistant\", \"content\": \"$CA_TASK_ID\"}"
+	EOF
+	chmod +x policy &&
+	for i in 1 2 3 4 5; do printf "{\"id\": \"task%s\", \"code\": \"x = 1\\\\n\"}\n" $i; done >tasks &&
+	ca-agent --unconfined -j 3 --policy ./policy tasks >out &&
+	[ "$(jq -r ".trajectory.messages[-1].content" out | tr "\n" " ")" = "task1 task2 task3 task4 task5 " ]
+'
+
+expect_status 3 'streaming: each task starts as it arrives and with -u its record leaves at once (a coprocess)' '
+	mkfifo in && : >out &&
+	{ ca-agent -u --unconfined --policy "echo {\\\"content\\\":\\\"x\\\"}" <in >out 2>err & } &&
+	exec 3>in &&
+	# lines N: wait up to 10 s for N records
+	lines() { i=0; while [ $(wc -l <out) -lt $1 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done; [ $(wc -l <out) -eq $1 ]; }
+	printf "%s\n" "$TASK" >&3 && lines 1 && printf "{oops\n" >&3 && lines 2 && printf "%s\n" "$TASK" >&3 && lines 3 ||
+		{ echo "no record before the next line came"; exec 3>&-; wait; exit 1; }
+	exec 3>&-
+	wait $!; s=$?
+	jq -e -s "length == 3 and .[0].trajectory.stop == \"done\" and .[1].error.line == 2
+		and .[2].trajectory.id == \"t/1#3\"" out >/dev/null && exit $s
+'
+
+expect_success 'streaming: --progress reports on standard error, nothing without it when not a terminal' '
+	printf "%s\n" "$TASK" "$TASK" | ca-agent --unconfined --progress --policy "echo {\\\"content\\\":\\\"x\\\"}" >out 2>err &&
+	grep -q "ca-agent: 2 records, done" err &&
+	printf "%s\n" "$TASK" | ca-agent --unconfined --policy "echo {\\\"content\\\":\\\"x\\\"}" >out 2>err &&
+	[ ! -s err ]
+'
+
 expect_status 3 'a malformed line becomes an error record; a task without code a setup_error' '
 	{ printf "%s\n" "$TASK"; echo "{oops"; echo "{\"id\": \"nocode\"}"; } >tasks &&
 	ca-agent --unconfined --policy "echo {\\\"content\\\":\\\"x\\\"}" tasks >out 2>err; s=$?
@@ -296,8 +421,17 @@ expect_status 3 'a malformed line becomes an error record; a task without code a
 	grep -q "tasks:2:" err && exit $s
 '
 
-expect_success 'writing to a full disk fails with status 4' '
-	printf "%s\n" "$TASK" | ca-agent --unconfined --policy "echo {\\\"content\\\":\\\"x\\\"}" >/dev/full; [ $? -eq 4 ]
+expect_success 'writing to a full disk fails with status 4 and says why' '
+	printf "%s\n" "$TASK" | ca-agent --unconfined --policy "echo {\\\"content\\\":\\\"x\\\"}" >/dev/full 2>err
+	[ $? -eq 4 ] && grep -q "^ca-agent: write error on stdout: No space left on device$" err &&
+	[ $(grep -c "write error" err) -eq 1 ]
+'
+
+expect_status 3 'an id holding a newline cannot forge a diagnostic line' '
+	printf "%s\n" "{\"id\": \"x\\nca-agent: forged\", \"no\": \"code\"}" |
+		ca-agent --unconfined --policy true >out 2>err; s=$?
+	cat err && [ $(wc -l <err) -eq 1 ] && ! grep -q "^ca-agent: forged" err &&
+	jq -e ".trajectory.stop == \"setup_error\"" out >/dev/null && exit $s
 '
 
 expect_success 'killing ca-agent stops its workers and their policies, and cleans up' '
@@ -327,14 +461,17 @@ else
 		obs 0 >o && grep -q "^ok$" o && ! grep -q "^0$" o &&
 		jq -e ".trajectory.final.files.mine == \"ok\n\"" out
 	'
-	expect_success 'confined: another task'\''s directory and our own state are out of reach' '
+	expect_success 'confined: other tasks'\''s directories, later ones too, and our own state are out of reach' '
 		W=$(mktemp -d /var/tmp/ca-agent-test.XXXXXX) && chmod 755 "$W" &&
-		printf "%s\n" "{\"id\": \"a\", \"code\": \"x\\n\"}" "{\"id\": \"b\", \"code\": \"y\\n\"}" >tasks &&
-		jq -cn --arg c "for d in $W/000002-b $W/000001-a/state; do ls -A \$d 2>/dev/null | wc -l; done; echo end" \
+		printf "{\"id\": \"%s\", \"code\": \"x\\\\n\"}\n" a b c >tasks &&
+		{ call bash "{\"command\": \"ca-build\"}"
+		  jq -cn --arg c "case \$PWD in */000001-a/workspace) sleep 3 ;; esac
+			find $W -name workspace 2>/dev/null | wc -l; find $W -path \"*/state/*\" 2>/dev/null | wc -l; echo end" \
 			"{role: \"assistant\", content: null, tool_calls: [{id: \"c\", type: \"function\",
-			  function: {name: \"bash\", arguments: ({command: \$c} | tojson)}}]}" >turns &&
-		ca-agent -j 2 --workdir "$W" --policy "policy-replay turns" tasks >out; s=$?; rm -rf "$W"
-		[ $s -eq 0 ] && [ "$(head -n 1 out | jq -r ".trajectory.messages[3].content" | tr "\n" " ")" = "0 0 end " ]
+			  function: {name: \"bash\", arguments: ({command: \$c} | tojson)}}]}"; } >turns &&
+		ca-agent -j 2 --workdir "$W" --build-cmd "$FAKE build" --policy "policy-replay turns" tasks >out; s=$?; rm -rf "$W"
+		[ $s -eq 0 ] && [ $(wc -l <out) -eq 3 ] && jq -e "(.trajectory.snapshots | length) == 1" out >/dev/null &&
+		[ "$(head -n 1 out | jq -r ".trajectory.messages[5].content" | tr "\n" " ")" = "1 0 end " ]
 	'
 	expect_success 'confined: the per-command time limit kills the whole tree' '
 		call bash "{\"command\": \"sleep 100 & sleep 100; echo never\", \"timeout\": 1}" >turns &&

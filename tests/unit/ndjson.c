@@ -4,19 +4,86 @@
  * longer than the reader's first buffer, the error record's shape; a line
  * over the length limit read past and reported (the limit lowered to 1 MB:
  * the path a line over 1 GiB takes), an error record under 4 KB whatever
- * its message.
+ * its message; ca_ndjson_ready over a pipe that is written a piece at a
+ * time.
  *
  *   test-ndjson DIR     (a scratch directory for its input files)
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "ndjson.h"
 
 static int failures;
 #define CHECK(cond) do { if (!(cond)) { fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); failures++; } } while (0)
+
+static void put(int fd, const void *data, size_t n)
+{
+	if (write(fd, data, n) != (ssize_t)n)
+		abort();
+}
+
+/* Standard input becomes a new pipe; returns its write end. */
+static int stdin_pipe(void)
+{
+	int p[2];
+	if (pipe(p) != 0 || dup2(p[0], 0) < 0)
+		abort();
+	close(p[0]);
+	return p[1];
+}
+
+/* ca_ndjson_ready says whether a record can be read without waiting, as pieces arrive. */
+static void test_ready(void)
+{
+	int w = stdin_pipe();
+	struct ca_ndjson_reader *r = ca_ndjson_open(0, NULL);
+	jv v;
+	CHECK(ca_ndjson_ready(r) == 0 && ca_ndjson_fd(r) >= 0);
+	put(w, "\n  \n{\"a\":", 9);                        /* blank lines, half a record */
+	CHECK(ca_ndjson_ready(r) == 0);
+	put(w, "1}\n{\"b\"", 7);
+	CHECK(ca_ndjson_ready(r) == 1);
+	CHECK(ca_ndjson_next(r, &v) == CA_NDJSON_RECORD && ca_ndjson_line(r) == 3);
+	jv_free(v);
+	CHECK(ca_ndjson_ready(r) == 0);
+	put(w, ":2}", 3);                                    /* the last line has no newline */
+	CHECK(ca_ndjson_ready(r) == 0);
+	close(w);
+	CHECK(ca_ndjson_ready(r) == 1);
+	CHECK(ca_ndjson_next(r, &v) == CA_NDJSON_RECORD && ca_ndjson_line(r) == 4);
+	jv_free(v);
+	CHECK(ca_ndjson_ready(r) == 1 && ca_ndjson_next(r, &v) == CA_NDJSON_EOF);
+	ca_ndjson_close(r);
+
+	/* gzip arriving through a pipe: the first byte alone does not decide. */
+	unsigned char packed[256];
+	z_stream z = {0};
+	const char *line = "{\"c\":3}\n";
+	deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+	z.next_in = (unsigned char *)line;
+	z.avail_in = (uInt)strlen(line);
+	z.next_out = packed;
+	z.avail_out = sizeof packed;
+	deflate(&z, Z_FINISH);
+	size_t n = sizeof packed - z.avail_out;
+	deflateEnd(&z);
+	w = stdin_pipe();
+	r = ca_ndjson_open(0, NULL);
+	put(w, packed, 1);
+	CHECK(ca_ndjson_ready(r) == 0);
+	put(w, packed + 1, n - 1);
+	CHECK(ca_ndjson_ready(r) == 1);
+	CHECK(ca_ndjson_next(r, &v) == CA_NDJSON_RECORD && jv_get_kind(v) == JV_KIND_OBJECT);
+	jv_free(v);
+	CHECK(ca_ndjson_ready(r) == 0);
+	close(w);
+	CHECK(ca_ndjson_ready(r) == 1 && ca_ndjson_next(r, &v) == CA_NDJSON_EOF);
+	ca_ndjson_close(r);
+}
 
 int main(int argc, char **argv)
 {
@@ -120,6 +187,7 @@ int main(int argc, char **argv)
 	CHECK(ca_ndjson_parse("{}", (1 << 20) + 1, &v) == CA_NDJSON_BAD);  /* never parsed: too long */
 	jv_free(v);
 	ca_ndjson_set_line_max(CA_NDJSON_LINE_MAX);
+	test_ready();
 	if (failures)
 		fprintf(stderr, "test-ndjson: %d failures\n", failures);
 	return failures != 0;

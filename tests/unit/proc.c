@@ -102,6 +102,26 @@ static void test_capture(void)
 	CHECK(out.len == 1000 && out.dropped == 50000000 - 1000);
 	ca_buf_free(&out);
 
+	/* With keep_tail, half the cap is the head and half the real end of the output. */
+	const char *lines[][4] = {
+		{"seq", "1", "200000", NULL},                                /* chunks larger than the tail */
+		{"sh", "-c", "i=0; while [ $i -lt 400 ]; do i=$((i+1)); echo $i; done", NULL},  /* small writes */
+	};
+	for (size_t k = 0; k < 2; k++) {
+		const char *seq[] = {"seq", "1", k == 0 ? "200000" : "400", NULL};
+		char *whole = ca_proc_output(seq, 10, 1 << 24, NULL);
+		size_t total = whole ? strlen(whole) : 0, cap = k == 0 ? 1000 : 101;
+		struct ca_buf tail = {.keep_tail = 1};
+		ca_proc_init(&p, lines[k]);
+		CHECK(ca_proc_capture(&p, NULL, 0, &tail, NULL, cap) == 0);
+		size_t head = cap - cap / 2;
+		CHECK(whole && tail.len == cap && tail.dropped == total - cap && tail.dropped_at == head);
+		CHECK(whole && memcmp(tail.data, whole, head) == 0);
+		CHECK(whole && memcmp(tail.data + head, whole + total - cap / 2, cap / 2) == 0);
+		ca_buf_free(&tail);
+		free(whole);
+	}
+
 	/* Input larger than a pipe buffer, echoed back. */
 	size_t n = 1 << 20;
 	char *input = malloc(n);
