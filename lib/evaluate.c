@@ -723,11 +723,29 @@ static int reveal_file(const char *from, const char *to)
 		if (close(out) != 0)
 			rc = -1;
 	}
+	int saved = errno;
 	if (in >= 0)
 		close(in);
 	if (rc != 0)
 		unlink(to);
+	errno = saved;
 	return rc;
+}
+
+/*
+ * Whose fault it is that a file could not be put in the candidate's
+ * directory once its code ran (errno err): a full disk or an I/O error is
+ * the evaluator's ("system"); anything else -- the directory made
+ * unwritable, removed, or a file put where ours goes -- is the
+ * candidate's doing ("run"), so it cannot turn its -1 into an evaluator
+ * fault. why gets the message.
+ */
+static const char *placing_failed(int err, const char *what, char *why, size_t size)
+{
+	int ours = err == ENOSPC || err == EDQUOT || err == EIO || err == ENOMEM || err == EMFILE || err == ENFILE;
+	snprintf(why, size, "cannot put %s in the candidate's directory: %s%s", what, strerror(err),
+		ours ? "" : " (the candidate changed its directory)");
+	return ours ? "system" : "run";
 }
 
 /* What a loop clock holds (its ticks, ready lines and digests). */
@@ -973,9 +991,11 @@ static int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, 
 					snprintf(from, sizeof from, "%s%d.ten", ours->ship_from, k % (ours->nship > 0 ? ours->nship : 1));
 					snprintf(to, sizeof to, "%s%d.ten", ours->ship_to, k);
 					if (reveal_file(from, to) != 0) {
+						char why[256];
+						const char *stage = placing_failed(errno, "a timed call's shipped inputs", why, sizeof why);
 						jv_free(timing);
 						jv_free(v);
-						return worker_abort(w, "system", "cannot put a timed call's shipped inputs in place", fault);
+						return worker_abort(w, stage, why, fault);
 					}
 					seed = jv_object_set(jv_object(), jv_string("input"), jv_string(to));
 				}
@@ -2405,8 +2425,10 @@ static jv time_request(struct job *j, const char *mode, const char *keep_prefix,
 		ship_path(j, "w", k, from, sizeof from);
 		snprintf(in, sizeof in, "%s/tin-w-%d.ten", j->io, k);
 		if (candidate && reveal_file(from, in) != 0) {
+			int saved = errno;  /* whose fault it was, for the caller */
 			jv_free(inputs);
 			jv_free(keep);
+			errno = saved;
 			return jv_invalid();
 		}
 		inputs = jv_array_append(inputs, jv_string(candidate ? in : from));
@@ -3018,7 +3040,8 @@ static void do_profile(struct job *j)
 		loop_clock_reset(&ours);
 		jv req = time_request(j, "candidate", prefix, jv_copy(named), &ours, j->seeds + cfg->warmup);
 		if (!jv_is_valid(req)) {
-			job_fail(j, "system", "cannot put the shipped inputs in the candidate's directory");
+			char why[256];
+			job_fail(j, placing_failed(errno, "the shipped inputs", why, sizeof why), why);
 			jv_free(digests);
 			jv_free(named);
 			loop_clock_free(&ours);

@@ -17,7 +17,7 @@ if ! has_torch || ! command -v cc >/dev/null 2>&1; then
 fi
 C=$TRASH_BASE/candidates
 mkdir -p "$C"
-for c in honest/relu cheat/timer_patch cheat/tick_drop cheat/lazy_unchecked cheat/lazy_before cheat/precompute cheat/late_write cheat/recognise cheat/ship_peek; do
+for c in honest/relu cheat/timer_patch cheat/tick_drop cheat/lazy_unchecked cheat/lazy_before cheat/precompute cheat/late_write cheat/recognise cheat/ship_peek cheat/dir_block; do
 	d=$C/$(basename "$c")
 	cp -R "$ADV/$c" "$d" && rm -rf "$d/kernels" && mkdir -p "$d/build" &&
 		cc -O2 -shared -fPIC -o "$d/build/libkernels.so" "$ADV/cpu/relu_cpu.c"
@@ -99,6 +99,15 @@ expect_success 'shipped inputs: each timed call'"'"'s file appears at its turn, 
 	h=$(pick honest | jq .profile.candidate_us) && r=$(jq .profile.candidate_us peek.ndjson) &&
 	echo "honest $h us, ship_peek $r us" &&
 	awk -v h="$h" -v r="$r" "BEGIN { exit !(r >= 0.5 * h) }"
+'
+# dir_block puts directories where the timed calls' shipped files go: the
+# parent cannot place them, and that is the candidate's doing, not an
+# evaluator fault (stage system would give it reward null, not -1).
+expect_success 'a candidate that blocks its shipped inputs fails as itself, not as an evaluator fault' '
+	record block relu_mid "$C/dir_block" | ca-profile $OPTS >block.ndjson
+	jq -c ".profile | {ok, stage, error}" block.ndjson | cut -c1-300 | sed "s/^/# /"
+	jq -e ".profile | .ok == false and .stage == \"run\" and (.error | test(\"the candidate changed its directory\"))" block.ndjson >/dev/null &&
+	ca-reward <block.ndjson | jq -e ".reward.value == -1" >/dev/null
 '
 expect_success 'a patched clock is caught against our own (timed twice to be sure)' '
 	pick timer_patch | jq -e ".profile | (.ok | not) and .stage == \"timing\" and .retimed"

@@ -146,6 +146,18 @@ expect_success 'with CUPTI, one-kernel candidates are timed on their kernels, si
 		map(select(.id == \"cheat/cupti_off\"))[0].profile | .ok and .candidate_us >= 0.95 * \$h" "$LOG/profiled.ndjson"
 '
 
+# The reward follows the whole verdict: a cheat caught at any stage, by
+# verify or by the profile, earns -1 whatever times its record holds, and
+# no profile that failed leaves a time where the reward reads one.
+expect_success 'every cheat caught by verify or the profile gets reward -1 (the reward gate)' '
+	{ jq -c "select(.verify.ok != true)" "$LOG/verified.ndjson"; cat "$LOG/profiled.ndjson"; } |
+		ca-reward --threshold 0.05 >"$LOG/rewarded.ndjson" 2>"$LOG/reward.err"
+	jq -r "[.id, (.verify | if .ok then \"ok\" else .stage end), (.profile // {} | if .ok then \"ok\" else .stage end), .reward.value] | @tsv" \
+		"$LOG/rewarded.ndjson" | sed "s/^/# /"
+	jq -e -s "map(select(.verify.ok != true or .profile.ok != true)) | all(.reward.value == -1 or .reward.evaluator_fault)" "$LOG/rewarded.ndjson" >/dev/null &&
+	jq -e -s "map(select(.profile.ok == false)) | all(has(\"candidate_us\") | not)" "$LOG/profiled.ndjson" >/dev/null
+'
+
 expect_success 'honest candidates report speedups and the kernels that ran' '
 	jq -e -s "map(select(.id | startswith(\"honest/\")) | .profile) | all(.ok and .candidate_us > 0 and .eager_us > 0 and (.kernels | length) > 0)" "$LOG/profiled.ndjson" &&
 	jq -r "select(.id | startswith(\"honest/\")) | [.id, .profile.eager_us, .profile.compile_us, .profile.candidate_us, .profile.cv] | @tsv" "$LOG/profiled.ndjson" >"$LOG/speedups.tsv"
