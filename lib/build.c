@@ -168,8 +168,14 @@ static int walk_kernels(struct sources *s, const char *root, const char *rel, in
 			snprintf(sub, sizeof sub, "%s/%s", rel, name);
 			snprintf(dir, sizeof dir, "%s/%s", root, sub);
 			if (lstat(dir, &st) == 0 && S_ISDIR(st.st_mode)) {
-				if (depth < MAX_DEPTH)
+				if (depth + 1 > MAX_DEPTH) {
+					/* Skipping it would build without files the candidate wrote: refuse instead. */
+					snprintf(s->why, sizeof s->why, "%s: directories nested more than %d deep below kernels/",
+						sub, MAX_DEPTH);
+					r = -1;
+				} else {
 					r = walk_kernels(s, root, sub, depth + 1);
+				}
 			} else if (has_suffix(name, "build") || strcmp(name, "__pycache__") == 0) {
 				/* build products of a hand build */
 			} else {
@@ -219,10 +225,24 @@ static const char *detect_flavour(const char *dir)
 static int collect(struct sources *s, const char *dir, const char *flavour)
 {
 	char p[PATH_MAX];
+	struct stat st;
+	/*
+	 * Links below kernels/ are refused one by one; kernels/ itself must be
+	 * checked here, or every path through it would lead wherever it points.
+	 */
+	snprintf(p, sizeof p, "%s/kernels", dir);
+	int has_kernels = lstat(p, &st) == 0;
+	if (has_kernels && S_ISLNK(st.st_mode)) {
+		snprintf(s->why, sizeof s->why, "kernels: a symbolic link (links are not followed)");
+		return -1;
+	}
+	if (has_kernels && !S_ISDIR(st.st_mode)) {
+		snprintf(s->why, sizeof s->why, "kernels: not a directory");
+		return -1;
+	}
 	if (strcmp(flavour, "kernelbench") == 0)
 		return add_source(s, dir, "model_new.py");
-	snprintf(p, sizeof p, "%s/kernels", dir);
-	if (exists(p) && walk_kernels(s, dir, "kernels", 0) != 0)
+	if (has_kernels && walk_kernels(s, dir, "kernels", 0) != 0)
 		return -1;
 	if (strcmp(flavour, "cuda-agent") == 0) {
 		DIR *d = opendir(dir);
@@ -232,7 +252,6 @@ static int collect(struct sources *s, const char *dir, const char *flavour)
 			if (n[0] != '.' && (strcmp(n, "binding.cpp") == 0 || has_suffix(n, ".h") || has_suffix(n, ".cuh") ||
 					has_suffix(n, ".hpp"))) {
 				snprintf(p, sizeof p, "%s/%s", dir, n);
-				struct stat st;
 				if (lstat(p, &st) == 0 && !S_ISDIR(st.st_mode) && add_source(s, dir, n) != 0) {
 					closedir(d);
 					return -1;

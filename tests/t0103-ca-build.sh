@@ -53,6 +53,22 @@ expect_status 3 'a directory without kernels is not a workspace' '
 expect_status 3 'a symbolic link among the sources is refused' '
 	mkws ws && ln -s /etc/passwd ws/kernels/x.h && ca-build ws >out; status=$?
 	jq -r .log out | grep -q "links are not followed" && exit $status'
+expect_status 3 'a symbolic link to a directory among the sources is refused' '
+	mkws ws && mkdir -p elsewhere && echo "int x;" >elsewhere/x.cu && ln -s "$PWD/elsewhere" ws/kernels/sub &&
+	ca-build ws >out; status=$?
+	jq -e ".ok == false" out && jq -r .log out | grep -q "^kernels/sub: .*links are not followed" && exit $status'
+expect_status 3 'kernels/ as a symbolic link is refused, not followed' '
+	mkws elsewhere && mkdir ws && ln -s "$PWD/elsewhere/kernels" ws/kernels &&
+	NVCC=$FAKE ca-build ws >out; status=$?
+	jq -e ".ok == false" out && jq -r .log out | grep -q "^kernels: a symbolic link" && exit $status'
+expect_status 3 'kernels/ nested deeper than 6 directories is refused, not skipped' '
+	mkws ws && mkdir -p ws/kernels/a/b/c/d/e/f/g && echo "int deep;" >ws/kernels/a/b/c/d/e/f/g/deep.cu &&
+	NVCC=$FAKE ca-build ws >out; status=$?
+	jq -e ".ok == false" out && jq -r .log out | grep -q "^kernels/a/b/c/d/e/f/g: .*more than 6 deep" && exit $status'
+expect_success 'six levels below kernels/ are still read' '
+	mkws ws && mkdir -p ws/kernels/a/b/c/d/e/f && echo "int deep;" >ws/kernels/a/b/c/d/e/f/deep.cuh &&
+	NVCC=$FAKE ca-build ws >a && jq -e .ok a && echo "// changed" >>ws/kernels/a/b/c/d/e/f/deep.cuh &&
+	NVCC=$FAKE ca-build ws >b && test "$(jq -r .hash a)" != "$(jq -r .hash b)"'
 
 expect_success 'kernelbench: nothing to build, the hash names model_new.py' '
 	mkdir ws && echo "from torch.utils.cpp_extension import load_inline" >ws/model_new.py &&
