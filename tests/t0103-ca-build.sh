@@ -41,6 +41,25 @@ chmod 755 "$FAKE"
 OUTSIDE=$TRASH_BASE/outside
 mkdir -p "$OUTSIDE" && chmod 1777 "$OUTSIDE"
 
+# Stand-ins that misbehave, each answering --version as $FAKE does (so the
+# cache key is the same): mkcompiler NAME 'what it does instead of compiling'
+# ($out is its -o file).
+mkcompiler() {
+	cat >"$1" <<EOS
+#!/bin/sh
+out=
+while [ \$# -gt 0 ]; do
+	case \$1 in
+	--version) echo "fake nvcc 1.0"; exit 0 ;;
+	-o) out=\$2; shift ;;
+	esac
+	shift
+done
+$2
+EOS
+	chmod 755 "$1"
+}
+
 kernel=$(cat "$TESTS_DIR/data/build/add.cu")  # also the GPU test's (tests/gpu/t0100)
 mkws() { mkdir -p "$1/kernels" && printf '%s\n' "$kernel" >"$1/kernels/add.cu"; }
 
@@ -136,6 +155,36 @@ fi
 
 expect_success 'ca_build_trim_log keeps errors with context and caps the size' 'test-build'
 
+# Limits. ulimit -v is in KB, -f in 512-byte blocks.
+expect_success 'every compiler gets the limits: defaults, then CA_BUILD_*, then options' '
+	mkcompiler probe "{ ulimit -t; ulimit -v; ulimit -f; } >\"\$out\"" && mkws ws &&
+	NVCC=$PWD/probe ca-build --cache c1 ws >a && jq -e .ok a &&
+	test "$(cat "$(jq -r .library a)" | tr "\n" " ")" = "120 4194304 524288 " &&
+	CA_BUILD_CPU_S=7 CA_BUILD_MEM_MB=1000 CA_BUILD_FSIZE_MB=3 NVCC=$PWD/probe ca-build --cache c2 ws >b &&
+	test "$(cat "$(jq -r .library b)" | tr "\n" " ")" = "7 1024000 6144 " &&
+	CA_BUILD_CPU_S=7 CA_BUILD_MEM_MB=1000 NVCC=$PWD/probe ca-build --cache c3 --cpu 9 --mem 2000 --fsize 5 ws >c &&
+	test "$(cat "$(jq -r .library c)" | tr "\n" " ")" = "9 2048000 10240 "
+'
+expect_success 'a bad limit is a usage error, from an option or the environment' '
+	mkws ws && { ca-build --mem 0 ws 2>err; test $? -eq 2; } && grep -q -- "--mem" err &&
+	{ CA_BUILD_MEM_MB=lots ca-build ws >out 2>err; test $? -eq 2; } &&
+	grep -q "CA_BUILD_MEM_MB: .lots.: not an integer" err && jq -e ".ok == false" out'
+# Each of these has a cache of its own: the sources are those $FAKE built.
+expect_success 'the wall-clock limit stops a hung compiler and names itself' '
+	mkcompiler hang "exec sleep 60" && mkws ws &&
+	{ NVCC=$PWD/hang ca-build --cache c --time 1 ws >out; test $? -eq 1; } &&
+	jq -r .log out | grep -q "^compilation timed out: over the wall-clock limit of 1 s" &&
+	jq -e ".ok == false and .seconds < 15" out'
+expect_success 'the file-size limit stops a compiler writing a huge file and names itself' '
+	mkcompiler big "exec head -c 3000000 /dev/zero >\"\$out\"" && mkws ws &&
+	{ NVCC=$PWD/big ca-build --cache c --fsize 1 ws >out; test $? -eq 1; } &&
+	jq -r .log out | grep -q "^the compiler.s output grew too large: over the limit of 1 MB"'
+expect_success 'a compiler out of memory is named, and not cached as a compile error' '
+	mkcompiler oom "echo \"cc1plus: out of memory allocating 4294967312 bytes after a total of 2187264 bytes\"; exit 1" &&
+	mkws ws && { NVCC=$PWD/oom ca-build --cache c ws >a; test $? -eq 1; } &&
+	jq -r .log a | grep -q "^the compiler ran out of memory: over the limit of 4096 MB" &&
+	{ NVCC=$PWD/oom ca-build --cache c ws >b; test $? -eq 1; } && jq -e ".cached == false" b'
+
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
 	expect_success 'real nvcc: a cold build makes a loadable library, then a cache hit' '
 		mkws ws && start=$(date +%s.%N) && ca-build --arch sm_90 ws >a && end=$(date +%s.%N) &&
@@ -152,6 +201,38 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
 		jq -r .log out | tee log
 		grep -q "^kernels/bad.cu(1): error: identifier \"n_rows\" is undefined" log && ! grep -q "/tmp" log &&
 		exit $status
+	'
+	# The kernels of the outside tests; each must stop in seconds, far below any limit of time.
+	expect_success 'real nvcc: #include "/dev/zero" stops at the default memory limit, promptly' '
+		mkdir -p ws/kernels && echo "#include \"/dev/zero\"" >ws/kernels/zero.cu &&
+		{ ca-build --arch sm_90 ws >out; test $? -eq 1; } && jq -r .log out >log && head -n 3 log &&
+		grep -q "^the compiler ran out of memory: over the limit of 4096 MB" log &&
+		jq -e ".ok == false and .seconds < 60" out
+	'
+	bomb='template <int N, int M> struct B {
+	enum { v = B<N - 1, 2 * M>::v + B<N - 1, 2 * M + 1>::v };
+};
+template <int M> struct B<0, M> { enum { v = 1 }; };
+__global__ void k(int *x) { x[0] = B<30, 0>::v; }'
+	expect_success 'real nvcc: a template-instantiation bomb stops at the memory limit' '
+		mkdir -p ws/kernels && printf "%s\n" "$bomb" >ws/kernels/bomb.cu &&
+		{ ca-build --arch sm_90 --mem 768 ws >out; test $? -eq 1; } && jq -r .log out >log && head -n 3 log &&
+		grep -q "^the compiler ran out of memory: over the limit of 768 MB" log &&
+		jq -e ".ok == false and .seconds < 60" out
+	'
+	expect_success 'real nvcc: the same bomb stops at the CPU limit when memory lasts longer' '
+		mkdir -p ws/kernels && printf "%s\n" "$bomb" >ws/kernels/bomb.cu &&
+		{ ca-build --arch sm_90 --cpu 1 ws >out; test $? -eq 1; } && jq -r .log out >log && head -n 3 log &&
+		grep -q "^the compiler ran out of CPU time: over the limit of 1 s" log &&
+		jq -e ".ok == false and .seconds < 60" out
+	'
+	expect_success 'real nvcc: a huge initialised static array stops at the memory limit' '
+		mkdir -p ws/kernels &&
+		printf "__device__ char big[1 << 28] = {1};\n__global__ void k(char *x) { x[0] = big[threadIdx.x]; }\n" \
+			>ws/kernels/big.cu &&
+		{ ca-build --arch sm_90 --mem 1024 ws >out; test $? -eq 1; } && jq -r .log out >log && head -n 3 log &&
+		grep -q "^the compiler ran out of memory: over the limit of 1024 MB" log &&
+		jq -e ".ok == false and .seconds < 60" out
 	'
 else
 	skip 'real nvcc builds' 'nvcc not found'
