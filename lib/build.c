@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "build.h"
@@ -697,6 +698,7 @@ static const struct {
 	{"memory", 'T', "Cannot allocate memory"},
 	{"memory", 'T', "Killed signal terminated program"},  /* gcc's driver: SIGKILL, as the OOM killer sends */
 	{"memory", 'T', "died due to signal 9"},
+	{"no space", 'E', ": No space left on device"},  /* "...: error closing /tmp/ccX.s: No space ..." */
 };
 
 static int tool_line(const char *line, size_t n)
@@ -760,6 +762,9 @@ static void set_result(struct ca_build_result *res, int ok, int status, const ch
 {
 	res->ok = ok;
 	res->status = status;
+	/* Our own failures say nothing about the sources; limit hits set it themselves. */
+	res->transient = status == CA_EXIT_SYSTEM || status == CA_EXIT_USAGE;
+	res->limit[0] = '\0';
 	free(res->log);
 	if (fmt) {
 		char buf[4096];
@@ -913,6 +918,8 @@ static char *result_text(const struct ca_build_result *res)
 	j = jv_object_delete(j, jv_string("cached"));
 	j = jv_object_delete(j, jv_string("seconds"));
 	j = jv_object_delete(j, jv_string("library"));
+	j = jv_object_delete(j, jv_string("transient"));
+	j = jv_object_delete(j, jv_string("limit"));
 	jv s = jv_dump_string(j, 0);
 	char *text = ca_xstrdup(jv_string_value(s));
 	jv_free(s);
@@ -943,6 +950,21 @@ static int load_cached(const char *entry, const char *libname, struct ca_build_r
 	jv_free(j);
 	if (!known)
 		return -1;
+	if (!good) {
+		/* An older ca-build cached limits and crashes as compile errors: build those again. */
+		snprintf(path, sizeof path, "%s/build.log", entry);
+		char *full = ca_file_read(path, CA_FILE_NOFOLLOW, max_log_bytes, NULL);
+		const char *cause = ca_build_failure_cause(1, full ? full : res->log);
+		free(full);
+		if (cause) {
+			/* Out of the way first, so the new build's entry can take its name. */
+			char stale[PATH_MAX + 32];
+			snprintf(stale, sizeof stale, "%s.stale-%d", entry, (int)getpid());
+			if (rename(entry, stale) == 0)
+				remove_tree(stale);
+			return -1;
+		}
+	}
 	res->ok = good;
 	res->status = good ? CA_EXIT_OK : CA_EXIT_NEGATIVE;
 	if (good) {
@@ -987,13 +1009,36 @@ static void store_cached(const char *cache, const char *build, const char *libna
 	}
 }
 
-/* A failure that is not a compile error: which limit stopped the compiler, or that it was killed. */
+/* The first of paths whose filesystem has less than mb MB free, or NULL. */
+static const char *short_of_space(const char *const *paths, size_t n, long long mb)
+{
+	struct statvfs vfs;
+	for (size_t i = 0; i < n; i++)
+		if (paths[i] && statvfs(paths[i], &vfs) == 0 && (double)vfs.f_bavail * (double)vfs.f_frsize < (double)mb * (1 << 20))
+			return paths[i];
+	return NULL;
+}
+
+/*
+ * A failure that is not a compile error: which limit stopped the compiler,
+ * or that it was killed or the disk is full (our fault, not the
+ * candidate's: status 4). Either way transient, and nothing is cached.
+ */
 static void not_compiled(struct ca_build_result *res, const char *cause, int status, const struct limits *lim,
-		const char *trimmed)
+		const char *const *disks, size_t ndisks, const char *trimmed)
 {
 	char why[512];
 	int code = CA_EXIT_NEGATIVE;
-	if (strcmp(cause, "time") == 0)
+	const char *full_disk = NULL;
+	if (strcmp(cause, "no space") == 0) {
+		/* Where the disks have room, what filled up was the compiler's private /tmp, sized by --fsize. */
+		full_disk = short_of_space(disks, ndisks, lim->fsize_mb);
+		cause = full_disk ? NULL : "fsize";
+	}
+	if (!cause) {
+		code = CA_EXIT_SYSTEM;
+		snprintf(why, sizeof why, "no space left on device: %s has less than %lld MB free", full_disk, lim->fsize_mb);
+	} else if (strcmp(cause, "time") == 0)
 		snprintf(why, sizeof why, "compilation timed out: over the wall-clock limit of %g s for the whole build "
 			"(--time, CA_BUILD_TIME_S)", lim->time_s);
 	else if (strcmp(cause, "cpu") == 0)
@@ -1007,9 +1052,12 @@ static void not_compiled(struct ca_build_result *res, const char *cause, int sta
 			"its private /tmp (--fsize, CA_BUILD_FSIZE_MB)", lim->fsize_mb);
 	else {
 		code = CA_EXIT_SYSTEM;
+		cause = NULL;
 		snprintf(why, sizeof why, "the compiler was killed by signal %d (%s)", status - 128, strsignal(status - 128));
 	}
 	set_result(res, 0, code, "%s%s%s", why, trimmed[0] ? "\n" : "", trimmed);
+	res->transient = 1;
+	snprintf(res->limit, sizeof res->limit, "%s", cause ? cause : "");
 }
 
 int ca_build_workspace(const char *dir, const struct ca_build_options *opt, struct ca_build_result *res)
@@ -1331,7 +1379,8 @@ int ca_build_workspace(const char *dir, const struct ca_build_options *opt, stru
 	} else if (cause) {
 		/* Not an answer about the sources alone: nothing is cached. */
 		char *trimmed = ca_build_trim_log(full, prefix, 3000);
-		not_compiled(res, cause, status, &lim, trimmed);
+		const char *disks[] = {build, cache, "/tmp"};
+		not_compiled(res, cause, status, &lim, disks, 3, trimmed);
 		free(trimmed);
 	} else {
 		res->ok = 0;
@@ -1379,5 +1428,7 @@ jv ca_build_result_json(const struct ca_build_result *res)
 	j = jv_object_set(j, jv_string("library"), res->library ? jv_string(res->library) : jv_null());
 	j = jv_object_set(j, jv_string("log"), jv_string(res->log ? res->log : ""));
 	j = jv_object_set(j, jv_string("arch"), res->arch[0] ? jv_string(res->arch) : jv_null());
+	j = jv_object_set(j, jv_string("transient"), jv_bool(res->transient));
+	j = jv_object_set(j, jv_string("limit"), res->limit[0] ? jv_string(res->limit) : jv_null());
 	return j;
 }

@@ -49,13 +49,15 @@ struct ca_build_result {
 	double seconds;
 	char *library;         /* absolute path of the built library, or NULL */
 	char *log;             /* trimmed compiler errors or why it failed; "" when ok */
+	int transient;         /* 1: not an answer about the sources (a limit, a crash, our failure); not cached */
+	char limit[8];         /* the limit a transient failure ran into: "time", "cpu", "memory", "fsize"; "" none */
 };
 
 /* Build (or find in the cache) the kernels of the workspace in dir. Returns res->status. */
 int ca_build_workspace(const char *dir, const struct ca_build_options *opt, struct ca_build_result *res);
 void ca_build_result_free(struct ca_build_result *res);
 
-/* {"ok","flavour","hash","cached","seconds","library","log"} plus "arch". Borrows res. */
+/* {"ok","flavour","hash","cached","seconds","library","log","arch","transient","limit"}. Borrows res. */
 jv ca_build_result_json(const struct ca_build_result *res);
 
 /* The architecture builds use when none is given ("sm_90"); cached per boot. */
@@ -66,7 +68,8 @@ const char *ca_build_default_arch(void);
  * timeout, 128+n for signal n) and printed log failed, when it is not an
  * ordinary compile error: "time", "cpu", "memory" or "fsize" (the limit
  * it ran into, told by the status or by the tools' own messages), or
- * "signal" (killed by another signal). NULL: a compile error, or success.
+ * "signal" (killed by another signal), "no space" (a disk or the private
+ * /tmp is full). NULL: a compile error, or success.
  */
 const char *ca_build_failure_cause(int status, const char *log);
 

@@ -112,7 +112,7 @@ expect_status 4 'a missing nvcc is a system failure' '
 
 expect_success 'build, then a cache hit in under 0.1 s with the same answer' '
 	mkws ws && NVCC=$FAKE ca-build ws >a && NVCC=$FAKE ca-build ws >b &&
-	jq -e ".ok and .cached == false and (.library | test(\"libkernels.so$\"))" a &&
+	jq -e ".ok and .cached == false and (.library | test(\"libkernels.so$\")) and .transient == false and .limit == null" a &&
 	jq -e ".ok and .cached and .seconds < 0.1" b &&
 	test "$(jq -r .library a)" = "$(jq -r .library b)" && test -f "$(jq -r .library b)" &&
 	test "$(jq -r .hash a)" = "$(jq -r .hash b)"
@@ -140,7 +140,8 @@ expect_status 1 'errors are trimmed and relative; failures are cached too' '
 	jq -r .log out >log; cat log
 	grep -q "^kernels/bad.cu(3): error: identifier \"BROKEN\" is undefined$" log &&
 	! grep -q "/tmp/" log && ! grep -q "error detected" log &&
-	NVCC=$FAKE ca-build ws >again; jq -e ".cached and .ok == false" again && exit $status
+	jq -e ".transient == false and .limit == null" out &&
+	NVCC=$FAKE ca-build ws >again; jq -e ".cached and .ok == false and .transient == false" again && exit $status
 '
 
 ca-sandbox --report "$TRASH_BASE/probe.json" -- true 2>/dev/null
@@ -184,6 +185,37 @@ expect_success 'a compiler out of memory is named, and not cached as a compile e
 	mkws ws && { NVCC=$PWD/oom ca-build --cache c ws >a; test $? -eq 1; } &&
 	jq -r .log a | grep -q "^the compiler ran out of memory: over the limit of 4096 MB" &&
 	{ NVCC=$PWD/oom ca-build --cache c ws >b; test $? -eq 1; } && jq -e ".cached == false" b'
+
+# Transient failures: marked so, never cached, so the same sources build
+# once the fault is gone (the stand-ins share $FAKE's cache key).
+expect_success 'a compiler killed by a signal: status 4, transient, then the same sources build' '
+	mkcompiler killed "kill -KILL \$\$" && mkws ws &&
+	{ NVCC=$PWD/killed ca-build --cache c ws >a; test $? -eq 4; } &&
+	jq -e ".ok == false and .transient and .limit == null" a &&
+	jq -r .log a | grep -q "^the compiler was killed by signal 9" &&
+	NVCC=$FAKE ca-build --cache c ws >b && jq -e ".ok and .cached == false and .transient == false" b'
+expect_success 'a timeout: status 1, transient, limit "time", then the same sources build' '
+	mkcompiler hang "exec sleep 60" && mkws ws &&
+	{ NVCC=$PWD/hang ca-build --cache c --time 1 ws >a; test $? -eq 1; } &&
+	jq -e ".ok == false and .transient and .limit == \"time\"" a &&
+	NVCC=$FAKE ca-build --cache c ws >b && jq -e ".ok and .cached == false" b'
+expect_success 'out of memory: limit "memory", then the same sources build' '
+	mkcompiler oom "echo \"cc1plus: out of memory allocating 4294967312 bytes after a total of 2187264 bytes\"; exit 1" &&
+	mkws ws && { NVCC=$PWD/oom ca-build --cache c ws >a; test $? -eq 1; } &&
+	jq -e ".ok == false and .transient and .limit == \"memory\"" a &&
+	NVCC=$FAKE ca-build --cache c ws >b && jq -e ".ok and .cached == false" b'
+expect_success 'no space left with room on the disks: the private /tmp, limit "fsize", then the same sources build' '
+	mkcompiler full "echo \"/tmp/tmpxft_01-6.stub.c:4:27: fatal error: error closing /tmp/ccEq.s: No space left on device\"; exit 1" &&
+	mkws ws && { NVCC=$PWD/full ca-build --cache c ws >a; test $? -eq 1; } &&
+	jq -e ".ok == false and .transient and .limit == \"fsize\"" a &&
+	NVCC=$FAKE ca-build --cache c ws >b && jq -e ".ok and .cached == false" b'
+expect_success 'a failure an older ca-build cached though it was out of memory is built again' '
+	mkws ws && echo "BROKEN;" >>ws/kernels/add.cu &&
+	{ NVCC=$FAKE ca-build --cache c ws >a; test $? -eq 1; } &&
+	{ NVCC=$FAKE ca-build --cache c ws >b; test $? -eq 1; } && jq -e ".cached" b &&
+	entry=c/$(jq -r .hash a) && echo "cc1plus: out of memory allocating 4294967312 bytes" >>"$entry/build.log" &&
+	{ NVCC=$FAKE ca-build --cache c ws >d; test $? -eq 1; } && jq -e ".cached == false and .transient == false" d &&
+	{ NVCC=$FAKE ca-build --cache c ws >e; test $? -eq 1; } && jq -e ".cached" e'
 
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
 	expect_success 'real nvcc: a cold build makes a loadable library, then a cache hit' '
