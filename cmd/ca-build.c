@@ -11,7 +11,8 @@
 #include "opt.h"
 
 static const char usage_text[] =
-	"usage: ca-build [--arch sm_NN] [--cache DIR] [--flavour auto|ca|cuda-agent|kernelbench] [-H] DIR\n";
+	"usage: ca-build [-H] [--arch sm_NN] [--cache DIR] [--cpu S] [--flavour auto|ca|cuda-agent|kernelbench]\n"
+	"                [--fsize MB] [--mem MB] [--time S] DIR\n";
 
 static int valid_arch(const char *a)
 {
@@ -29,9 +30,13 @@ int main(int argc, char **argv)
 	static const struct option longopts[] = {
 		{"arch", required_argument, NULL, 'a'},
 		{"cache", required_argument, NULL, 'c'},
+		{"cpu", required_argument, NULL, 'C'},
 		{"flavour", required_argument, NULL, 'f'},
+		{"fsize", required_argument, NULL, 'F'},
 		{"help", no_argument, NULL, 'h'},
 		{"human", no_argument, NULL, 'H'},
+		{"mem", required_argument, NULL, 'm'},
+		{"time", required_argument, NULL, 't'},
 		{NULL, 0, NULL, 0},
 	};
 	struct ca_build_options opt = {0};
@@ -45,14 +50,18 @@ int main(int argc, char **argv)
 			opt.arch = optarg;
 			break;
 		case 'c': opt.cache = optarg; break;
+		case 'C': opt.cpu_s = ca_opt_long("--cpu", optarg, 1, 1 << 20); break;
 		case 'f':
 			if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "ca") != 0 && strcmp(optarg, "cuda-agent") != 0 &&
 					strcmp(optarg, "kernelbench") != 0)
 				ca_err_die(CA_EXIT_USAGE, "--flavour: '%s': expected auto, ca, cuda-agent or kernelbench", optarg);
 			opt.flavour = optarg;
 			break;
+		case 'F': opt.fsize_mb = ca_opt_long("--fsize", optarg, 1, 1 << 20); break;
 		case 'H': human = 1; break;
 		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
+		case 'm': opt.mem_mb = ca_opt_long("--mem", optarg, 1, 1 << 20); break;
+		case 't': opt.time_s = ca_opt_double("--time", optarg, 0.001, 1 << 20); break;
 		default: fputs(usage_text, stderr); ca_opt_bad_usage();
 		}
 	}
@@ -75,7 +84,7 @@ int main(int argc, char **argv)
 		printf("%s\n", jv_string_value(text));
 		jv_free(text);
 	}
-	if (status == CA_EXIT_SYSTEM || status == CA_EXIT_DATA)
+	if (status == CA_EXIT_SYSTEM || status == CA_EXIT_DATA || status == CA_EXIT_USAGE)
 		ca_err_warn("%s: %s", argv[optind], res.log);
 	ca_build_result_free(&res);
 	return ca_err_finish(status);

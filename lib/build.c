@@ -1,20 +1,24 @@
 /* build: see build.h. */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "build.h"
 #include "err.h"
 #include "file.h"
 #include "hash.h"
+#include "opt.h"
 #include "paths.h"
 #include "proc.h"
 #include "sandbox.h"
@@ -168,8 +172,14 @@ static int walk_kernels(struct sources *s, const char *root, const char *rel, in
 			snprintf(sub, sizeof sub, "%s/%s", rel, name);
 			snprintf(dir, sizeof dir, "%s/%s", root, sub);
 			if (lstat(dir, &st) == 0 && S_ISDIR(st.st_mode)) {
-				if (depth < MAX_DEPTH)
+				if (depth + 1 > MAX_DEPTH) {
+					/* Skipping it would build without files the candidate wrote: refuse instead. */
+					snprintf(s->why, sizeof s->why, "%s: directories nested more than %d deep below kernels/",
+						sub, MAX_DEPTH);
+					r = -1;
+				} else {
 					r = walk_kernels(s, root, sub, depth + 1);
+				}
 			} else if (has_suffix(name, "build") || strcmp(name, "__pycache__") == 0) {
 				/* build products of a hand build */
 			} else {
@@ -219,10 +229,24 @@ static const char *detect_flavour(const char *dir)
 static int collect(struct sources *s, const char *dir, const char *flavour)
 {
 	char p[PATH_MAX];
+	struct stat st;
+	/*
+	 * Links below kernels/ are refused one by one; kernels/ itself must be
+	 * checked here, or every path through it would lead wherever it points.
+	 */
+	snprintf(p, sizeof p, "%s/kernels", dir);
+	int has_kernels = lstat(p, &st) == 0;
+	if (has_kernels && S_ISLNK(st.st_mode)) {
+		snprintf(s->why, sizeof s->why, "kernels: a symbolic link (links are not followed)");
+		return -1;
+	}
+	if (has_kernels && !S_ISDIR(st.st_mode)) {
+		snprintf(s->why, sizeof s->why, "kernels: not a directory");
+		return -1;
+	}
 	if (strcmp(flavour, "kernelbench") == 0)
 		return add_source(s, dir, "model_new.py");
-	snprintf(p, sizeof p, "%s/kernels", dir);
-	if (exists(p) && walk_kernels(s, dir, "kernels", 0) != 0)
+	if (has_kernels && walk_kernels(s, dir, "kernels", 0) != 0)
 		return -1;
 	if (strcmp(flavour, "cuda-agent") == 0) {
 		DIR *d = opendir(dir);
@@ -232,7 +256,6 @@ static int collect(struct sources *s, const char *dir, const char *flavour)
 			if (n[0] != '.' && (strcmp(n, "binding.cpp") == 0 || has_suffix(n, ".h") || has_suffix(n, ".cuh") ||
 					has_suffix(n, ".hpp"))) {
 				snprintf(p, sizeof p, "%s/%s", dir, n);
-				struct stat st;
 				if (lstat(p, &st) == 0 && !S_ISDIR(st.st_mode) && add_source(s, dir, n) != 0) {
 					closedir(d);
 					return -1;
@@ -581,6 +604,151 @@ char *ca_build_trim_log(const char *log, const char *strip_prefix, size_t max_by
 	return out;
 }
 
+/* ---- limits on the compilers ---- */
+
+struct limits {
+	double time_s;       /* the whole build, wall clock */
+	long long cpu_s;     /* CPU seconds of each compiler process */
+	long long mem_mb;    /* address space of each compiler process */
+	long long fsize_mb;  /* each file written, and the private /tmp */
+};
+
+/*
+ * The heaviest honest build we know, a cold torch extension (CUDA-Agent's
+ * layout), peaks at 1.6 GB resident and builds under a 2 GB address-space
+ * limit, spends about 60 s of CPU in all (less in any one process) and
+ * writes files of a few MB. A kernel that includes /dev/zero took a compiler to 4.2 GB
+ * in 6.8 s with no limit. The wall clock stays under the 300 s that
+ * ca-verify and ca-profile give the whole ca-build run, so the answer
+ * comes from us, with its reason, and not from their timeout.
+ */
+static const struct limits default_limits = {240, 120, 4096, 256};
+static const long long max_limit = 1 << 20;
+
+static int env_limit(const char *name, long long *value, char *why, size_t why_len)
+{
+	const char *text = getenv(name), *reason;
+	long long v;
+	if (!text || !*text)
+		return 0;
+	if (ca_parse_long(text, &v, &reason) != 0) {
+		snprintf(why, why_len, "%s: '%s': %s", name, text, reason);
+		return -1;
+	}
+	if (v < 1 || v > max_limit) {
+		snprintf(why, why_len, "%s: '%s': must be between 1 and %lld", name, text, max_limit);
+		return -1;
+	}
+	*value = v;
+	return 0;
+}
+
+/* Each limit from opt, else its CA_BUILD_* variable, else the default. */
+static int resolve_limits(const struct ca_build_options *opt, struct limits *lim, char *why, size_t why_len)
+{
+	*lim = default_limits;
+	const char *text = getenv("CA_BUILD_TIME_S"), *reason = "must be between 0 and 1048576 seconds";
+	if (text && *text && (ca_parse_double(text, &lim->time_s, &reason) != 0 || !(lim->time_s > 0) ||
+			lim->time_s > max_limit)) {
+		snprintf(why, why_len, "CA_BUILD_TIME_S: '%s': %s", text, reason);
+		return -1;
+	}
+	if (env_limit("CA_BUILD_CPU_S", &lim->cpu_s, why, why_len) != 0 ||
+			env_limit("CA_BUILD_MEM_MB", &lim->mem_mb, why, why_len) != 0 ||
+			env_limit("CA_BUILD_FSIZE_MB", &lim->fsize_mb, why, why_len) != 0)
+		return -1;
+	if (opt->time_s > 0)
+		lim->time_s = opt->time_s;
+	if (opt->cpu_s > 0)
+		lim->cpu_s = opt->cpu_s;
+	if (opt->mem_mb > 0)
+		lim->mem_mb = opt->mem_mb;
+	if (opt->fsize_mb > 0)
+		lim->fsize_mb = opt->fsize_mb;
+	return 0;
+}
+
+/*
+ * Lines the tools print when a limit stops them. where: 'S' the line
+ * starts with text, 'E' it ends with it, 'T' it is a tool's own line (a
+ * program name, without '/' or '.', then ':' or ' ') holding text. A
+ * diagnostic about a source starts with the source's path, which has a
+ * '/' or a '.', so an honest compile error never matches. A candidate can
+ * still print such a line on purpose (static_assert and #pragma message
+ * print newlines raw): these name only limits, the candidate's own doing,
+ * never a fault of ours, which needs evidence from outside the log.
+ */
+static const struct {
+	const char *cause;
+	char where;
+	const char *text;
+} limit_lines[] = {
+	{"cpu", 'S', "CPU time limit exceeded"},                          /* sh, for a child killed by SIGXCPU */
+	{"cpu", 'S', "Internal error: CPU time limit exceeded"},           /* cicc's front end */
+	{"cpu", 'T', "CPU time limit exceeded signal terminated program"}, /* gcc's driver */
+	{"cpu", 'T', "died due to signal 24"},                             /* nvcc */
+	{"fsize", 'S', "File size limit exceeded"},
+	{"fsize", 'T', "File size limit exceeded signal terminated program"},
+	{"fsize", 'T', "died due to signal 25"},
+	{"memory", 'T', "out of memory"},  /* "cc1plus: out of memory allocating N bytes", "LLVM ERROR: out of memory" */
+	{"memory", 'E', "): catastrophic error: out of memory"},  /* cicc's front end */
+	{"memory", 'S', "terminate called after throwing an instance of 'std::bad_alloc'"},
+	{"memory", 'T', "virtual memory exhausted"},
+	{"memory", 'T', "Memory allocation failure"},  /* ptxas */
+	{"memory", 'T', "Cannot allocate memory"},
+	{"memory", 'T', "Killed signal terminated program"},  /* gcc's driver: SIGKILL, as the OOM killer sends */
+	{"memory", 'T', "died due to signal 9"},
+	{"no space", 'E', ": No space left on device"},  /* "...: error closing /tmp/ccX.s: No space ..." */
+};
+
+static int tool_line(const char *line, size_t n)
+{
+	size_t i = 0;
+	while (i < n && (isalnum((unsigned char)line[i]) || line[i] == '_' || line[i] == '+' || line[i] == '-'))
+		i++;
+	return i > 0 && i < n && (line[i] == ':' || line[i] == ' ');
+}
+
+static int line_matches(const char *line, size_t n, char where, const char *text)
+{
+	size_t m = strlen(text);
+	if (m > n)
+		return 0;
+	if (where == 'S')
+		return memcmp(line, text, m) == 0;
+	if (where == 'E')
+		return memcmp(line + n - m, text, m) == 0;
+	return tool_line(line, n) && memmem(line, n, text, m) != NULL;
+}
+
+const char *ca_build_failure_cause(int status, const char *log)
+{
+	if (status == 0)
+		return NULL;
+	if (status == CA_PROC_TIMEOUT_STATUS)
+		return "time";
+	if (status == 128 + SIGXCPU)
+		return "cpu";
+	if (status == 128 + SIGXFSZ)
+		return "fsize";
+	size_t best = sizeof limit_lines / sizeof limit_lines[0];
+	for (const char *p = log ? log : ""; *p;) {
+		const char *eol = strchr(p, '\n');
+		size_t n = eol ? (size_t)(eol - p) : strlen(p);
+		if (n > 0 && p[n - 1] == '\r')
+			n--;
+		for (size_t i = 0; i < best; i++)
+			if (line_matches(p, n, limit_lines[i].where, limit_lines[i].text))
+				best = i;
+		p = eol ? eol + 1 : p + n;
+	}
+	if (best < sizeof limit_lines / sizeof limit_lines[0])
+		return limit_lines[best].cause;
+	if (status > 128 && status < 128 + 65)
+		return "signal";
+	return NULL;
+}
+
 /* ---- the build ---- */
 
 struct step {
@@ -594,6 +762,9 @@ static void set_result(struct ca_build_result *res, int ok, int status, const ch
 {
 	res->ok = ok;
 	res->status = status;
+	/* Our own failures say nothing about the sources; limit hits set it themselves. */
+	res->transient = status == CA_EXIT_SYSTEM || status == CA_EXIT_USAGE;
+	res->limit[0] = '\0';
 	free(res->log);
 	if (fmt) {
 		char buf[4096];
@@ -614,7 +785,7 @@ static void set_result(struct ca_build_result *res, int ok, int status, const ch
  * failure, 126/127 could not run, other: compile error).
  */
 static int run_steps(struct step *steps, size_t n, const char *build, const char *cache, const char *compiler,
-		double deadline, int jobs, int no_sandbox)
+		double deadline, int jobs, int no_sandbox, const struct limits *lim)
 {
 	struct ca_proc *procs = ca_xcalloc(n, sizeof *procs);
 	char ***wrapped = ca_xcalloc(n, sizeof *wrapped);
@@ -624,7 +795,10 @@ static int run_steps(struct step *steps, size_t n, const char *build, const char
 	struct ca_sandbox sb;
 	ca_sandbox_init(&sb);
 	sb.dir = build;
-	sb.fsize_mb = 1024;
+	/* rlimits are inherited: nvcc's cicc, ptxas and host compiler each get them whole. */
+	sb.cpu_s = lim->cpu_s;
+	sb.mem_mb = lim->mem_mb;
+	sb.fsize_mb = lim->fsize_mb;
 	/*
 	 * The cache is not hidden: it holds libraries and logs, no secrets, and
 	 * --hide would make the sandbox refuse to run on hosts without mount
@@ -744,6 +918,8 @@ static char *result_text(const struct ca_build_result *res)
 	j = jv_object_delete(j, jv_string("cached"));
 	j = jv_object_delete(j, jv_string("seconds"));
 	j = jv_object_delete(j, jv_string("library"));
+	j = jv_object_delete(j, jv_string("transient"));
+	j = jv_object_delete(j, jv_string("limit"));
 	jv s = jv_dump_string(j, 0);
 	char *text = ca_xstrdup(jv_string_value(s));
 	jv_free(s);
@@ -774,6 +950,21 @@ static int load_cached(const char *entry, const char *libname, struct ca_build_r
 	jv_free(j);
 	if (!known)
 		return -1;
+	if (!good) {
+		/* An older ca-build cached limits and crashes as compile errors: build those again. */
+		snprintf(path, sizeof path, "%s/build.log", entry);
+		char *full = ca_file_read(path, CA_FILE_NOFOLLOW, max_log_bytes, NULL);
+		const char *cause = ca_build_failure_cause(1, full ? full : res->log);
+		free(full);
+		if (cause) {
+			/* Out of the way first, so the new build's entry can take its name. */
+			char stale[PATH_MAX + 32];
+			snprintf(stale, sizeof stale, "%s.stale-%d", entry, (int)getpid());
+			if (rename(entry, stale) == 0)
+				remove_tree(stale);
+			return -1;
+		}
+	}
 	res->ok = good;
 	res->status = good ? CA_EXIT_OK : CA_EXIT_NEGATIVE;
 	if (good) {
@@ -818,6 +1009,57 @@ static void store_cached(const char *cache, const char *build, const char *libna
 	}
 }
 
+/* The first of paths whose filesystem has less than mb MB free, or NULL. */
+static const char *short_of_space(const char *const *paths, size_t n, long long mb)
+{
+	struct statvfs vfs;
+	for (size_t i = 0; i < n; i++)
+		if (paths[i] && statvfs(paths[i], &vfs) == 0 && (double)vfs.f_bavail * (double)vfs.f_frsize < (double)mb * (1 << 20))
+			return paths[i];
+	return NULL;
+}
+
+/*
+ * A failure that is not a compile error: which limit stopped the compiler,
+ * or that it was killed or the disk is full (our fault, not the
+ * candidate's: status 4). Either way transient, and nothing is cached.
+ */
+static void not_compiled(struct ca_build_result *res, const char *cause, int status, const struct limits *lim,
+		const char *const *disks, size_t ndisks, const char *trimmed)
+{
+	char why[512];
+	int code = CA_EXIT_NEGATIVE;
+	const char *full_disk = NULL;
+	if (strcmp(cause, "no space") == 0) {
+		/* Where the disks have room, what filled up was the compiler's private /tmp, sized by --fsize. */
+		full_disk = short_of_space(disks, ndisks, lim->fsize_mb);
+		cause = full_disk ? NULL : "fsize";
+	}
+	if (!cause) {
+		code = CA_EXIT_SYSTEM;
+		snprintf(why, sizeof why, "no space left on device: %s has less than %lld MB free", full_disk, lim->fsize_mb);
+	} else if (strcmp(cause, "time") == 0)
+		snprintf(why, sizeof why, "compilation timed out: over the wall-clock limit of %g s for the whole build "
+			"(--time, CA_BUILD_TIME_S)", lim->time_s);
+	else if (strcmp(cause, "cpu") == 0)
+		snprintf(why, sizeof why, "the compiler ran out of CPU time: over the limit of %lld s per compiler process "
+			"(--cpu, CA_BUILD_CPU_S)", lim->cpu_s);
+	else if (strcmp(cause, "memory") == 0)
+		snprintf(why, sizeof why, "the compiler ran out of memory: over the limit of %lld MB of address space per "
+			"compiler process (--mem, CA_BUILD_MEM_MB)", lim->mem_mb);
+	else if (strcmp(cause, "fsize") == 0)
+		snprintf(why, sizeof why, "the compiler's output grew too large: over the limit of %lld MB per file and in "
+			"its private /tmp (--fsize, CA_BUILD_FSIZE_MB)", lim->fsize_mb);
+	else {
+		code = CA_EXIT_SYSTEM;
+		cause = NULL;
+		snprintf(why, sizeof why, "the compiler was killed by signal %d (%s)", status - 128, strsignal(status - 128));
+	}
+	set_result(res, 0, code, "%s%s%s", why, trimmed[0] ? "\n" : "", trimmed);
+	res->transient = 1;
+	snprintf(res->limit, sizeof res->limit, "%s", cause ? cause : "");
+}
+
 int ca_build_workspace(const char *dir, const struct ca_build_options *opt, struct ca_build_result *res)
 {
 	struct ca_build_options defaults = {0};
@@ -834,6 +1076,12 @@ int ca_build_workspace(const char *dir, const struct ca_build_options *opt, stru
 	memset(res, 0, sizeof *res);
 	res->log = ca_xstrdup("");
 
+	struct limits lim;
+	char bad_limit[512];
+	if (resolve_limits(opt, &lim, bad_limit, sizeof bad_limit) != 0) {
+		set_result(res, 0, CA_EXIT_USAGE, "%s", bad_limit);
+		goto done;
+	}
 	if (!realpath(dir, wsdir)) {
 		set_result(res, 0, CA_EXIT_DATA, "%s: %s", dir, strerror(errno));
 		goto done;
@@ -1083,8 +1331,8 @@ int ca_build_workspace(const char *dir, const struct ca_build_options *opt, stru
 	int jobs = opt->jobs > 0 ? opt->jobs : (int)sysconf(_SC_NPROCESSORS_ONLN);
 	if (jobs < 1)
 		jobs = 1;
-	double deadline = t0 + (opt->time_s > 0 ? opt->time_s : 300);
-	int status = run_steps(steps, nsteps, build, cache, nvcc, deadline, jobs, opt->no_sandbox);
+	double deadline = t0 + lim.time_s;
+	int status = run_steps(steps, nsteps, build, cache, nvcc, deadline, jobs, opt->no_sandbox, &lim);
 	struct step link = {0};
 	if (status == 0 && !single) {
 		snprintf(link.log_path, sizeof link.log_path, "%s.log.link", build);
@@ -1097,7 +1345,7 @@ int ca_build_workspace(const char *dir, const struct ca_build_options *opt, stru
 		for (size_t i = 0; i < nsteps; i++)
 			arg(&link.argv, "obj/%zu.o", i);
 		args_append(&link.argv, &link_flags);
-		status = run_steps(&link, 1, build, cache, nvcc, deadline, 1, opt->no_sandbox);
+		status = run_steps(&link, 1, build, cache, nvcc, deadline, 1, opt->no_sandbox, &lim);
 	}
 
 	/* The log: every step's output in order. */
@@ -1120,18 +1368,20 @@ int ca_build_workspace(const char *dir, const struct ca_build_options *opt, stru
 	args_free(&link.argv);
 	char prefix[PATH_MAX + 2];
 	snprintf(prefix, sizeof prefix, "%s/", build);
+	const char *cause = ca_build_failure_cause(status, full);
 	if (status == 0) {
 		set_result(res, 1, CA_EXIT_OK, NULL);
 		store_cached(cache, build, libname, full, res);
-	} else if (status == CA_PROC_TIMEOUT_STATUS) {
-		set_result(res, 0, CA_EXIT_NEGATIVE, "compilation timed out after %.0f s",
-			opt->time_s > 0 ? opt->time_s : 300);
 	} else if (status == CA_SANDBOX_SETUP_FAILED || status == 126 || status == 127) {
 		char *trimmed = ca_build_trim_log(full, prefix, 2000);
 		set_result(res, 0, CA_EXIT_SYSTEM, "could not run the compiler (status %d): %s", status, trimmed);
 		free(trimmed);
-	} else if (status > 128) {
-		set_result(res, 0, CA_EXIT_SYSTEM, "the compiler was killed by signal %d", status - 128);
+	} else if (cause) {
+		/* Not an answer about the sources alone: nothing is cached. */
+		char *trimmed = ca_build_trim_log(full, prefix, 3000);
+		const char *disks[] = {build, cache, "/tmp"};
+		not_compiled(res, cause, status, &lim, disks, 3, trimmed);
+		free(trimmed);
 	} else {
 		res->ok = 0;
 		res->status = CA_EXIT_NEGATIVE;
@@ -1178,5 +1428,7 @@ jv ca_build_result_json(const struct ca_build_result *res)
 	j = jv_object_set(j, jv_string("library"), res->library ? jv_string(res->library) : jv_null());
 	j = jv_object_set(j, jv_string("log"), jv_string(res->log ? res->log : ""));
 	j = jv_object_set(j, jv_string("arch"), res->arch[0] ? jv_string(res->arch) : jv_null());
+	j = jv_object_set(j, jv_string("transient"), jv_bool(res->transient));
+	j = jv_object_set(j, jv_string("limit"), res->limit[0] ? jv_string(res->limit) : jv_null());
 	return j;
 }

@@ -15,8 +15,11 @@
  * nvcc version, the flags and the sorted sources; the result lives in
  * CACHE/<hash>/ (library, build.log, result.json), so an unchanged
  * candidate is never rebuilt. Sources are copied into a private build
- * directory and compiled there by ca-sandbox (no network, a time limit,
- * writes only into that directory), several files in parallel.
+ * directory and compiled there by ca-sandbox (no network, writes only
+ * into that directory), several files in parallel, under limits: wall
+ * clock for the whole build, and CPU time, address space and file size for
+ * each compiler process. A compile that a limit or a signal stopped is not
+ * an answer about its sources: it is not cached.
  */
 #ifndef CA_BUILD_H
 #define CA_BUILD_H
@@ -27,14 +30,18 @@ struct ca_build_options {
 	const char *arch;      /* "sm_90"; NULL: from nvidia-smi, else sm_90 */
 	const char *cache;     /* NULL: ca_paths_cache()/build */
 	const char *flavour;   /* NULL or "auto", "ca", "cuda-agent", "kernelbench" */
-	double time_s;         /* limit for the whole compilation; 0: 300 s */
+	/* Limits; 0: the CA_BUILD_* variable of the same name, else the default in ca-build(1). */
+	double time_s;         /* wall clock for the whole build (CA_BUILD_TIME_S) */
+	long long cpu_s;       /* CPU seconds of each compiler process, RLIMIT_CPU (CA_BUILD_CPU_S) */
+	long long mem_mb;      /* address space of each compiler process, RLIMIT_AS (CA_BUILD_MEM_MB) */
+	long long fsize_mb;    /* each file written, RLIMIT_FSIZE, and the private /tmp (CA_BUILD_FSIZE_MB) */
 	int jobs;              /* parallel compiler processes; 0: number of CPUs */
-	int no_sandbox;        /* 1: compile without ca-sandbox (trusted sources only) */
+	int no_sandbox;        /* 1: compile without ca-sandbox (trusted sources only; no limit but time_s) */
 };
 
 struct ca_build_result {
 	int ok;
-	int status;            /* CA_EXIT_OK, _NEGATIVE (did not compile), _DATA (not a workspace), _SYSTEM */
+	int status;            /* CA_EXIT_OK, _NEGATIVE (did not compile), _USAGE (bad CA_BUILD_*), _DATA (not a workspace), _SYSTEM */
 	char flavour[16];
 	char arch[16];
 	char hash[65];         /* "" when the workspace could not be read */
@@ -42,17 +49,29 @@ struct ca_build_result {
 	double seconds;
 	char *library;         /* absolute path of the built library, or NULL */
 	char *log;             /* trimmed compiler errors or why it failed; "" when ok */
+	int transient;         /* 1: not an answer about the sources (a limit, a crash, our failure); not cached */
+	char limit[8];         /* the limit a transient failure ran into: "time", "cpu", "memory", "fsize"; "" none */
 };
 
 /* Build (or find in the cache) the kernels of the workspace in dir. Returns res->status. */
 int ca_build_workspace(const char *dir, const struct ca_build_options *opt, struct ca_build_result *res);
 void ca_build_result_free(struct ca_build_result *res);
 
-/* {"ok","flavour","hash","cached","seconds","library","log"} plus "arch". Borrows res. */
+/* {"ok","flavour","hash","cached","seconds","library","log","arch","transient","limit"}. Borrows res. */
 jv ca_build_result_json(const struct ca_build_result *res);
 
 /* The architecture builds use when none is given ("sm_90"); cached per boot. */
 const char *ca_build_default_arch(void);
+
+/*
+ * Why a compile that exited with status (the compiler's, 124 for our
+ * timeout, 128+n for signal n) and printed log failed, when it is not an
+ * ordinary compile error: "time", "cpu", "memory" or "fsize" (the limit
+ * it ran into, told by the status or by the tools' own messages), or
+ * "signal" (killed by another signal), "no space" (a disk or the private
+ * /tmp is full). NULL: a compile error, or success.
+ */
+const char *ca_build_failure_cause(int status, const char *log);
 
 /*
  * Trim compiler output to what an agent needs: error lines with a little

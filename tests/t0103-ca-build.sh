@@ -41,6 +41,25 @@ chmod 755 "$FAKE"
 OUTSIDE=$TRASH_BASE/outside
 mkdir -p "$OUTSIDE" && chmod 1777 "$OUTSIDE"
 
+# Stand-ins that misbehave, each answering --version as $FAKE does (so the
+# cache key is the same): mkcompiler NAME 'what it does instead of compiling'
+# ($out is its -o file).
+mkcompiler() {
+	cat >"$1" <<EOS
+#!/bin/sh
+out=
+while [ \$# -gt 0 ]; do
+	case \$1 in
+	--version) echo "fake nvcc 1.0"; exit 0 ;;
+	-o) out=\$2; shift ;;
+	esac
+	shift
+done
+$2
+EOS
+	chmod 755 "$1"
+}
+
 kernel=$(cat "$TESTS_DIR/data/build/add.cu")  # also the GPU test's (tests/gpu/t0100)
 mkws() { mkdir -p "$1/kernels" && printf '%s\n' "$kernel" >"$1/kernels/add.cu"; }
 
@@ -53,6 +72,22 @@ expect_status 3 'a directory without kernels is not a workspace' '
 expect_status 3 'a symbolic link among the sources is refused' '
 	mkws ws && ln -s /etc/passwd ws/kernels/x.h && ca-build ws >out; status=$?
 	jq -r .log out | grep -q "links are not followed" && exit $status'
+expect_status 3 'a symbolic link to a directory among the sources is refused' '
+	mkws ws && mkdir -p elsewhere && echo "int x;" >elsewhere/x.cu && ln -s "$PWD/elsewhere" ws/kernels/sub &&
+	ca-build ws >out; status=$?
+	jq -e ".ok == false" out && jq -r .log out | grep -q "^kernels/sub: .*links are not followed" && exit $status'
+expect_status 3 'kernels/ as a symbolic link is refused, not followed' '
+	mkws elsewhere && mkdir ws && ln -s "$PWD/elsewhere/kernels" ws/kernels &&
+	NVCC=$FAKE ca-build ws >out; status=$?
+	jq -e ".ok == false" out && jq -r .log out | grep -q "^kernels: a symbolic link" && exit $status'
+expect_status 3 'kernels/ nested deeper than 6 directories is refused, not skipped' '
+	mkws ws && mkdir -p ws/kernels/a/b/c/d/e/f/g && echo "int deep;" >ws/kernels/a/b/c/d/e/f/g/deep.cu &&
+	NVCC=$FAKE ca-build ws >out; status=$?
+	jq -e ".ok == false" out && jq -r .log out | grep -q "^kernels/a/b/c/d/e/f/g: .*more than 6 deep" && exit $status'
+expect_success 'six levels below kernels/ are still read' '
+	mkws ws && mkdir -p ws/kernels/a/b/c/d/e/f && echo "int deep;" >ws/kernels/a/b/c/d/e/f/deep.cuh &&
+	NVCC=$FAKE ca-build ws >a && jq -e .ok a && echo "// changed" >>ws/kernels/a/b/c/d/e/f/deep.cuh &&
+	NVCC=$FAKE ca-build ws >b && test "$(jq -r .hash a)" != "$(jq -r .hash b)"'
 
 expect_success 'kernelbench: nothing to build, the hash names model_new.py' '
 	mkdir ws && echo "from torch.utils.cpp_extension import load_inline" >ws/model_new.py &&
@@ -77,7 +112,7 @@ expect_status 4 'a missing nvcc is a system failure' '
 
 expect_success 'build, then a cache hit in under 0.1 s with the same answer' '
 	mkws ws && NVCC=$FAKE ca-build ws >a && NVCC=$FAKE ca-build ws >b &&
-	jq -e ".ok and .cached == false and (.library | test(\"libkernels.so$\"))" a &&
+	jq -e ".ok and .cached == false and (.library | test(\"libkernels.so$\")) and .transient == false and .limit == null" a &&
 	jq -e ".ok and .cached and .seconds < 0.1" b &&
 	test "$(jq -r .library a)" = "$(jq -r .library b)" && test -f "$(jq -r .library b)" &&
 	test "$(jq -r .hash a)" = "$(jq -r .hash b)"
@@ -105,7 +140,8 @@ expect_status 1 'errors are trimmed and relative; failures are cached too' '
 	jq -r .log out >log; cat log
 	grep -q "^kernels/bad.cu(3): error: identifier \"BROKEN\" is undefined$" log &&
 	! grep -q "/tmp/" log && ! grep -q "error detected" log &&
-	NVCC=$FAKE ca-build ws >again; jq -e ".cached and .ok == false" again && exit $status
+	jq -e ".transient == false and .limit == null" out &&
+	NVCC=$FAKE ca-build ws >again; jq -e ".cached and .ok == false and .transient == false" again && exit $status
 '
 
 ca-sandbox --report "$TRASH_BASE/probe.json" -- true 2>/dev/null
@@ -119,6 +155,67 @@ else
 fi
 
 expect_success 'ca_build_trim_log keeps errors with context and caps the size' 'test-build'
+
+# Limits. ulimit -v is in KB, -f in 512-byte blocks.
+expect_success 'every compiler gets the limits: defaults, then CA_BUILD_*, then options' '
+	mkcompiler probe "{ ulimit -t; ulimit -v; ulimit -f; } >\"\$out\"" && mkws ws &&
+	NVCC=$PWD/probe ca-build --cache c1 ws >a && jq -e .ok a &&
+	test "$(cat "$(jq -r .library a)" | tr "\n" " ")" = "120 4194304 524288 " &&
+	CA_BUILD_CPU_S=7 CA_BUILD_MEM_MB=1000 CA_BUILD_FSIZE_MB=3 NVCC=$PWD/probe ca-build --cache c2 ws >b &&
+	test "$(cat "$(jq -r .library b)" | tr "\n" " ")" = "7 1024000 6144 " &&
+	CA_BUILD_CPU_S=7 CA_BUILD_MEM_MB=1000 NVCC=$PWD/probe ca-build --cache c3 --cpu 9 --mem 2000 --fsize 5 ws >c &&
+	test "$(cat "$(jq -r .library c)" | tr "\n" " ")" = "9 2048000 10240 "
+'
+expect_success 'a bad limit is a usage error, from an option or the environment' '
+	mkws ws && { ca-build --mem 0 ws 2>err; test $? -eq 2; } && grep -q -- "--mem" err &&
+	{ CA_BUILD_MEM_MB=lots ca-build ws >out 2>err; test $? -eq 2; } &&
+	grep -q "CA_BUILD_MEM_MB: .lots.: not an integer" err && jq -e ".ok == false" out'
+# Each of these has a cache of its own: the sources are those $FAKE built.
+expect_success 'the wall-clock limit stops a hung compiler and names itself' '
+	mkcompiler hang "exec sleep 60" && mkws ws &&
+	{ NVCC=$PWD/hang ca-build --cache c --time 1 ws >out; test $? -eq 1; } &&
+	jq -r .log out | grep -q "^compilation timed out: over the wall-clock limit of 1 s" &&
+	jq -e ".ok == false and .seconds < 15" out'
+expect_success 'the file-size limit stops a compiler writing a huge file and names itself' '
+	mkcompiler big "exec head -c 3000000 /dev/zero >\"\$out\"" && mkws ws &&
+	{ NVCC=$PWD/big ca-build --cache c --fsize 1 ws >out; test $? -eq 1; } &&
+	jq -r .log out | grep -q "^the compiler.s output grew too large: over the limit of 1 MB"'
+expect_success 'a compiler out of memory is named, and not cached as a compile error' '
+	mkcompiler oom "echo \"cc1plus: out of memory allocating 4294967312 bytes after a total of 2187264 bytes\"; exit 1" &&
+	mkws ws && { NVCC=$PWD/oom ca-build --cache c ws >a; test $? -eq 1; } &&
+	jq -r .log a | grep -q "^the compiler ran out of memory: over the limit of 4096 MB" &&
+	{ NVCC=$PWD/oom ca-build --cache c ws >b; test $? -eq 1; } && jq -e ".cached == false" b'
+
+# Transient failures: marked so, never cached, so the same sources build
+# once the fault is gone (the stand-ins share $FAKE's cache key).
+expect_success 'a compiler killed by a signal: status 4, transient, then the same sources build' '
+	mkcompiler killed "kill -KILL \$\$" && mkws ws &&
+	{ NVCC=$PWD/killed ca-build --cache c ws >a; test $? -eq 4; } &&
+	jq -e ".ok == false and .transient and .limit == null" a &&
+	jq -r .log a | grep -q "^the compiler was killed by signal 9" &&
+	NVCC=$FAKE ca-build --cache c ws >b && jq -e ".ok and .cached == false and .transient == false" b'
+expect_success 'a timeout: status 1, transient, limit "time", then the same sources build' '
+	mkcompiler hang "exec sleep 60" && mkws ws &&
+	{ NVCC=$PWD/hang ca-build --cache c --time 1 ws >a; test $? -eq 1; } &&
+	jq -e ".ok == false and .transient and .limit == \"time\"" a &&
+	NVCC=$FAKE ca-build --cache c ws >b && jq -e ".ok and .cached == false" b'
+expect_success 'out of memory: limit "memory", then the same sources build' '
+	mkcompiler oom "echo \"cc1plus: out of memory allocating 4294967312 bytes after a total of 2187264 bytes\"; exit 1" &&
+	mkws ws && { NVCC=$PWD/oom ca-build --cache c ws >a; test $? -eq 1; } &&
+	jq -e ".ok == false and .transient and .limit == \"memory\"" a &&
+	NVCC=$FAKE ca-build --cache c ws >b && jq -e ".ok and .cached == false" b'
+expect_success 'no space left with room on the disks: the private /tmp, limit "fsize", then the same sources build' '
+	mkcompiler full "echo \"/tmp/tmpxft_01-6.stub.c:4:27: fatal error: error closing /tmp/ccEq.s: No space left on device\"; exit 1" &&
+	mkws ws && { NVCC=$PWD/full ca-build --cache c ws >a; test $? -eq 1; } &&
+	jq -e ".ok == false and .transient and .limit == \"fsize\"" a &&
+	NVCC=$FAKE ca-build --cache c ws >b && jq -e ".ok and .cached == false" b'
+expect_success 'a failure an older ca-build cached though it was out of memory is built again' '
+	mkws ws && echo "BROKEN;" >>ws/kernels/add.cu &&
+	{ NVCC=$FAKE ca-build --cache c ws >a; test $? -eq 1; } &&
+	{ NVCC=$FAKE ca-build --cache c ws >b; test $? -eq 1; } && jq -e ".cached" b &&
+	entry=c/$(jq -r .hash a) && echo "cc1plus: out of memory allocating 4294967312 bytes" >>"$entry/build.log" &&
+	{ NVCC=$FAKE ca-build --cache c ws >d; test $? -eq 1; } && jq -e ".cached == false and .transient == false" d &&
+	{ NVCC=$FAKE ca-build --cache c ws >e; test $? -eq 1; } && jq -e ".cached" e'
 
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
 	expect_success 'real nvcc: a cold build makes a loadable library, then a cache hit' '
@@ -136,6 +233,38 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
 		jq -r .log out | tee log
 		grep -q "^kernels/bad.cu(1): error: identifier \"n_rows\" is undefined" log && ! grep -q "/tmp" log &&
 		exit $status
+	'
+	# The kernels of the outside tests; each must stop in seconds, far below any limit of time.
+	expect_success 'real nvcc: #include "/dev/zero" stops at the default memory limit, promptly' '
+		mkdir -p ws/kernels && echo "#include \"/dev/zero\"" >ws/kernels/zero.cu &&
+		{ ca-build --arch sm_90 ws >out; test $? -eq 1; } && jq -r .log out >log && head -n 3 log &&
+		grep -q "^the compiler ran out of memory: over the limit of 4096 MB" log &&
+		jq -e ".ok == false and .seconds < 60" out
+	'
+	bomb='template <int N, int M> struct B {
+	enum { v = B<N - 1, 2 * M>::v + B<N - 1, 2 * M + 1>::v };
+};
+template <int M> struct B<0, M> { enum { v = 1 }; };
+__global__ void k(int *x) { x[0] = B<30, 0>::v; }'
+	expect_success 'real nvcc: a template-instantiation bomb stops at the memory limit' '
+		mkdir -p ws/kernels && printf "%s\n" "$bomb" >ws/kernels/bomb.cu &&
+		{ ca-build --arch sm_90 --mem 768 ws >out; test $? -eq 1; } && jq -r .log out >log && head -n 3 log &&
+		grep -q "^the compiler ran out of memory: over the limit of 768 MB" log &&
+		jq -e ".ok == false and .seconds < 60" out
+	'
+	expect_success 'real nvcc: the same bomb stops at the CPU limit when memory lasts longer' '
+		mkdir -p ws/kernels && printf "%s\n" "$bomb" >ws/kernels/bomb.cu &&
+		{ ca-build --arch sm_90 --cpu 1 ws >out; test $? -eq 1; } && jq -r .log out >log && head -n 3 log &&
+		grep -q "^the compiler ran out of CPU time: over the limit of 1 s" log &&
+		jq -e ".ok == false and .seconds < 60" out
+	'
+	expect_success 'real nvcc: a huge initialised static array stops at the memory limit' '
+		mkdir -p ws/kernels &&
+		printf "__device__ char big[1 << 28] = {1};\n__global__ void k(char *x) { x[0] = big[threadIdx.x]; }\n" \
+			>ws/kernels/big.cu &&
+		{ ca-build --arch sm_90 --mem 1024 ws >out; test $? -eq 1; } && jq -r .log out >log && head -n 3 log &&
+		grep -q "^the compiler ran out of memory: over the limit of 1024 MB" log &&
+		jq -e ".ok == false and .seconds < 60" out
 	'
 else
 	skip 'real nvcc builds' 'nvcc not found'

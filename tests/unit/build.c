@@ -1,4 +1,4 @@
-/* Unit tests for lib/build: trimming compiler output to what an agent needs. */
+/* Unit tests for lib/build: trimming compiler output to what an agent needs, telling limits from errors. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +61,33 @@ int main(void)
 	t = ca_build_trim_log("", NULL, 4000);
 	CHECK(t && t[0] == '\0');
 	free(t);
+
+	/* Why a compile failed: the limit it ran into, told by the status or the tools' own lines. */
+#define CAUSE(status, log, want) do { \
+	const char *got_ = ca_build_failure_cause(status, log); \
+	CHECK((want) ? got_ && strcmp(got_, (want) ? (want) : "") == 0 : got_ == NULL); \
+} while (0)
+	CAUSE(0, "", NULL);
+	CAUSE(124, "", "time");
+	CAUSE(128 + 24, "", "cpu");
+	CAUSE(128 + 25, "", "fsize");
+	CAUSE(128 + 9, "", "signal");
+	CAUSE(128 + 11, "Segmentation fault\n", "signal");
+	CAUSE(1, "cc1plus: out of memory allocating 4294967312 bytes after a total of 2187264 bytes\n", "memory");
+	CAUSE(1, "kernels/k.cu(5): catastrophic error: out of memory\n   enum { v };\n", "memory");
+	CAUSE(134, "LLVM ERROR: out of memory\nAborted\n", "memory");
+	CAUSE(4, "g++: fatal error: Killed signal terminated program cc1plus\ncompilation terminated.\n", "memory");
+	CAUSE(134, "\nInternal error: CPU time limit exceeded.\nCompilation aborted.\nAborted\n", "cpu");
+	CAUSE(4, "g++: internal compiler error: CPU time limit exceeded signal terminated program cc1plus\n", "cpu");
+	CAUSE(1, "nvcc error   : 'ptxas' died due to signal 25 (File size limit exceeded)\n", "fsize");
+	CAUSE(1, "ptxas fatal   : Memory allocation failure\r\n", "memory");
+	/* Honest errors start with the source's path and never name a limit, whatever they quote. */
+	CAUSE(1, "kernels/k.cu(3): error: identifier \"out_of_memory\" is undefined\n", NULL);
+	CAUSE(2, "kernels/k.cu(1): error: static assertion failed with \"tile: out of memory\"\n", NULL);
+	CAUSE(1, "binding.cpp:4:2: error: #error CPU time limit exceeded signal terminated program\n", NULL);
+	CAUSE(1, "kernels/k.cu:1:10: fatal error: Killed signal terminated program: No such file or directory\n", NULL);
+	CAUSE(1, "  static_assert(false, \"LLVM ERROR: out of memory\");\n", NULL);
+	CAUSE(1, NULL, NULL);
 
 	if (failures) {
 		fprintf(stderr, "test-build: %d checks failed\n", failures);
