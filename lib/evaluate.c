@@ -1462,7 +1462,7 @@ static int job_build(struct job *j)
 	char prog[PATHLEN];
 	snprintf(prog, sizeof prog, "%s/ca-build", ca_paths_bindir());
 	if (access(prog, X_OK) != 0) {
-		job_fail(j, "compile", "ca-build not found next to this program");
+		job_fail(j, "system", "ca-build not found next to this program");
 		return -1;
 	}
 	const char *argv[12];
@@ -1488,7 +1488,7 @@ static int job_build(struct job *j)
 		char msg[2048];
 		snprintf(msg, sizeof msg, "ca-build failed (status %d)%s%.1500s", status, err.data ? ": " : "",
 			err.data ? err.data : "");
-		job_fail(j, "compile", msg);
+		job_fail(j, "system", msg);
 		jv_free(v);
 		ca_buf_free(&out);
 		ca_buf_free(&err);
@@ -1506,8 +1506,17 @@ static int job_build(struct job *j)
 	}
 	j->result = jv_object_set(j->result, jv_string("build"), build);
 	if (ca_json_bool(v, "ok") != 1) {
+		/*
+		 * A build that failed for no reason in the sources (the compiler
+		 * killed by a signal we did not send, a full disk: transient, no
+		 * limit named) is the evaluator's; a compile error or a limit the
+		 * sources ran into is the candidate's.
+		 */
+		jv limit = ca_json_get(v, "limit");
+		int ours = ca_json_bool(v, "transient") == 1 && jv_get_kind(limit) != JV_KIND_STRING;
+		jv_free(limit);
 		char *log = ca_json_strdup(v, "log");
-		job_fail(j, "compile", log && *log ? log : "the kernels did not compile");
+		job_fail(j, ours ? "system" : "compile", log && *log ? log : "the kernels did not compile");
 		free(log);
 		jv_free(v);
 		return -1;
@@ -1529,7 +1538,7 @@ static int job_build(struct job *j)
 			free(data);
 			free(lib);
 			free(flavour);
-			job_fail(j, "compile", "cannot copy the built library into the candidate's directory");
+			job_fail(j, "system", "cannot copy the built library into the candidate's directory");
 			return -1;
 		}
 		free(data);
