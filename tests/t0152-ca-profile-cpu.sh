@@ -100,7 +100,7 @@ expect_success 'shipped inputs: each timed call'"'"'s file appears at its turn, 
 	echo "honest $h us, ship_peek $r us" &&
 	awk -v h="$h" -v r="$r" "BEGIN { exit !(r >= 0.5 * h) }"
 '
-# dir_block puts directories where the timed calls' shipped files go: the
+# dir_block puts directories where the timed calls' shipped files go (tin-call-K): the
 # parent cannot place them, and that is the candidate's doing, not an
 # evaluator fault (stage system would give it reward null, not -1).
 expect_success 'a candidate that blocks its shipped inputs fails as itself, not as an evaluator fault' '

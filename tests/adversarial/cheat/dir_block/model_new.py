@@ -36,7 +36,7 @@ class ModelNew(nn.Module):
             self.blocked = True
             for k in range(1000):
                 try:
-                    os.mkdir(os.path.join(_io, "tin-t-%d.ten" % k))
+                    os.mkdir(os.path.join(_io, "tin-call-%d.ten" % k))
                 except OSError:
                     pass
         x = x.contiguous()
