@@ -66,15 +66,34 @@ static int cfg_bool(jv cfg, const char *key, int def)
 	return b;
 }
 
+/*
+ * Whether a Qwen3 config asks for sliding-window attention, which the engine
+ * does not have: use_sliding_window, or a "sliding_attention" layer type.
+ */
+static int sliding_window_layers(jv cfg)
+{
+	if (cfg_bool(cfg, "use_sliding_window", 0))
+		return 1;
+	jv types = jv_object_get(jv_copy(cfg), jv_string("layer_types"));
+	int sliding = 0;
+	if (jv_get_kind(types) == JV_KIND_ARRAY)
+		jv_array_foreach(types, i, t) {
+			sliding |= jv_get_kind(t) == JV_KIND_STRING && strcmp(jv_string_value(t), "full_attention") != 0;
+			jv_free(t);
+		}
+	jv_free(types);
+	return sliding;
+}
+
 static int parse_config(struct ca_model_config *c, jv cfg, char why[CA_MODEL_WHY])
 {
 	jv type = jv_object_get(jv_copy(cfg), jv_string("model_type"));
 	snprintf(c->model_type, sizeof c->model_type, "%s",
 		 jv_get_kind(type) == JV_KIND_STRING ? jv_string_value(type) : "");
 	jv_free(type);
-	int is_qwen2 = strcmp(c->model_type, "qwen2") == 0;
-	if (!is_qwen2 && strcmp(c->model_type, "llama") != 0) {
-		set_why(why, "config.json: model_type \"%s\" is not supported (qwen2, llama)", c->model_type);
+	int is_qwen2 = strcmp(c->model_type, "qwen2") == 0, is_qwen3 = strcmp(c->model_type, "qwen3") == 0;
+	if (!is_qwen2 && !is_qwen3 && strcmp(c->model_type, "llama") != 0) {
+		set_why(why, "config.json: model_type \"%s\" is not supported (qwen2, qwen3, llama)", c->model_type);
 		return -1;
 	}
 	if (cfg_int(cfg, "vocab_size", -1, &c->vocab_size, why) < 0 ||
@@ -83,7 +102,8 @@ static int parse_config(struct ca_model_config *c, jv cfg, char why[CA_MODEL_WHY
 	    cfg_int(cfg, "num_hidden_layers", -1, &c->num_layers, why) < 0 ||
 	    cfg_int(cfg, "num_attention_heads", -1, &c->num_heads, why) < 0 ||
 	    cfg_int(cfg, "num_key_value_heads", 0, &c->num_kv_heads, why) < 0 ||
-	    cfg_int(cfg, "head_dim", 0, &c->head_dim, why) < 0 ||
+	    /* Qwen3Config's head_dim defaults to 128, not hidden_size / heads. */
+	    cfg_int(cfg, "head_dim", is_qwen3 ? 128 : 0, &c->head_dim, why) < 0 ||
 	    cfg_int(cfg, "max_position_embeddings", 32768, &c->max_positions, why) < 0)
 		return -1;
 	if (c->num_kv_heads == 0)
@@ -136,11 +156,16 @@ static int parse_config(struct ca_model_config *c, jv cfg, char why[CA_MODEL_WHY
 		set_why(why, "config.json: mlp_bias is not supported");
 		return -1;
 	}
-	c->tied = cfg_bool(cfg, "tie_word_embeddings", is_qwen2 ? 0 : 0);
+	c->tied = cfg_bool(cfg, "tie_word_embeddings", 0);
 	if (is_qwen2) {
 		c->qkv_bias = 1;
 	} else {
 		c->qkv_bias = c->o_bias = cfg_bool(cfg, "attention_bias", 0);
+	}
+	c->qk_norm = is_qwen3;
+	if (is_qwen3 && sliding_window_layers(cfg)) {
+		set_why(why, "config.json: sliding-window attention layers are not supported");
+		return -1;
 	}
 	return 0;
 }
@@ -166,7 +191,7 @@ static void build_table(struct ca_model *m)
 	const struct ca_model_config *c = &m->cfg;
 	int C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
 	int QD = c->num_heads * c->head_dim, KD = c->num_kv_heads * c->head_dim;
-	int cap = 4 + 16 * c->num_layers;
+	int cap = 4 + 18 * c->num_layers;
 	m->tensors = ca_xcalloc((size_t)cap, sizeof *m->tensors);
 	char n[96];
 	add_tensor(m, cap, "model.embed_tokens.weight", 2, V, C);
@@ -185,6 +210,10 @@ static void build_table(struct ca_model *m)
 		LAYER("self_attn.o_proj.weight", 2, C, QD);
 		if (c->o_bias)
 			LAYER("self_attn.o_proj.bias", 1, C, 0);
+		if (c->qk_norm) {
+			LAYER("self_attn.q_norm.weight", 1, c->head_dim, 0);
+			LAYER("self_attn.k_norm.weight", 1, c->head_dim, 0);
+		}
 		LAYER("post_attention_layernorm.weight", 1, C, 0);
 		LAYER("mlp.gate_proj.weight", 2, F, C);
 		LAYER("mlp.up_proj.weight", 2, F, C);
@@ -242,6 +271,8 @@ static void bind_views(struct ca_model *m)
 		L->bv = view(m, "%s.%d.self_attn.v_proj.bias", p, l);
 		L->wo = view(m, "%s.%d.self_attn.o_proj.weight", p, l);
 		L->bo = view(m, "%s.%d.self_attn.o_proj.bias", p, l);
+		L->q_norm = view(m, "%s.%d.self_attn.q_norm.weight", p, l);
+		L->k_norm = view(m, "%s.%d.self_attn.k_norm.weight", p, l);
 		L->ln2 = view(m, "%s.%d.post_attention_layernorm.weight", p, l);
 		L->wgate = view(m, "%s.%d.mlp.gate_proj.weight", p, l);
 		L->wup = view(m, "%s.%d.mlp.up_proj.weight", p, l);
@@ -474,8 +505,9 @@ void ca_model_to_critic(struct ca_model *m, uint64_t seed)
 	m->adam_step = 0;
 	ca_model_acts_free(m->acts);
 	m->acts = NULL;
-	const char *arch = strcmp(m->cfg.model_type, "qwen2") == 0 ? "Qwen2ForTokenClassification"
-								   : "LlamaForTokenClassification";
+	const char *arch = strcmp(m->cfg.model_type, "qwen2") == 0   ? "Qwen2ForTokenClassification"
+			   : strcmp(m->cfg.model_type, "qwen3") == 0 ? "Qwen3ForTokenClassification"
+								     : "LlamaForTokenClassification";
 	jv cfg = m->config_json;
 	cfg = jv_object_set(cfg, jv_string("architectures"), JV_ARRAY(jv_string(arch)));
 	cfg = jv_object_set(cfg, jv_string("id2label"), jv_object_set(jv_object(), jv_string("0"), jv_string("LABEL_0")));

@@ -1,6 +1,9 @@
 /*
- * model: the policy engine's decoder-only transformer of the Llama/Qwen2
- * family (owner: policy engine, issue 6).
+ * model: the policy engine's decoder-only transformer of the Llama, Qwen2
+ * and Qwen3 (dense) families (owner: policy engine, issue 6). Qwen3 is
+ * Qwen2 without q/k/v biases and with an RMSNorm over each head of q and k
+ * (q_norm, k_norm, head_dim weights shared by the heads) before the rotary
+ * embedding; its head_dim need not be hidden_size / num_heads.
  *
  * A model is loaded from a Hugging Face checkpoint directory (config.json
  * plus model.safetensors or shards with model.safetensors.index.json,
@@ -47,6 +50,7 @@ struct ca_model_config {
 	int tied;        /* lm head shares the embedding matrix */
 	int qkv_bias;    /* q, k, v projections have biases (Qwen2) */
 	int o_bias;      /* the output projection has a bias (Llama attention_bias) */
+	int qk_norm;     /* RMSNorm over each head of q and k before RoPE (Qwen3) */
 	int critic;      /* value head instead of lm head */
 	int score_bias;  /* the value head has a bias */
 };
@@ -62,6 +66,7 @@ struct ca_model_tensor {
 
 struct ca_model_layer {
 	float *ln1, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo, *ln2, *wgate, *wup, *wdown;
+	float *q_norm, *k_norm;  /* [head_dim] each, Qwen3 only (else NULL) */
 };
 
 struct ca_model_acts;

@@ -32,6 +32,8 @@ struct layer_acts {
 	float *ln1;        /* [T,C] */
 	float *rstd1;      /* [T] */
 	float *q, *k, *v;  /* after rotary embedding */
+	float *q_proj, *k_proj;   /* Qwen3: q and k before their per-head norm */
+	float *rstd_q, *rstd_k;   /* Qwen3: [T*NH], [T*NKV] */
 	float *att;        /* [T, NH*D] attention output before o_proj */
 	float *probs;
 	float *xmid;       /* [T,C] residual after attention */
@@ -53,6 +55,7 @@ struct ca_model_acts {
 	float *logits;         /* [chunk, V] */
 	/* backward scratch */
 	float *dx, *dln, *dq, *dk, *dv, *datt, *dgate, *dup, *dh, *dlogits;
+	float *dq_proj, *dk_proj;  /* Qwen3: gradients before the q/k norms */
 };
 
 void ca_model_acts_free(struct ca_model_acts *a)
@@ -64,6 +67,7 @@ void ca_model_acts_free(struct ca_model_acts *a)
 		free(L->x); free(L->ln1); free(L->rstd1); free(L->q); free(L->k); free(L->v);
 		free(L->att); free(L->probs); free(L->xmid); free(L->ln2); free(L->rstd2);
 		free(L->gate); free(L->up); free(L->h);
+		free(L->q_proj); free(L->k_proj); free(L->rstd_q); free(L->rstd_k);
 	}
 	free(a->layer);
 	if (a->layer_in)
@@ -74,6 +78,7 @@ void ca_model_acts_free(struct ca_model_acts *a)
 	free(a->xfinal); free(a->lnf); free(a->rstdf); free(a->logits);
 	free(a->dx); free(a->dln); free(a->dq); free(a->dk); free(a->dv); free(a->datt);
 	free(a->dgate); free(a->dup); free(a->dh); free(a->dlogits);
+	free(a->dq_proj); free(a->dk_proj);
 	free(a);
 }
 
@@ -107,6 +112,10 @@ static struct ca_model_acts *acts_alloc(const struct ca_model_config *c, int T, 
 		L->att = falloc(t * QD); L->probs = probs ? falloc(probs) : NULL; L->xmid = falloc(t * C);
 		L->ln2 = falloc(t * C); L->rstd2 = falloc(t);
 		L->gate = falloc(t * F); L->up = falloc(t * F); L->h = falloc(t * F);
+		if (c->qk_norm) {
+			L->q_proj = falloc(t * QD); L->k_proj = falloc(t * KD);
+			L->rstd_q = falloc(t * (size_t)c->num_heads); L->rstd_k = falloc(t * (size_t)c->num_kv_heads);
+		}
 	}
 	a->tokens = ca_xmalloc(sizeof(int) * t);
 	a->targets = ca_xmalloc(sizeof(int) * t);
@@ -123,6 +132,10 @@ static struct ca_model_acts *acts_alloc(const struct ca_model_config *c, int T, 
 		a->datt = falloc(t * QD);
 		a->dgate = falloc(t * F); a->dup = falloc(t * F); a->dh = falloc(t * F);
 		a->dlogits = falloc((size_t)a->chunk * c->vocab_size);
+		if (c->qk_norm) {
+			a->dq_proj = falloc(t * QD);
+			a->dk_proj = falloc(t * KD);
+		}
 	}
 	return a;
 }
@@ -137,9 +150,15 @@ static void layer_forward(const struct ca_model *m, const struct ca_model_acts *
 	int QD = NH * D, KD = NKV * D;
 	const struct ca_model_layer *W = &m->layers[l];
 	ca_nn_rmsnorm_forward(L->ln1, L->rstd1, L->x, W->ln1, c->rms_norm_eps, T, C);
-	ca_nn_linear_forward(L->q, L->ln1, W->wq, W->bq, T, C, QD);
-	ca_nn_linear_forward(L->k, L->ln1, W->wk, W->bk, T, C, KD);
+	float *q_proj = c->qk_norm ? L->q_proj : L->q, *k_proj = c->qk_norm ? L->k_proj : L->k;
+	ca_nn_linear_forward(q_proj, L->ln1, W->wq, W->bq, T, C, QD);
+	ca_nn_linear_forward(k_proj, L->ln1, W->wk, W->bk, T, C, KD);
 	ca_nn_linear_forward(L->v, L->ln1, W->wv, W->bv, T, C, KD);
+	if (c->qk_norm) {
+		/* Each head's D values are one row of the norm. */
+		ca_nn_rmsnorm_forward(L->q, L->rstd_q, q_proj, W->q_norm, c->rms_norm_eps, T * NH, D);
+		ca_nn_rmsnorm_forward(L->k, L->rstd_k, k_proj, W->k_norm, c->rms_norm_eps, T * NKV, D);
+	}
 	ca_nn_rope_forward(L->q, a->pos, m->rope_cos, m->rope_sin, T, NH, D);
 	ca_nn_rope_forward(L->k, a->pos, m->rope_cos, m->rope_sin, T, NKV, D);
 	ca_nn_attention_forward(L->att, L->probs, L->q, L->k, L->v, a->seq_start, T, NH, NKV, D);
@@ -366,9 +385,20 @@ void ca_model_backward(struct ca_model *m, const float *dlogp, const float *dent
 					 a->seq_start, T, NH, NKV, D);
 		ca_nn_rope_backward(a->dq, a->pos, m->rope_cos, m->rope_sin, T, NH, D);
 		ca_nn_rope_backward(a->dk, a->pos, m->rope_cos, m->rope_sin, T, NKV, D);
+		float *dq_proj = a->dq, *dk_proj = a->dk;
+		if (c->qk_norm) {
+			dq_proj = a->dq_proj;
+			dk_proj = a->dk_proj;
+			memset(dq_proj, 0, sizeof(float) * (size_t)T * QD);
+			memset(dk_proj, 0, sizeof(float) * (size_t)T * KD);
+			ca_nn_rmsnorm_backward(dq_proj, G(m, W->q_norm), a->dq, L->q_proj, W->q_norm, L->rstd_q,
+					       T * NH, D);
+			ca_nn_rmsnorm_backward(dk_proj, G(m, W->k_norm), a->dk, L->k_proj, W->k_norm, L->rstd_k,
+					       T * NKV, D);
+		}
 		memset(a->dln, 0, sizeof(float) * TC);
-		ca_nn_linear_backward(a->dln, G(m, W->wq), G(m, W->bq), a->dq, L->ln1, W->wq, T, C, QD);
-		ca_nn_linear_backward(a->dln, G(m, W->wk), G(m, W->bk), a->dk, L->ln1, W->wk, T, C, KD);
+		ca_nn_linear_backward(a->dln, G(m, W->wq), G(m, W->bq), dq_proj, L->ln1, W->wq, T, C, QD);
+		ca_nn_linear_backward(a->dln, G(m, W->wk), G(m, W->bk), dk_proj, L->ln1, W->wk, T, C, KD);
 		ca_nn_linear_backward(a->dln, G(m, W->wv), G(m, W->bv), a->dv, L->ln1, W->wv, T, C, KD);
 		ca_nn_rmsnorm_backward(a->dx, G(m, W->ln1), a->dln, L->x, W->ln1, L->rstd1, T, C);
 	}

@@ -42,6 +42,7 @@ static void cached_forward(struct ca_model *m, struct kv_cache *kv, const int *t
 	size_t nC = (size_t)n * C;
 	float *x = ca_xmalloc(sizeof(float) * nC), *ln = ca_xmalloc(sizeof(float) * nC);
 	float *rstd = ca_xmalloc(sizeof(float) * (size_t)n);
+	float *head_rstd = ca_xmalloc(sizeof(float) * (size_t)n * NH);
 	float *q = ca_xmalloc(sizeof(float) * (size_t)n * QD), *att = ca_xmalloc(sizeof(float) * (size_t)n * QD);
 	float *tmp = ca_xmalloc(sizeof(float) * nC);
 	float *gate = ca_xmalloc(sizeof(float) * (size_t)n * F), *up = ca_xmalloc(sizeof(float) * (size_t)n * F);
@@ -59,6 +60,11 @@ static void cached_forward(struct ca_model *m, struct kv_cache *kv, const int *t
 		ca_nn_linear_forward(q, ln, W->wq, W->bq, n, C, QD);
 		ca_nn_linear_forward(kc, ln, W->wk, W->bk, n, C, KD);
 		ca_nn_linear_forward(vc, ln, W->wv, W->bv, n, C, KD);
+		if (c->qk_norm) {
+			/* In place: the norm reads each head's row before writing it. */
+			ca_nn_rmsnorm_forward(q, head_rstd, q, W->q_norm, c->rms_norm_eps, n * NH, D);
+			ca_nn_rmsnorm_forward(kc, head_rstd, kc, W->k_norm, c->rms_norm_eps, n * NKV, D);
+		}
 		ca_nn_rope_forward(q, pos, m->rope_cos, m->rope_sin, n, NH, D);
 		ca_nn_rope_forward(kc, pos, m->rope_cos, m->rope_sin, n, NKV, D);
 		for (int i = 0; i < n; i++) {
@@ -96,7 +102,7 @@ static void cached_forward(struct ca_model *m, struct kv_cache *kv, const int *t
 	const float *last = x + (size_t)(n - 1) * C;
 	ca_nn_rmsnorm_forward(ln, rstd, last, m->norm, c->rms_norm_eps, 1, C);
 	ca_nn_linear_forward(logits, ln, m->lm_head, NULL, 1, C, V);
-	free(x); free(ln); free(rstd); free(q); free(att); free(tmp); free(gate); free(up);
+	free(x); free(ln); free(rstd); free(head_rstd); free(q); free(att); free(tmp); free(gate); free(up);
 	free(scores); free(pos);
 }
 

@@ -1,6 +1,7 @@
 #!/bin/sh
-# The policy engine against transformers on CPU: tiny random Qwen2 and Llama
-# checkpoints built by lib/py/ca_hf.py (tied, untied, bf16 sharded, critic).
+# The policy engine against transformers on CPU: tiny random Qwen2, Qwen3 and
+# Llama checkpoints built by lib/py/ca_hf.py (tied, untied, bf16 sharded,
+# critic; Qwen3 with q/k norms and a head_dim that is not hidden / heads).
 # Log-probs, entropies and values within 1e-5; gradients of a weighted
 # log-prob + entropy loss within 1e-4 relative per tensor; three AdamW steps
 # with clipping and weight decay; a checkpoint written by ca read back by
@@ -53,7 +54,7 @@ max_err() {
 }
 below() { awk -v x="$1" -v t="$2" 'BEGIN { exit !(x + 0 <= t + 0) }'; }
 
-for m in qwen2-untied-bf16 qwen2-tied llama; do
+for m in qwen2-untied-bf16 qwen2-tied llama qwen3 qwen3-tied-bf16; do
 	expect_success "$m: log-probs and entropy match transformers within 1e-5" '
 		ca-logprob --entropy -m "$FX/'$m'" "$FX/tokens.ndjson" >out &&
 		e=$(max_err "$FX/'$m'/ref-logprob.ndjson" out logprobs) &&
@@ -74,7 +75,7 @@ expect_success 'records pass through with their fields; small batches give the s
 	     "$(jq -c "[.id, (.tokens | length), (.tokens | length)]" "$FX/tokens.ndjson")" &&
 	e=$(max_err a b logprobs) && below "$e" 1e-6
 '
-for m in qwen2-untied-bf16 qwen2-tied llama critic; do
+for m in qwen2-untied-bf16 qwen2-tied llama critic qwen3 qwen3-tied-bf16; do
 	expect_success "$m: gradients of the weighted loss match torch autograd (rel 1e-4)" '
 		test-model_train grad "$FX/'$m'" g.safetensors <"$FX/tokens.ndjson" &&
 		test-st_compare g.safetensors "$FX/'$m'/ref-grad.safetensors" 1e-4 | tail -n 1
@@ -85,6 +86,63 @@ expect_success 'activation recomputation gives the same gradients, bit for bit' 
 	test-model_train grad-recompute "$FX/llama" b.safetensors <"$FX/tokens.ndjson" &&
 	cmp a.safetensors b.safetensors
 '
+expect_success 'qwen3: activation recomputation gives the same gradients, bit for bit' '
+	test-model_train grad "$FX/qwen3" a.safetensors <"$FX/tokens.ndjson" &&
+	test-model_train grad-recompute "$FX/qwen3" b.safetensors <"$FX/tokens.ndjson" &&
+	cmp a.safetensors b.safetensors
+'
+expect_success 'qwen3: greedy decoding matches transformers generate token for token' '
+	jq -c "{prompt_tokens}" "$FX/qwen3/ref-generate.ndjson" |
+	ca-sample --temperature 0 --max-tokens 12 -m "$FX/qwen3" >out &&
+	jq -c .completion.tokens out >ca && jq -c .completion "$FX/qwen3/ref-generate.ndjson" >ref &&
+	cmp_output ref ca
+'
+expect_success 'qwen3: a checkpoint written by ca after a step loads in transformers with the same log-probs' '
+	test-model_train adamw "$FX/qwen3" step 1e-3 0 1 1 <"$FX/tokens.ndjson" &&
+	jq -e ".model_type == \"qwen3\"" step/config.json >/dev/null &&
+	TRANSFORMERS_VERBOSITY=error $HF check-checkpoint step <"$FX/tokens.ndjson" >ref &&
+	ca-logprob --entropy -m step "$FX/tokens.ndjson" >out &&
+	e=$(max_err ref out logprobs) && echo "max abs err $e" && below "$e" 1e-5 &&
+	ca-logprob -m "$FX/qwen3" "$FX/tokens.ndjson" >before && ! cmp -s before out
+'
+expect_success 'qwen3: ca-sft-step loss is transformers NLL; its checkpoint loads in transformers' '
+	jq -c "select(.tokens | length > 1) | {id, tokens, mask: [.tokens[] | 1]}" "$FX/tokens.ndjson" >batch &&
+	ca-sft-step --lr 1e-3 -m "$FX/qwen3" -o sft <batch >stats &&
+	jq -s "[.[].logprobs[1:][]] | -add / length" "$FX/qwen3/ref-logprob.ndjson" >want &&
+	jq -e --argjson w "$(cat want)" "(.loss - \$w) | fabs < 1e-5" stats >/dev/null &&
+	TRANSFORMERS_VERBOSITY=error $HF check-checkpoint sft <"$FX/tokens.ndjson" >ref &&
+	ca-logprob -m sft "$FX/tokens.ndjson" >out &&
+	e=$(max_err ref out logprobs) && echo "max abs err $e" && below "$e" 1e-5
+'
+expect_success 'qwen3: a policy turned critic by ca loads in transformers with the same values' '
+	test-model_train to-critic "$FX/qwen3" critic &&
+	jq -e ".architectures == [\"Qwen3ForTokenClassification\"]" critic/config.json >/dev/null &&
+	TRANSFORMERS_VERBOSITY=error $HF check-checkpoint critic <"$FX/tokens.ndjson" >ref &&
+	ca-logprob -m critic "$FX/tokens.ndjson" >out &&
+	jq -c "$SHIFT" ref >ref.v && e=$(max_err ref.v out values) && echo "max abs err $e" && below "$e" 1e-5
+'
+expect_success 'qwen3: sliding-window attention is refused, not computed as full attention' '
+	mkdir sw && cp "$FX/qwen3/model.safetensors" sw/ &&
+	jq ".use_sliding_window = true | .sliding_window = 8" "$FX/qwen3/config.json" >sw/config.json &&
+	{ ca-logprob -m sw "$FX/tokens.ndjson" >out 2>err; test $? -eq 3; } &&
+	grep "sliding-window attention" err
+'
+# The CUDA backend has no q/k norm kernels yet; it refuses Qwen3 before it
+# touches a GPU, so this runs wherever the backend was built.
+if [ -f "$CA_BIN/libca-model-cuda.so" ] || [ -n "$CA_MODEL_CUDA_LIB" ]; then
+	expect_success 'qwen3: the CUDA backend refuses it (scoring, sampling and training)' '
+		{ ca-logprob --device cuda -m "$FX/qwen3" "$FX/tokens.ndjson" >out 2>err; test $? -ne 0; } &&
+		grep "qwen3 is supported on the CPU only for now" err &&
+		{ jq -c "{prompt_tokens}" "$FX/qwen3/ref-generate.ndjson" |
+		  ca-sample --device cuda --temperature 0 -m "$FX/qwen3" >out 2>err; test $? -ne 0; } &&
+		grep "qwen3 is supported on the CPU only for now" err &&
+		{ jq -c "select(.tokens | length > 1) | {tokens, mask: [.tokens[] | 1]}" "$FX/tokens.ndjson" |
+		  ca-sft-step --device cuda -m "$FX/qwen3" -o sft >out 2>err; test $? -ne 0; } &&
+		grep "qwen3 is supported on the CPU only for now" err
+	'
+else
+	skip 'qwen3: the CUDA backend refuses it' 'libca-model-cuda.so not built (make model-cuda)'
+fi
 expect_success 'three AdamW steps with clipping and weight decay match torch.optim.AdamW' '
 	test-model_train adamw "$FX/qwen2-tied" step 1e-2 0.1 0.5 3 <"$FX/tokens.ndjson" &&
 	test-st_compare step "$FX/ref-adamw" 5e-3 | tail -n 1

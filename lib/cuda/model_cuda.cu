@@ -333,6 +333,11 @@ extern "C" struct ca_cuda_model *ca_cuda_model_upload(const struct ca_model *m, 
 {
 	const struct ca_model_config *c = &m->cfg;
 	int d = c->head_dim;
+	// The kernels have no per-head q/k norm yet: refuse rather than compute a Qwen2.
+	if (c->qk_norm) {
+		set_why(why, "%s is supported on the CPU only for now", c->model_type);
+		return NULL;
+	}
 	if (d != 16 && d != 32 && d != 64 && d != 128 && d != 256) {
 		set_why(why, "head_dim %d: the CUDA attention is built for 16, 32, 64, 128 and 256", c->head_dim);
 		return NULL;

@@ -158,6 +158,11 @@ extern "C" struct ca_cuda_sampler *ca_cuda_sampler_new(const struct ca_model *m,
 		set_why(why, "a critic checkpoint cannot generate");
 		return NULL;
 	}
+	// The sampler's kernels have no per-head q/k norm yet.
+	if (c->qk_norm) {
+		set_why(why, "%s is supported on the CPU only for now", c->model_type);
+		return NULL;
+	}
 	if (c->head_dim > 256 || c->head_dim % 2) {
 		set_why(why, "head_dim %d: the CUDA sampler takes even head sizes up to 256", c->head_dim);
 		return NULL;

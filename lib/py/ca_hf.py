@@ -1,6 +1,6 @@
 """ca_hf: the transformers side of the policy engine's tests (issue 6).
 
-Builds tiny random Qwen2/Llama checkpoints and tokenizers, and computes the
+Builds tiny random Qwen2/Qwen3/Llama checkpoints and tokenizers, and computes the
 reference numbers ca's C engine must reproduce: per-token log-probs,
 entropies and values, gradients of a weighted log-prob loss, an AdamW step,
 greedy generation, tokenizer encode/decode. Nothing here is used at run
@@ -15,9 +15,9 @@ tokens[t] given tokens[:t], so w[0] is ignored; H[t] the entropy of the
 distribution that predicts tokens[t]). For a critic L = sum_t w[t]*V[t].
 
 Commands:
-  make-model DIR [--tied] [--critic] [--arch qwen2|llama] [--layers N]
+  make-model DIR [--tied] [--critic] [--arch qwen2|qwen3|llama] [--layers N]
              [--vocab N] [--seed S] [--dtype float32|bfloat16|float16]
-             [--shard-bytes N] [--std X]
+             [--shard-bytes N] [--std X] [--head-dim N]
   logprob DIR < tokens.ndjson        -> {"logprobs": [...], "entropy": [...]}
                                         or {"values": [...]} for a critic
   grad DIR OUT.safetensors < tokens.ndjson   gradients of L, fp32
@@ -81,15 +81,24 @@ def make_model(args):
     shard = opt(args, "--shard-bytes", None, int)
     std = opt(args, "--std", 0.1, float)
     hidden = opt(args, "--hidden", 64, int)
+    head_dim = opt(args, "--head-dim", None, int)
     out = args[0]
     torch.manual_seed(seed)
     common = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
                   num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
                   max_position_embeddings=512, tie_word_embeddings=tied, rms_norm_eps=1e-6,
                   initializer_range=std, eos_token_id=vocab - 1, bos_token_id=None)
+    if head_dim:
+        common["head_dim"] = head_dim
     if arch == "qwen2":
         cfg = Qwen2Config(rope_theta=1000000.0, **common)
         cls = Qwen2ForTokenClassification if critic else Qwen2ForCausalLM
+    elif arch == "qwen3":
+        from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3ForTokenClassification
+        # Qwen3Config's head_dim defaults to 128; the tiny model keeps hidden / heads unless told.
+        common.setdefault("head_dim", hidden // common["num_attention_heads"])
+        cfg = Qwen3Config(rope_theta=1000000.0, **common)
+        cls = Qwen3ForTokenClassification if critic else Qwen3ForCausalLM
     else:
         cfg = LlamaConfig(rope_theta=500000.0, attention_bias=True, **common)
         cls = LlamaForTokenClassification if critic else LlamaForCausalLM
@@ -339,6 +348,9 @@ def fixture(args):
         "qwen2-tied": ["--tied", "--seed", "2"],
         "llama": ["--arch", "llama", "--layers", "3", "--seed", "3"],
         "critic": ["--critic", "--seed", "4"],
+        # Qwen3: heads of 24 dims over a hidden size of 64 (4 heads), and tied in bf16.
+        "qwen3": ["--arch", "qwen3", "--head-dim", "24", "--seed", "6"],
+        "qwen3-tied-bf16": ["--arch", "qwen3", "--tied", "--dtype", "bfloat16", "--seed", "7"],
     }
     for name, opts in models.items():
         path = os.path.join(out, name)
@@ -357,6 +369,9 @@ def fixture(args):
         from safetensors.torch import save_file
         save_file({k: p.grad.float().contiguous() for k, p in model.named_parameters()
                    if p.grad is not None}, os.path.join(path, "ref-grad.safetensors"))
+        if name == "qwen3":
+            model, _ = load(path)
+            write_generate(model, recs[:3], os.path.join(path, "ref-generate.ndjson"))
         if name == "qwen2-tied":
             # Three AdamW steps with weight decay and clipping, as ca's test does.
             model, critic = load(path)
@@ -370,12 +385,20 @@ def fixture(args):
                 optim.step()
             model.save_pretrained(os.path.join(out, "ref-adamw"))
             model, _ = load(path)
-            with open(os.path.join(path, "ref-generate.ndjson"), "w") as f:
-                for rec in recs[:3]:
-                    ids = torch.tensor([rec["tokens"]])
-                    g = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12,
-                                       do_sample=False, eos_token_id=None, pad_token_id=0)
-                    f.write(json.dumps({"completion": g[0, ids.shape[1]:].tolist()}) + "\n")
+            write_generate(model, recs[:3], os.path.join(path, "ref-generate.ndjson"))
+
+
+def write_generate(model, recs, path):
+    """Greedy continuations of 12 tokens of the records' tokens, as
+    {"prompt_tokens": [...], "completion": [...]}."""
+    import torch
+    with open(path, "w") as f, torch.no_grad():
+        for rec in recs:
+            ids = torch.tensor([rec["tokens"]])
+            g = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12,
+                               do_sample=False, eos_token_id=None, pad_token_id=0)
+            f.write(json.dumps({"prompt_tokens": rec["tokens"],
+                                "completion": g[0, ids.shape[1]:].tolist()}) + "\n")
 
 
 def tokenizer_fixture(out, corpus):
