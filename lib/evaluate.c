@@ -1332,6 +1332,7 @@ struct job {
 	char kernels_lib[PATHLEN];
 	char ext_key[65];        /* torch extensions cache key ("" when the candidate builds none) */
 	int loaded;              /* the candidate's ModelNew loaded */
+	jv sizes;                /* the task's size globals, {name: value} (ca_runner's size_globals) */
 	char task_path[PATHLEN];  /* the task's code where the candidate can read it */
 	unsigned long long seed;
 	/*
@@ -1765,6 +1766,8 @@ static int job_prepare(struct job *j, jv record)
 	gpu_lock(s, LOCK_UN);
 	if (rc != 0)
 		return -1;
+	jv_free(j->sizes);
+	j->sizes = ca_json_get(reply, "sizes");
 	jv_free(reply);
 	phase(j, "task");
 	chmod(weights, 0644);
@@ -2260,6 +2263,199 @@ static int robust_checks(struct job *j, struct verify_tally *t)
 	return rc;
 }
 
+/* ------------------------------------------------------------------ other sizes */
+
+struct shapes_run {
+	int asked, run, attempts;
+	jv used, skipped, failed;
+};
+
+/*
+ * Proposal attempt of other sizes for the task's size globals (borrowed):
+ * every one halved, then every one at three quarters, then each alone
+ * halved (for sizes that constrain one another); invalid past the last.
+ */
+static jv shapes_proposal(jv sizes, int attempt)
+{
+	int n = jv_object_length(jv_copy(sizes)), i = 0;
+	if (attempt >= 2 + (n > 1 ? n : 0))
+		return jv_invalid();
+	jv out = jv_object();
+	jv_object_foreach(jv_copy(sizes), key, value) {
+		long v = (long)jv_number_value(value), w = v;
+		if (attempt == 0 || attempt - 2 == i)
+			w = v / 2;
+		else if (attempt == 1)
+			w = v * 3 / 4;
+		out = jv_object_set(out, key, jv_number(w < 1 ? 1 : w));
+		jv_free(value);
+		i++;
+	}
+	return out;
+}
+
+/* "batch_size=8, dim=32" of sizes (borrowed). */
+static void sizes_text(jv sizes, char *buf, size_t size)
+{
+	size_t used = 0;
+	buf[0] = '\0';
+	jv_object_foreach(jv_copy(sizes), key, value) {
+		if (used < size)
+			used += (size_t)snprintf(buf + used, size - used, "%s%s=%g", used ? ", " : "",
+				jv_string_value(key), jv_number_value(value));
+		jv_free(key);
+		jv_free(value);
+	}
+}
+
+/* A worker's "resize" request to sizes (consumed; null: back to the task's own). */
+static jv resize_request(struct job *j, jv sizes, int reference, const char *weights, const char *init)
+{
+	jv req = jv_object_set(set_str(jv_object(), "op", "resize"), jv_string("sizes"), sizes);
+	req = set_num(req, "seed", (double)j->seed);
+	if (reference)
+		return set_str(set_str(req, "weights_out", weights), "init_out", init);
+	return set_str(set_str(req, "weights", weights), "init", init);
+}
+
+/*
+ * A failure of the candidate at other sizes (a crash, an error, outputs
+ * that differ) is stage "shapes", with what the agent must change.
+ */
+static void shapes_blame(struct job *j, const char *what)
+{
+	static const char *const candidate_stages[] = {"compare", "run", "load", "weights", "crash", "timeout", NULL};
+	char *stage = ca_json_strdup(j->result, "stage");
+	for (int i = 0; stage && candidate_stages[i]; i++) {
+		if (strcmp(stage, candidate_stages[i]))
+			continue;
+		char *error = ca_json_strdup(j->result, "error");
+		char head[1600];
+		if (!strcmp(stage, "compare"))
+			snprintf(head, sizeof head, "%s", error ? error : "");
+		else
+			snprintf(head, sizeof head, "%s (%s): %s", what, stage, error ? error : "");
+		jv msg = jv_string_fmt("%s; the kernel must work for other sizes of the same task: take every size from "
+			"the inputs' shapes and the init arguments, not from the benchmark's constants", head);
+		j->result = set_str(j->result, "stage", "shapes");
+		j->result = jv_object_set(j->result, jv_string("error"), msg);
+		free(error);
+		break;
+	}
+	free(stage);
+}
+
+/*
+ * One check at other sizes (consumed): the reference builds the task
+ * there and runs it once; where it fails or its output cannot judge (0,
+ * noted in skipped) the sizes are not used. Else the candidate builds
+ * ModelNew with the reference's new weights and one check runs as the
+ * checks do. 1 passed, -1 failed (the result says why).
+ */
+static int shapes_check(struct job *j, struct verify_tally *t, struct shapes_run *sr, jv sizes)
+{
+	struct slot *s = j->slot;
+	const struct ca_eval_config *cfg = s->cfg;
+	int k = cfg->checks + sr->attempts++;
+	unsigned long long seed = j->seed + 1 + (unsigned long long)k;  /* verify_check's for check k */
+	char weights[PATHLEN], init[PATHLEN], text[1024], what[1200];
+	snprintf(weights, sizeof weights, "%s/weights-shapes.ten", j->io);
+	snprintf(init, sizeof init, "%s/init-shapes.ten", j->io);
+	sizes_text(sizes, text, sizeof text);
+	jv req = set_num(resize_request(j, jv_copy(sizes), 1, weights, init), "probe_seed", (double)seed);
+	jv reply = jv_invalid(), fault;
+	gpu_lock(s, LOCK_SH);
+	int wc = worker_call(&s->reference, req, cfg->load_timeout_s, &reply, &fault, NULL);
+	gpu_lock(s, LOCK_UN);
+	if (wc != 0) {
+		jv_free(sizes);
+		reference_failed(j, fault);
+		return -1;
+	}
+	if (ca_json_bool(reply, "out_usable") != 1) {
+		int ran = ca_json_bool(reply, "ok") == 1;
+		char *why = ca_json_strdup(reply, ran ? "out_unusable_why" : "error");
+		sr->skipped = jv_array_append(sr->skipped, jv_string_fmt("%s: %s%s", text,
+			ran ? "" : "the reference fails there: ", why ? why : "no usable reference output"));
+		free(why);
+		jv_free(reply);
+		jv_free(sizes);
+		return 0;
+	}
+	jv_free(reply);
+	chmod(weights, 0644);
+	chmod(init, 0644);
+	sr->used = jv_array_append(sr->used, set_num(jv_object_set(jv_object(), jv_string("globals"), jv_copy(sizes)),
+		"seed", (double)seed));
+	sr->run++;
+	snprintf(what, sizeof what, "shapes check %d (%s; seed %llu)", sr->run, text, seed);
+	jv_free(sr->failed);
+	sr->failed = sizes;
+	int ref_mutated = 0;
+	gpu_lock(s, LOCK_SH);
+	int rc = candidate_call(j, resize_request(j, jv_copy(sr->failed), 0, weights, init), cfg->load_timeout_s, &reply, NULL);
+	if (rc == 0) {
+		jv_free(reply);
+		rc = verify_check(j, k, NULL, 0, &reply, &ref_mutated, NULL);
+	}
+	gpu_lock(s, LOCK_UN);
+	phase(j, "shapes");
+	if (rc == 0)
+		rc = judge_check(j, k, reply, ref_mutated, &cfg->tol, what, t);
+	else
+		check_paths_remove(j, k);
+	if (rc != 0) {
+		shapes_blame(j, what);
+		return -1;
+	}
+	jv_free(sr->failed);
+	sr->failed = jv_null();
+	return 1;
+}
+
+/*
+ * verify's checks at other sizes (--shapes N, last): the task rebuilt
+ * with its size globals made smaller, the candidate with it, so a kernel
+ * that hard-codes the benchmark's sizes fails. Then both back to the
+ * task's own sizes (a profile may follow). The record's "shapes" says
+ * what ran. 0 when all passed.
+ */
+static int shapes_checks(struct job *j, struct verify_tally *t)
+{
+	const struct ca_eval_config *cfg = j->slot->cfg;
+	if (cfg->shapes <= 0)
+		return 0;
+	struct shapes_run sr = {.asked = cfg->shapes, .used = jv_array(), .skipped = jv_array(), .failed = jv_null()};
+	int rc = 0, any = jv_get_kind(j->sizes) == JV_KIND_OBJECT && jv_object_length(jv_copy(j->sizes)) > 0;
+	if (!any)
+		sr.skipped = jv_array_append(sr.skipped, jv_string("the task has no sizes to change: get_inputs() and "
+			"get_init_inputs() read no integer module-level globals greater than 1"));
+	for (int a = 0; any && rc == 0 && sr.run < sr.asked; a++) {
+		jv sizes = shapes_proposal(j->sizes, a);
+		if (!jv_is_valid(sizes))
+			break;
+		rc = shapes_check(j, t, &sr, sizes) < 0 ? -1 : 0;
+	}
+	jv o = jv_object_set(jv_object(), jv_string("asked"), jv_number(sr.asked));
+	o = jv_object_set(o, jv_string("checks"), jv_number(sr.run));
+	o = jv_object_set(o, jv_string("passed"), jv_number(rc == 0 ? sr.run : sr.run - 1));
+	o = jv_object_set(o, jv_string("sizes"), sr.used);
+	o = jv_object_set(o, jv_string("skipped"), sr.skipped);
+	o = jv_object_set(o, jv_string("failed"), sr.failed);
+	j->result = jv_object_set(j->result, jv_string("shapes"), o);
+	if (rc != 0 || sr.run == 0)
+		return rc;
+	/* Back to the benchmark's sizes and models in both workers. */
+	jv reply;
+	if (reference_call(j, resize_request(j, jv_null(), 1, "", ""), cfg->load_timeout_s, &reply) != 0)
+		return -1;
+	jv_free(reply);
+	reply = jv_invalid();
+	rc = candidate_call(j, resize_request(j, jv_null(), 0, "", ""), cfg->load_timeout_s, &reply, NULL);
+	jv_free(reply);
+	return rc;
+}
+
 static void do_verify(struct job *j)
 {
 	struct slot *s = j->slot;
@@ -2284,7 +2480,7 @@ static void do_verify(struct job *j)
 			goto done;
 		t.passed++;
 	}
-	if (robust_checks(j, &t) != 0)
+	if (robust_checks(j, &t) != 0 || shapes_checks(j, &t) != 0)
 		goto done;
 	j->result = jv_object_set(j->result, jv_string("ok"), jv_true());
 done:
@@ -3451,6 +3647,7 @@ static jv evaluate_record(struct slot *s, jv record, int *status)
 	j.mark = j.started;
 	j.phases = jv_object();
 	j.ship_digests = jv_array();
+	j.sizes = jv_invalid();
 	if (cfg->mode == CA_EVAL_PROFILE && !cfg->also_verify) {
 		jv verify = ca_json_get(record, "verify");
 		int vok = jv_get_kind(verify) == JV_KIND_OBJECT ? ca_json_bool(verify, "ok") : -2;
@@ -3495,6 +3692,7 @@ static jv evaluate_record(struct slot *s, jv record, int *status)
 		candidate_release(s, &j.cand);
 	free(j.seeds);
 	jv_free(j.ship_digests);
+	jv_free(j.sizes);
 	phase(&j, "release");
 	double seconds = ca_proc_now() - j.started;
 	if (cfg->verbose)
@@ -3901,6 +4099,7 @@ static jv conn_options(const struct ca_eval_config *c)
 	o = jv_object_set(o, jv_string("sandbox_user"), c->sandbox_user ? jv_string(c->sandbox_user) : jv_null());
 	o = set_num(o, "checks", c->checks);
 	o = set_num(o, "robust", c->robust);
+	o = set_num(o, "shapes", c->shapes);
 	o = set_num(o, "seed", (double)c->seed);
 	o = jv_object_set(o, jv_string("seed_set"), jv_bool(c->seed_set));
 	o = set_num(o, "atol", c->tol.atol);
@@ -4044,6 +4243,7 @@ static void *conn_thread(void *arg)
 		cfg.adhoc = 1;
 		if (ca_json_number(opts, "checks", &v) == 1) cfg.checks = (int)v;
 		if (ca_json_number(opts, "robust", &v) == 1) cfg.robust = (int)v;
+		if (ca_json_number(opts, "shapes", &v) == 1) cfg.shapes = (int)v;
 		if (ca_json_number(opts, "seed", &v) == 1) cfg.seed = (unsigned long long)v;
 		cfg.seed_set = ca_json_bool(opts, "seed_set") == 1;
 		if (ca_json_number(opts, "atol", &v) == 1) cfg.tol.atol = v;

@@ -33,6 +33,7 @@ struct ca_eval_config {
 	int human;                   /* -H: a summary line per record instead of JSON */
 	int checks;                  /* verify: number of checks (default 5) */
 	int robust;                  /* verify: robustness checks after them (default 3, 0: none) */
+	int shapes;                  /* verify: other sizes of the task checked last (default 0: none) */
 	unsigned long long seed;     /* base seed */
 	int seed_set;                /* 0: a fresh random seed per record */
 	struct ca_compare_options tol;

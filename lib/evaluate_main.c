@@ -17,15 +17,15 @@
 static const char verify_usage[] =
 	"usage: ca-verify [-Hhuv] [--allow-torch] [--arch sm_NN] [--atol X] [--build-cache DIR]\n"
 	"                 [--checks N] [--device cuda|cpu] [--gpus LIST] [--no-sandbox] [--robust N] [--rtol X]\n"
-	"                 [--sandbox-user UID] [--seed N] [--serve SOCKET] [--timeout S] [--unordered]\n"
-	"                 [file ... | DIR]\n";
+	"                 [--sandbox-user UID] [--seed N] [--serve SOCKET] [--shapes N] [--timeout S]\n"
+	"                 [--unordered] [file ... | DIR]\n";
 
 static const char profile_usage[] =
 	"usage: ca-profile [-Hhuv] [--allow-torch] [--arch sm_NN] [--atol X] [--build-cache DIR]\n"
 	"                  [--compile-mode MODE] [--device cuda|cpu] [--gpus LIST] [--iters N]\n"
 	"                  [--keep N] [--no-cache] [--no-compile] [--no-sandbox] [--robust N] [--rtol X]\n"
-	"                  [--sandbox-user UID] [--seed N] [--serve SOCKET] [--sets N] [--timeout S] [--top N]\n"
-	"                  [--unordered] [--verify] [--warmup N] [file ... | DIR]\n";
+	"                  [--sandbox-user UID] [--seed N] [--serve SOCKET] [--sets N] [--shapes N]\n"
+	"                  [--timeout S] [--top N] [--unordered] [--verify] [--warmup N] [file ... | DIR]\n";
 
 /* "0,1,3" into cfg->gpus. */
 static void parse_gpus(struct ca_eval_config *cfg, const char *text)
@@ -58,6 +58,7 @@ static void parse_gpus(struct ca_eval_config *cfg, const char *text)
 	{"sandbox-user", required_argument, NULL, 'Y'}, \
 	{"seed", required_argument, NULL, 's'}, \
 	{"serve", required_argument, NULL, 'E'}, \
+	{"shapes", required_argument, NULL, 'z'}, \
 	{"timeout", required_argument, NULL, 'T'}, \
 	{"unbuffered", no_argument, NULL, 'u'}, \
 	{"unordered", no_argument, NULL, 'U'}, \
@@ -116,6 +117,7 @@ int ca_eval_parse_args(struct ca_eval_config *cfg, enum ca_eval_mode mode, int a
 		case 'S': cfg->sandbox = 0; break;
 		case 'r': cfg->tol.rtol = ca_opt_double("--rtol", optarg, 0, 1e9); break;
 		case 'R': cfg->robust = (int)ca_opt_long("--robust", optarg, 0, 1000); break;
+		case 'z': cfg->shapes = (int)ca_opt_long("--shapes", optarg, 0, 2); break;
 		case 's':
 			cfg->seed = (unsigned long long)ca_opt_long("--seed", optarg, 0, (1LL << 48) - 1);
 			cfg->seed_set = 1;

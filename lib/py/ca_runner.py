@@ -32,7 +32,8 @@ Requests (paths are files; tensor files are described in lib/tensor.h):
       reference: load class Model, get_inputs and get_init_inputs from P;
       seed the generators with S, build Model(*get_init_inputs()) on the
       device in eval mode; write its state_dict and the init inputs.
-      Reply adds "parameters" (count) and "sha256" of the source.
+      Reply adds "parameters" (count), "sha256" of the source and
+      "sizes", the task's size globals and their values (see "resize").
   {"op": "inputs", "seed": S | "inputs": P, "out": P?, "ref_out": P?, "ref_digest": bool?,
    "robust": {"dist": D, "signed": bool, "seed": S}?}
       reference: draw the inputs under seed S (see Worker.make_inputs: on
@@ -56,6 +57,20 @@ Requests (paths are files; tensor files are described in lib/tensor.h):
       /tmp/ca-ext-K seeded from and copied back to ext_dir), build
       ModelNew(*init), load the
       reference's weights strictly; a mismatch lists the keys.
+  {"op": "resize", "sizes": {NAME: N, ...} | null, "seed": S, "probe_seed": S,
+   "weights_out": P, "init_out": P}                        (reference)
+  {"op": "resize", "sizes": {NAME: N, ...} | null, "seed": S, "weights": P,
+   "init": P}                                              (candidate)
+      the task at other sizes (verify --shapes): set the task module's
+      size globals (the "sizes" of the task reply: see size_globals) to
+      sizes, so get_inputs() and get_init_inputs() read them. The
+      reference then builds Model(*get_init_inputs()) under seed S as
+      "task" does, writes its state_dict and init inputs, runs it once on
+      the inputs drawn under probe_seed and replies "out_usable" and
+      "out_unusable_why" (see _out_usable); the candidate builds
+      ModelNew(*init) and loads weights as "candidate" does. The model
+      built replaces the current one; sizes null restores the task's own
+      sizes and the model loaded first.
   {"op": "run", "inputs": P | "seed": S, "out": P, "trace": bool, "robust": R?}
       run the current model once on the inputs (read from the file
       inputs, or drawn here under seed S, and moved by robust, exactly as
@@ -648,6 +663,7 @@ class Worker:
         self.compiled = None
         self.workspace = None
         self.allow_torch = True
+        self._base = None        # (model, size globals) of the benchmark while resized
         # The candidate's tracer is set up before its code is imported; the
         # reference's when it first times (cached baselines never do).
         self._tracer = Tracer(device, early) if role == "candidate" else None
@@ -758,6 +774,7 @@ class Worker:
         self.module = self._import(req["path"], "ca_task_%d" % (abs(hash(req["path"])) % 10 ** 8))
         self.task = self.module
         self.gen = None
+        self._base = None
         self.seed(int(req.get("seed", 0)))
         init = list(self.module.get_init_inputs())
         self.model = self.module.Model(*init).to(self.dev).eval()
@@ -765,7 +782,8 @@ class Worker:
         write_tensors(req["weights_out"], dict(self.model.state_dict()), flat=True)
         write_tensors(req["init_out"], init)
         return {"parameters": sum(p.numel() for p in self.model.parameters()),
-                "sha256": hashlib.sha256(source).hexdigest()}
+                "sha256": hashlib.sha256(source).hexdigest(),
+                "sizes": {k: getattr(self.module, k) for k in size_globals(self.module)}}
 
     def op_inputs(self, req):
         if req.get("inputs"):
@@ -818,19 +836,18 @@ class Worker:
         sys.path.insert(0, os.path.dirname(path))
         self.seed(int(req.get("seed", 0)))
         init = read_tensors(req["init"])
-        try:
-            self.module = self._import(path, "model_new")
-            self.model = self.module.ModelNew(*init)
-        except _Violation:
-            raise
-        except Exception as e:
-            if isinstance(e.__cause__, _Violation) or isinstance(e.__context__, _Violation):
-                raise _Violation(str(e.__cause__ or e.__context__))
-            raise _Stage("load", e)
+        self.module = _loading(lambda: self._import(path, "model_new"))
+        self.model = _loading(lambda: self.module.ModelNew(*init))
         if ext is not None and not os.listdir(ext[0]):
             _copy_entries(ext[1], ext[0])
-        weights = read_tensors(req["weights"], flat=True)
-        own = self.model.state_dict()
+        self.model = self._load_weights(self.model, req["weights"])
+        return {}
+
+    def _load_weights(self, model, path):
+        """model with the reference's weights from path loaded strictly, on
+        the device in eval mode; a mismatch lists the keys (stage weights)."""
+        weights = read_tensors(path, flat=True)
+        own = model.state_dict()
         missing = [k for k in weights if k not in own]
         extra = [k for k in own if k not in weights]
         shapes = ["%s %s vs %s" % (k, list(own[k].shape), list(weights[k].shape))
@@ -846,11 +863,49 @@ class Worker:
             raise _Stage("weights", RuntimeError(
                 "ModelNew's state_dict does not match the reference's: " + "; ".join(parts)))
         try:
-            self.model.load_state_dict(weights, strict=True)
-            self.model = self.model.to(self.dev).eval()
+            model.load_state_dict(weights, strict=True)
+            return model.to(self.dev).eval()
         except Exception as e:
             raise _Stage("weights", e)
-        return {}
+
+    def _set_sizes(self, sizes):
+        """The task module's size globals set to sizes, or back to the
+        benchmark's (and the benchmark's model back) when sizes is None."""
+        if self._base is None:
+            self._base = (self.model, {k: getattr(self.task, k) for k in size_globals(self.task)})
+        model, base = self._base
+        if sizes is None:
+            for k, v in base.items():
+                setattr(self.task, k, v)
+            self.model, self._base = model, None
+            return False
+        for k, v in sizes.items():
+            if k not in base:
+                raise _Stage("protocol", RuntimeError("%r is not one of the task's size globals" % k))
+            setattr(self.task, k, int(v))
+        return True
+
+    def op_resize(self, req):
+        """The task at other sizes (see "resize" above): the reference
+        builds Model at them, writes its weights and init inputs and runs
+        it once on a draw; the candidate builds ModelNew with those."""
+        if self.task is None:
+            raise _Stage("protocol", RuntimeError("no task loaded"))
+        if not self._set_sizes(req.get("sizes")):
+            return {}
+        self.seed(int(req.get("seed", 0)))
+        if self.role == "candidate":
+            init = read_tensors(req["init"])
+            self.model = self._load_weights(_loading(lambda: self.module.ModelNew(*init)), req["weights"])
+            return {}
+        init = list(self.task.get_init_inputs())
+        self.model = self.task.Model(*init).to(self.dev).eval()
+        write_tensors(req["weights_out"], dict(self.model.state_dict()), flat=True)
+        write_tensors(req["init_out"], init)
+        out = self._forward(self.model, self.make_inputs(int(req["probe_seed"])))
+        self.sync()
+        ok, why, _ = _out_usable(_leaves(out))
+        return {"out_usable": ok, "out_unusable_why": why}
 
     def _forward(self, model, inputs):
         with self.torch.no_grad():
@@ -1348,6 +1403,34 @@ def _out_usable(parts):
     return True, None, rms
 
 
+# Globals that shape the operation itself rather than its size: kept as
+# the task has them (a kernel specialised to a 3x3 convolution is honest).
+_STRUCTURAL = ("kernel", "stride", "pad", "dilation", "group", "head")
+
+
+def _names_read(code):
+    """The global names a function's code reads, nested code (comprehensions,
+    lambdas) included."""
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if hasattr(c, "co_names"):
+            names |= _names_read(c)
+    return names
+
+
+def size_globals(module):
+    """The task's sizes: integer module-level globals greater than 1 that
+    get_inputs() or get_init_inputs() read, structural ones left out, in
+    the order the module defines them."""
+    read = set()
+    for fn in ("get_inputs", "get_init_inputs"):
+        code = getattr(getattr(module, fn, None), "__code__", None)
+        if code is not None:
+            read |= _names_read(code)
+    return [k for k, v in vars(module).items()
+            if k in read and type(v) is int and v > 1 and not any(w in k.lower() for w in _STRUCTURAL)]
+
+
 def _leaves(value):
     """An output's entries as write_tensors stores them: [(name, tensor or
     number or None)], in order (see _flatten)."""
@@ -1456,6 +1539,20 @@ class _Stage(Exception):
         super().__init__(str(error))
         self.stage = stage
         self.error = error
+
+
+def _loading(fn):
+    """fn() as loading the candidate: a policy violation stays one (also
+    when raised through the candidate's own handler), anything else is
+    stage load."""
+    try:
+        return fn()
+    except _Violation:
+        raise
+    except Exception as e:
+        if isinstance(e.__cause__, _Violation) or isinstance(e.__context__, _Violation):
+            raise _Violation(str(e.__cause__ or e.__context__))
+        raise _Stage("load", e)
 
 
 def _live_seed():
@@ -1621,7 +1718,8 @@ def main():
         if args.role == "reference":
             _warm_robust("cuda")
     ops = {"task": worker.op_task, "inputs": worker.op_inputs, "candidate": worker.op_candidate,
-           "run": worker.op_run, "time": worker.op_time, "digests": worker.op_digests}
+           "run": worker.op_run, "time": worker.op_time, "digests": worker.op_digests,
+           "resize": worker.op_resize}
     for line in sys.stdin:
         if not line.strip():
             continue
