@@ -2,7 +2,8 @@
 # Ready for an RL engine: policy-openai against a scripted OpenAI-compatible
 # server on loopback (a URL and headers per trajectory, no sampling
 # parameters, token ids and log-probs recorded with each assistant
-# message). The server is a stand-in that
+# message), and ca-rollout --on-reward handing each trajectory's reward
+# back (an evaluator fault as a fault). The server is a stand-in that
 # plays a fixed episode: what a real vLLM, verl or Agent Lightning proxy
 # does is not tested here.
 . "$(dirname "$0")/test-lib.sh"
@@ -100,5 +101,50 @@ expect_success 'a policy that writes a bare message cannot forge token ids' '
 
 expect_fail '{id} without CA_TRAJECTORY_ID is refused' '
 	echo "{\"messages\": [], \"tools\": []}" | policy-openai "$BASE/rollout/{id}/v1" m'
+
+# --on-reward: once per trajectory after scoring, with the record on stdin;
+# kb/L1/2 is an evaluator fault (reward null), handed back as a fault.
+cat >"$TRASH_BASE/score.jq" <<'JQ'
+if .snapshot.trajectory | startswith("kb/L1/2#") then .verify = {ok: null} | .reward = {value: null, evaluator_fault: true}
+else .verify = {ok: true} | .reward = {value: 1, speedup_compile: 0.5} end
+JQ
+cat >"$TRASH_BASE/hook" <<'HOOK'
+#!/bin/sh
+# What an engine's hook does: a fault is a failed rollout, never -1.
+jq -c --arg id "$CA_TRAJECTORY_ID" --arg r "$CA_REWARD" --arg s "$CA_REWARD_STATUS" \
+	'{id: $id, reward: $r, status: $s, record_reward: .reward, verify: .verify}' >>"$HANDED"
+HOOK
+chmod +x "$TRASH_BASE/hook"
+HOOK=$TRASH_BASE/hook SCORE="jq -c -f $TRASH_BASE/score.jq"
+export HOOK SCORE
+
+expect_success 'ca-rollout --on-reward hands each scored trajectory back once; a fault as a fault' '
+	HANDED=$PWD/handed && export HANDED &&
+	tasks 1 2 3 >t &&
+	ca-rollout --agent-opts "--unconfined --verify-cmd \"$D/fake-eval verify\"" \
+		--policy "policy-openai $BASE/v1 m" --score "$SCORE" --on-reward "$HOOK" -o run t 2>err &&
+	[ $(wc -l <handed) -eq 3 ] &&
+	jq -e -s "sort_by(.id) == [
+		{id: \"kb/L1/1#1\", reward: \"1\", status: \"scored\", record_reward: {value: 1, speedup_compile: 0.5}, verify: {ok: true}},
+		{id: \"kb/L1/2#2\", reward: \"\", status: \"fault\", record_reward: {value: null, evaluator_fault: true}, verify: {ok: null}},
+		{id: \"kb/L1/3#3\", reward: \"1\", status: \"scored\", record_reward: {value: 1, speedup_compile: 0.5}, verify: {ok: true}}]" handed &&
+	jq -e -s "map(.status) | sort == [\"fault\", \"scored\", \"scored\"]" run/handed.ndjson &&
+	ca-rollout --agent-opts "--unconfined" --policy "policy-openai $BASE/v1 m" --score "$SCORE" --on-reward "$HOOK" -o run t 2>err &&
+	[ $(wc -l <handed) -eq 3 ] && grep -q "0 trajectories to hand back" err'
+
+expect_success 'a failing hook makes ca-rollout fail (status 4) and is retried on the next run' '
+	HANDED=$PWD/handed && export HANDED &&
+	tasks 6 >t &&
+	st=0; ca-rollout --agent-opts "--unconfined --verify-cmd \"$D/fake-eval verify\"" \
+		--policy "policy-openai $BASE/v1 m" --score "$SCORE" --on-reward "false" -o run t 2>err || st=$? &&
+	[ "$st" -eq 4 ] && grep -q "on-reward exited with status 1" err && [ ! -s run/handed.ndjson ] &&
+	ca-rollout --policy "policy-openai $BASE/v1 m" --score "$SCORE" --on-reward "$HOOK" -o run t 2>err &&
+	jq -e -s "length == 1 and .[0].id == \"kb/L1/6#1\" and .[0].status == \"scored\"" handed'
+
+expect_success 'without scoring, nothing is handed back (a reward is not final yet)' '
+	HANDED=$PWD/handed && export HANDED &&
+	tasks 7 >t &&
+	ca-rollout --agent-opts "--unconfined" --policy "policy-openai $BASE/v1 m" --no-score --on-reward "$HOOK" -o run t 2>err &&
+	[ ! -e handed ] && grep -q "rewards not handed back" err'
 
 test_done
