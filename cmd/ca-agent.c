@@ -328,6 +328,7 @@ struct session {
 	const struct config *cfg;
 	jv task;
 	const char *id;
+	char trajectory_id[512];         /* id#position: the trajectory's id, also the policy's CA_TRAJECTORY_ID */
 	const char *code;
 	char ws[PATH_MAX], state[PATH_MAX];
 	struct ca_tools *tools;
@@ -802,6 +803,65 @@ static jv tool_message(struct session *s, jv call_id, const char *name, const ch
 	return stamp(s, m);
 }
 
+/*
+ * What an engine trains on besides the text: the tokens the server sampled
+ * and their log-probabilities, from a chat completion response (borrows
+ * both). OpenAI's choices[0].logprobs.content[] gives logprob and token;
+ * vLLM adds choices[0].token_ids and prompt_token_ids. Numbers and strings
+ * are kept as the server sent them, so training uses the exact tokens
+ * instead of re-tokenising the text. jv_invalid when there are none.
+ */
+static jv sampled_tokens(jv response, jv choice)
+{
+	jv out = jv_object();
+	int any = 0;
+	jv lp = obj_get(choice, "logprobs");
+	jv content = jv_get_kind(lp) == JV_KIND_OBJECT ? obj_get(lp, "content") : jv_null();
+	jv_free(lp);
+	if (jv_get_kind(content) == JV_KIND_ARRAY) {
+		jv logprobs = jv_array(), tokens = jv_array();
+		jv_array_foreach(content, i, entry) {
+			jv l = jv_get_kind(entry) == JV_KIND_OBJECT ? obj_get(entry, "logprob") : jv_null();
+			jv t = jv_get_kind(entry) == JV_KIND_OBJECT ? obj_get(entry, "token") : jv_null();
+			logprobs = jv_array_append(logprobs, jv_get_kind(l) == JV_KIND_NUMBER ? l : (jv_free(l), jv_null()));
+			tokens = jv_array_append(tokens, jv_get_kind(t) == JV_KIND_STRING ? t : (jv_free(t), jv_null()));
+			jv_free(entry);
+		}
+		out = jv_object_set(out, jv_string("logprobs"), logprobs);
+		out = jv_object_set(out, jv_string("tokens"), tokens);
+		any = 1;
+	}
+	jv_free(content);
+	jv ids = obj_get(choice, "token_ids");
+	if (jv_get_kind(ids) == JV_KIND_ARRAY) {
+		out = jv_object_set(out, jv_string("token_ids"), ids);
+		any = 1;
+	} else {
+		jv_free(ids);
+	}
+	jv prompt = obj_get(response, "prompt_token_ids");
+	if (jv_get_kind(prompt) != JV_KIND_ARRAY) {
+		jv_free(prompt);
+		prompt = obj_get(choice, "prompt_token_ids");
+	}
+	if (jv_get_kind(prompt) == JV_KIND_ARRAY) {
+		out = jv_object_set(out, jv_string("prompt_token_ids"), prompt);
+		any = 1;
+	} else {
+		jv_free(prompt);
+	}
+	if (!any) {
+		jv_free(out);
+		return jv_invalid();
+	}
+	jv finish = obj_get(choice, "finish_reason");
+	if (jv_get_kind(finish) == JV_KIND_STRING)
+		out = jv_object_set(out, jv_string("finish_reason"), finish);
+	else
+		jv_free(finish);
+	return out;
+}
+
 /* Extract the assistant message from policy output; jv_invalid with a reason when it is not one. */
 static jv parse_policy_output(const char *text, size_t len, long long *tokens)
 {
@@ -830,15 +890,24 @@ static jv parse_policy_output(const char *text, size_t len, long long *tokens)
 	jv choices = obj_get(v, "choices");
 	if (jv_get_kind(choices) == JV_KIND_ARRAY) {
 		jv first = jv_array_get(choices, 0);
+		jv completion = jv_get_kind(first) == JV_KIND_OBJECT ? sampled_tokens(v, first) : jv_invalid();
 		jv_free(v);
 		v = jv_get_kind(first) == JV_KIND_OBJECT ? obj_get(first, "message") : jv_null();
 		jv_free(first);
 		if (jv_get_kind(v) != JV_KIND_OBJECT) {
 			jv_free(v);
+			jv_free(completion);
 			return jv_invalid_with_msg(jv_string("the policy's response has no choices[0].message object"));
 		}
+		/* Carried to the recorded assistant message; a bare message cannot set it. */
+		v = jv_object_delete(v, jv_string("completion"));
+		if (jv_is_valid(completion))
+			v = jv_object_set(v, jv_string("completion"), completion);
+		else
+			jv_free(completion);
 	} else {
 		jv_free(choices);
+		v = jv_object_delete(v, jv_string("completion"));
 	}
 	/* A message of another role (a user turn the policy made up) is not the assistant's turn. */
 	if (jv_object_has(jv_copy(v), jv_string("role"))) {
@@ -904,6 +973,7 @@ static const char *run_policy(struct session *s, jv *message, char **detail)
 	setenv("CA_TURN", turn_text, 1);
 	setenv("CA_WORKSPACE", s->ws, 1);
 	setenv("CA_TASK_ID", s->id, 1);
+	setenv("CA_TRAJECTORY_ID", s->trajectory_id, 1);
 	const char *argv[] = {"/bin/sh", "-c", cfg->policy, NULL};
 	struct ca_proc p;
 	ca_proc_init(&p, argv);
@@ -1051,6 +1121,7 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 		snprintf(idbuf, sizeof idbuf, "task-%ld", index + 1);
 		s.id = idbuf;
 	}
+	snprintf(s.trajectory_id, sizeof s.trajectory_id, "%s#%ld", s.id, index + 1);
 	jv codev = obj_get(task, "code");
 	s.code = jv_get_kind(codev) == JV_KIND_STRING ? jv_string_value(codev) : NULL;
 	snprintf(s.ws, sizeof s.ws, "%s/workspace", taskdir);
@@ -1183,6 +1254,11 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 			am = jv_object_set(am, jv_string("reasoning_content"), reasoning);
 		else
 			jv_free(reasoning);
+		jv completion = obj_get(msg, "completion");
+		if (jv_get_kind(completion) == JV_KIND_OBJECT)
+			am = jv_object_set(am, jv_string("completion"), completion);
+		else
+			jv_free(completion);
 		int ncalls = jv_get_kind(calls) == JV_KIND_ARRAY ? jv_array_length(jv_copy(calls)) : 0;
 		if (ncalls == 0) {
 			s.messages = jv_array_append(s.messages, stamp(&s, am));
@@ -1259,9 +1335,7 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 	}
 
 	jv traj = jv_object();
-	char tid[512];
-	snprintf(tid, sizeof tid, "%s#%ld", s.id, index + 1);
-	traj = jv_object_set(traj, jv_string("id"), jv_string(tid));
+	traj = jv_object_set(traj, jv_string("id"), jv_string(s.trajectory_id));
 	traj = jv_object_set(traj, jv_string("policy"), jv_string(cfg->policy));
 	traj = jv_object_set(traj, jv_string("stop"), jv_string(stop));
 	if (detail)
