@@ -12,11 +12,11 @@ CONV='{"task_id":"p1","turn":2,"tools":[{"type":"function","function":{"name":"b
 
 expect_status 2 'policy-openai: URL and MODEL are required' 'policy-openai </dev/null'
 
-expect_success 'policy-openai: the request has the chat API fields only' '
+expect_success 'policy-openai: the request has the chat API fields only, an assistant message as the model gave it' '
 	printf "%s" "$CONV" | policy-openai -n -m 64 -t 0.7 http://host:8000/v1 my-model >req &&
 	jq -e ".model == \"my-model\" and .max_tokens == 64 and .temperature == 0.7 and (.tools | length) == 1
 		and .messages[0] == {role: \"system\", content: \"s\"}
-		and .messages[2] == {role: \"assistant\", content: null, tool_calls: [{id: \"x\", type: \"function\", function: {name: \"bash\", arguments: \"{}\"}}]}
+		and .messages[2] == {role: \"assistant\", content: null, tool_calls: [{id: \"x\", type: \"function\", function: {name: \"bash\", arguments: \"{}\"}}], reasoning_content: \"r\"}
 		and .messages[3] == {role: \"tool\", tool_call_id: \"x\", content: \"o\"}" req
 '
 
