@@ -358,9 +358,14 @@ int main(int argc, char **argv)
 	int status = CA_EXIT_OK;
 	const char *text;
 	size_t len;
-	while (ca_ndjson_next_text(r, &text, &len) != CA_NDJSON_EOF) {
+	int kind;
+	while ((kind = ca_ndjson_next_text(r, &text, &len)) != CA_NDJSON_EOF) {
 		struct item it = {.record = jv_invalid()};
-		if (cfg.jv_only || !try_fast(&cfg, &s, text, len, &it)) {
+		if (kind == CA_NDJSON_BAD) {  /* a line too long to keep: text is the reason */
+			ca_ndjson_warn(r, "%s", text);
+			it.record = ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), text);
+			status = ca_err_worst(status, CA_EXIT_DATA);
+		} else if (cfg.jv_only || !try_fast(&cfg, &s, text, len, &it)) {
 			jv record;
 			if (ca_ndjson_parse(text, len, &record) == CA_NDJSON_BAD) {
 				ca_ndjson_warn(r, "%s", jv_string_value(record));
