@@ -287,7 +287,7 @@ static int materialize(const char *dir, jv files, const char *model_code)
 	if (ca_file_write(path, model_code, strlen(model_code), 0644) != 0)
 		return -1;
 	int rc = 0;
-	jv_object_foreach(jv_copy(files), key, value) {
+	jv_object_foreach(files, key, value) {
 		const char *rel = jv_string_value(key);
 		if (rc == 0 && jv_get_kind(value) == JV_KIND_STRING && !strstr(rel, "..") && rel[0] != '/') {
 			snprintf(path, sizeof path, "%s/%s", dir, rel);

@@ -2281,7 +2281,7 @@ static jv shapes_proposal(jv sizes, int attempt)
 	if (attempt >= 2 + (n > 1 ? n : 0))
 		return jv_invalid();
 	jv out = jv_object();
-	jv_object_foreach(jv_copy(sizes), key, value) {
+	jv_object_foreach(sizes, key, value) {
 		long v = (long)jv_number_value(value), w = v;
 		if (attempt == 0 || attempt - 2 == i)
 			w = v / 2;
@@ -2299,7 +2299,7 @@ static void sizes_text(jv sizes, char *buf, size_t size)
 {
 	size_t used = 0;
 	buf[0] = '\0';
-	jv_object_foreach(jv_copy(sizes), key, value) {
+	jv_object_foreach(sizes, key, value) {
 		if (used < size)
 			used += (size_t)snprintf(buf + used, size - used, "%s%s=%g", used ? ", " : "",
 				jv_string_value(key), jv_number_value(value));
@@ -3663,8 +3663,12 @@ static jv evaluate_record(struct slot *s, jv record, int *status)
 			return jv_object_set(record, jv_string(field), not_profiled(fault));
 		}
 	}
-	if (cfg->no_gpu_why)
+	if (cfg->no_gpu_why) {
+		jv_free(j.result);
+		jv_free(j.phases);
+		jv_free(j.ship_digests);
 		return no_gpu_record(cfg, record, status);
+	}
 	jv verified = jv_invalid();  /* --verify: the verify object, made by this same run */
 	if (job_prepare(&j, record) == 0) {
 		if (cfg->mode == CA_EVAL_VERIFY) {

@@ -149,16 +149,22 @@ int ca_eval_main(enum ca_eval_mode mode, int argc, char **argv)
 			ca_opt_bad_usage();
 		}
 		const char *idle = getenv("CA_EVAL_SERVE_IDLE");
-		return ca_eval_serve(&cfg, serve_path, idle && *idle ? atof(idle) : 1800);
+		int status = ca_eval_serve(&cfg, serve_path, idle && *idle ? atof(idle) : 1800);
+		free(cfg.gpus);
+		return status;
 	}
 	struct stat st;
+	int status;
 	if (argc - first >= 1 && stat(argv[first], &st) == 0 && S_ISDIR(st.st_mode)) {
 		if (argc - first > 1) {
 			ca_err_warn("a workspace directory must be the only argument");
 			fputs(mode == CA_EVAL_VERIFY ? verify_usage : profile_usage, stderr);
 			ca_opt_bad_usage();
 		}
-		return ca_err_finish(ca_eval_directory(&cfg, argv[first]));
+		status = ca_err_finish(ca_eval_directory(&cfg, argv[first]));
+	} else {
+		status = ca_eval_stream(&cfg, argc - first, argv + first);
 	}
-	return ca_eval_stream(&cfg, argc - first, argv + first);
+	free(cfg.gpus);
+	return status;
 }
