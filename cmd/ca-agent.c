@@ -891,6 +891,9 @@ static jv parse_policy_output(const char *text, size_t len, long long *tokens)
 	if (jv_get_kind(choices) == JV_KIND_ARRAY) {
 		jv first = jv_array_get(choices, 0);
 		jv completion = jv_get_kind(first) == JV_KIND_OBJECT ? sampled_tokens(v, first) : jv_invalid();
+		jv finish = jv_get_kind(first) == JV_KIND_OBJECT ? obj_get(first, "finish_reason") : jv_null();
+		int cut = jv_get_kind(finish) == JV_KIND_STRING && !strcmp(jv_string_value(finish), "length");
+		jv_free(finish);
 		jv_free(v);
 		v = jv_get_kind(first) == JV_KIND_OBJECT ? obj_get(first, "message") : jv_null();
 		jv_free(first);
@@ -899,8 +902,11 @@ static jv parse_policy_output(const char *text, size_t len, long long *tokens)
 			jv_free(completion);
 			return jv_invalid_with_msg(jv_string("the policy's response has no choices[0].message object"));
 		}
-		/* Carried to the recorded assistant message; a bare message cannot set it. */
+		/* Carried to the recorded assistant message; a bare message cannot set them. */
 		v = jv_object_delete(v, jv_string("completion"));
+		v = jv_object_delete(v, jv_string("length_cut"));
+		if (cut)
+			v = jv_object_set(v, jv_string("length_cut"), jv_true());
 		if (jv_is_valid(completion))
 			v = jv_object_set(v, jv_string("completion"), completion);
 		else
@@ -908,6 +914,7 @@ static jv parse_policy_output(const char *text, size_t len, long long *tokens)
 	} else {
 		jv_free(choices);
 		v = jv_object_delete(v, jv_string("completion"));
+		v = jv_object_delete(v, jv_string("length_cut"));
 	}
 	/* A message of another role (a user turn the policy made up) is not the assistant's turn. */
 	if (jv_object_has(jv_copy(v), jv_string("role"))) {
@@ -1260,6 +1267,24 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 		else
 			jv_free(completion);
 		int ncalls = jv_get_kind(calls) == JV_KIND_ARRAY ? jv_array_length(jv_copy(calls)) : 0;
+		/*
+		 * The server stopped at its token limit: the message is kept as
+		 * returned (an engine that records the tokens matches it), but its
+		 * tool calls are cut short and not run, and the episode ends.
+		 */
+		jv cut = obj_get(msg, "length_cut");
+		int length_cut = jv_get_kind(cut) == JV_KIND_TRUE;
+		jv_free(cut);
+		if (length_cut) {
+			if (ncalls > 0)
+				am = jv_object_set(am, jv_string("tool_calls"), calls);
+			else
+				jv_free(calls);
+			s.messages = jv_array_append(s.messages, stamp(&s, am));
+			jv_free(msg);
+			stop = "length";
+			break;
+		}
 		if (ncalls == 0) {
 			s.messages = jv_array_append(s.messages, stamp(&s, am));
 			jv_free(calls);
