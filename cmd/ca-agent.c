@@ -1645,10 +1645,15 @@ static void reap(struct pool *pool)
 	}
 }
 
-/* Write the finished records at the head, in input order. */
+/*
+ * Write the finished records at the head, in input order. Not once a
+ * signal stopped us: a kill of the whole process group reaches the
+ * workers too, and a worker it killed would be written as "crashed", so a
+ * rerun would take its task as done (t0700's kill mid-run, 1 run in 3).
+ */
 static void emit_finished(struct pool *pool)
 {
-	while (pool->head < pool->count && pool->slots[pool->head].done && !write_failed) {
+	while (pool->head < pool->count && pool->slots[pool->head].done && !write_failed && !stop_signal) {
 		pool->status = ca_err_worst(pool->status, emit(pool->cfg, &pool->slots[pool->head]));
 		pool->head++;
 	}

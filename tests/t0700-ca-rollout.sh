@@ -58,7 +58,10 @@ if command -v setsid >/dev/null 2>&1; then
 		tasks 6 >t &&
 		printf "#!/bin/sh\nsleep 0.4\nexec \"%s\"\n" "$POLICY" >slow && chmod +x slow &&
 		setsid sh -c "exec ca-rollout --agent-opts \"$AGENT\" --policy ./slow --score \"jq -c -f $D/scores.jq\" -o run t" 2>/dev/null &
-		pid=$! && sleep 3 && kill -TERM -$pid; wait $pid
+		# Killed once the first trajectory is out (a fixed sleep was too short on a busy machine).
+		pid=$! && i=0 &&
+		while [ "$(cat run/trajectories.ndjson 2>/dev/null | wc -l)" -lt 1 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+		kill -TERM -$pid; wait $pid
 		n=$(wc -l <run/trajectories.ndjson) && [ "$n" -ge 1 ] && [ "$n" -lt 6 ] &&
 		ca-rollout --agent-opts "$AGENT" --policy "$POLICY" --score "jq -c -f $D/scores.jq" -o run t 2>err &&
 		grep -q "$((6 - n)) of 6 tasks to roll out" err &&
