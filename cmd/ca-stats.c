@@ -119,10 +119,10 @@ static void count(struct group *g, const struct config *cfg, int error, int faul
 /* Whether the evaluator itself failed on a record (borrowed): a verdict of null. */
 static int evaluator_fault(jv record)
 {
-	static const char *const verdicts[] = {"verify.ok", "profile.ok"};
+	static const char *const judged_by[] = {"verify", "profile"};
 	int fault = 0;
-	for (size_t i = 0; i < sizeof verdicts / sizeof verdicts[0]; i++) {
-		jv parent = ca_json_get(record, i ? "profile" : "verify");
+	for (size_t i = 0; i < sizeof judged_by / sizeof judged_by[0]; i++) {
+		jv parent = ca_json_get(record, judged_by[i]);
 		jv ok = ca_json_get(parent, "ok");
 		fault |= jv_get_kind(parent) == JV_KIND_OBJECT && jv_get_kind(ok) == JV_KIND_NULL;
 		jv_free(parent);

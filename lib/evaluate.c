@@ -2113,6 +2113,33 @@ static int judge_check(struct job *j, int k, jv reply, int ref_mutated, const st
 	return 0;
 }
 
+/*
+ * A failure of one of verify's later checks (robustness, shapes) told as
+ * that check's: where the result's stage is one of from (NULL-ended),
+ * it becomes stage, and the error says which check ran (what; a compare
+ * failure's error already begins with it) and what the kernel must do.
+ */
+static void retell_failure(struct job *j, const char *const *from, const char *stage, const char *what,
+		const char *must)
+{
+	char *was = ca_json_strdup(j->result, "stage");
+	for (int i = 0; was && from[i]; i++) {
+		if (strcmp(was, from[i]))
+			continue;
+		char *error = ca_json_strdup(j->result, "error");
+		char head[1600];
+		if (!strcmp(was, "compare"))
+			snprintf(head, sizeof head, "%s", error ? error : "");
+		else
+			snprintf(head, sizeof head, "%s (%s): %s", what, was, error ? error : "");
+		j->result = set_str(j->result, "stage", stage);
+		j->result = jv_object_set(j->result, jv_string("error"), jv_string_fmt("%s; %s", head, must));
+		free(error);
+		break;
+	}
+	free(was);
+}
+
 /* ------------------------------------------------------------------ robustness checks */
 
 /*
@@ -2202,16 +2229,9 @@ static int robust_check(struct job *j, struct verify_tally *t, struct robust_run
 	jv_free(form);
 	if (judge_check(j, k, reply, ref_mutated, &tol, what, t) == 0)
 		return 1;
-	char *stage = ca_json_strdup(j->result, "stage");
-	if (stage && !strcmp(stage, "compare")) {
-		char *error = ca_json_strdup(j->result, "error");
-		j->result = set_str(j->result, "stage", "robust");
-		jv msg = jv_string_fmt("%s; the kernel must be correct for any input of the task's shapes and dtypes, "
-			"not only for values like get_inputs()'s", error ? error : "");
-		j->result = jv_object_set(j->result, jv_string("error"), msg);
-		free(error);
-	}
-	free(stage);
+	static const char *const compare_only[] = {"compare", NULL};
+	retell_failure(j, compare_only, "robust", what, "the kernel must be correct for any input of the task's "
+		"shapes and dtypes, not only for values like get_inputs()'s");
 	return -1;
 }
 
@@ -2325,24 +2345,8 @@ static jv resize_request(struct job *j, jv sizes, int reference, const char *wei
 static void shapes_blame(struct job *j, const char *what)
 {
 	static const char *const candidate_stages[] = {"compare", "run", "load", "weights", "crash", "timeout", NULL};
-	char *stage = ca_json_strdup(j->result, "stage");
-	for (int i = 0; stage && candidate_stages[i]; i++) {
-		if (strcmp(stage, candidate_stages[i]))
-			continue;
-		char *error = ca_json_strdup(j->result, "error");
-		char head[1600];
-		if (!strcmp(stage, "compare"))
-			snprintf(head, sizeof head, "%s", error ? error : "");
-		else
-			snprintf(head, sizeof head, "%s (%s): %s", what, stage, error ? error : "");
-		jv msg = jv_string_fmt("%s; the kernel must work for other sizes of the same task: take every size from "
-			"the inputs' shapes and the init arguments, not from the benchmark's constants", head);
-		j->result = set_str(j->result, "stage", "shapes");
-		j->result = jv_object_set(j->result, jv_string("error"), msg);
-		free(error);
-		break;
-	}
-	free(stage);
+	retell_failure(j, candidate_stages, "shapes", what, "the kernel must work for other sizes of the same task: "
+		"take every size from the inputs' shapes and the init arguments, not from the benchmark's constants");
 }
 
 /*
