@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat.h"
 #include "err.h"
 #include "json.h"
 #include "ndjson.h"
@@ -189,94 +190,6 @@ static jv judge(const struct config *cfg, jv record, jv reasons)
 	return reasons;
 }
 
-/*
- * The conversation as policy-ca-sample renders it for the model; keep the
- * two in step (tests/t0402 checks they agree). Consumes messages.
- */
-static jv as_rendered(jv messages)
-{
-	jv tools = ca_tools_schema(), schemas = jv_string("");
-	jv_array_foreach(tools, i, tool) {
-		jv fn = get(tool, "function");
-		jv text = jv_dump_string(fn, 0);
-		schemas = jv_string_append_str(schemas, i ? "\n" : "");
-		schemas = jv_string_concat(schemas, text);
-		jv_free(tool);
-	}
-	jv_free(tools);
-	jv tools_text = jv_string_fmt("\n\n# Tools\n\nThese functions can be called; their parameters are JSON schema:\n"
-		"<tools>\n%s\n</tools>\n\nTo call a function, write its name and arguments as a JSON object between"
-		" <tool_call> and </tool_call>, one block per call, for example:\n<tool_call>\n"
-		"{\"name\": \"bash\", \"arguments\": {\"command\": \"ls\"}}\n</tool_call>\n"
-		"Results come back between <tool_response> and </tool_response>.", jv_string_value(schemas));
-	jv_free(schemas);
-	jv out = jv_array();
-	if (jv_get_kind(messages) == JV_KIND_ARRAY) {
-		jv_array_foreach(messages, i, m) {
-			jv role = get(m, "role"), content = get(m, "content");
-			const char *r = jv_get_kind(role) == JV_KIND_STRING ? jv_string_value(role) : "";
-			jv text = jv_get_kind(content) == JV_KIND_STRING ? jv_copy(content) : jv_string("");
-			if (!strcmp(r, "system")) {
-				text = jv_string_concat(text, jv_copy(tools_text));
-			} else if (!strcmp(r, "assistant")) {
-				jv calls = get(m, "tool_calls");
-				if (jv_get_kind(calls) == JV_KIND_ARRAY) {
-					jv_array_foreach(calls, k, call) {
-						jv fn = get(call, "function");
-						jv name = get(fn, "name"), args = get(fn, "arguments");
-						jv parsed = jv_get_kind(args) == JV_KIND_STRING ? jv_parse(jv_string_value(args)) : jv_copy(args);
-						if (!jv_is_valid(parsed)) {
-							jv_free(parsed);
-							parsed = jv_copy(args);
-						}
-						jv block = jv_object_set(jv_object(), jv_string("name"), name);
-						block = jv_object_set(block, jv_string("arguments"), parsed);
-						text = jv_string_append_str(text, "\n<tool_call>\n");
-						text = jv_string_concat(text, jv_dump_string(block, 0));
-						text = jv_string_append_str(text, "\n</tool_call>");
-						jv_free(args);
-						jv_free(fn);
-						jv_free(call);
-					}
-				}
-				jv_free(calls);
-			} else if (!strcmp(r, "tool")) {
-				jv response = jv_string_fmt("<tool_response>\n%s\n</tool_response>", jv_string_value(text));
-				jv_free(text);
-				int n = jv_array_length(jv_copy(out));
-				jv last = n > 0 ? jv_array_get(jv_copy(out), n - 1) : jv_null();
-				jv last_role = get(last, "role"), last_content = get(last, "content");
-				if (jv_get_kind(last_role) == JV_KIND_STRING && !strcmp(jv_string_value(last_role), "user") &&
-				    jv_get_kind(last_content) == JV_KIND_STRING &&
-				    !strncmp(jv_string_value(last_content), "<tool_response>", 15)) {
-					last_content = jv_string_append_str(last_content, "\n");
-					last_content = jv_string_concat(last_content, response);
-					out = jv_array_set(out, n - 1, jv_object_set(last, jv_string("content"), last_content));
-					jv_free(last_role);
-				} else {
-					jv_free(last);
-					jv_free(last_role);
-					jv_free(last_content);
-					out = jv_array_append(out, jv_object_set(jv_object_set(jv_object(), jv_string("role"),
-						jv_string("user")), jv_string("content"), response));
-				}
-				jv_free(role);
-				jv_free(content);
-				jv_free(m);
-				continue;
-			}
-			out = jv_array_append(out, jv_object_set(jv_object_set(jv_object(), jv_string("role"),
-				jv_get_kind(role) == JV_KIND_STRING ? jv_copy(role) : jv_string("user")), jv_string("content"), text));
-			jv_free(role);
-			jv_free(content);
-			jv_free(m);
-		}
-	}
-	jv_free(messages);
-	jv_free(tools_text);
-	return out;
-}
-
 /* Append the ids of text[0..len) to tokens and mask (value bit). */
 static void append_ids(const struct ca_tokenizer *t, const char *text, size_t len, int bit, jv *tokens, jv *mask)
 {
@@ -310,7 +223,7 @@ static jv chat_text(const struct ca_tokenizer *t, jv messages, int generation_pr
 static jv tokenize(const struct ca_tokenizer *t, jv record)
 {
 	jv traj = get(record, "trajectory");
-	jv rendered = as_rendered(get(traj, "messages"));
+	jv rendered = ca_chat_render(get(traj, "messages"), ca_tools_schema());
 	jv_free(traj);
 	int stop_id = -1;
 	jv empty = jv_array();
