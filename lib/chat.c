@@ -149,7 +149,7 @@ static int is_space(char c)
 /* One tool call from the text of a <tool_call> block, as policy-ca-sample reads it. */
 static jv call_from_block(const char *block, size_t len, int turn, int k)
 {
-	jv parsed = jv_parse_sized(block, (int)len);
+	jv parsed = ca_json_parse(block, len);
 	jv name = jv_string(""), args;
 	if (jv_get_kind(parsed) == JV_KIND_OBJECT) {
 		jv n = get(parsed, "name");
