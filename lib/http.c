@@ -178,12 +178,9 @@ int ca_http_read(int fd, size_t max_body, struct ca_http_request *r, char why[CA
 			return n == 0 ? fail(why, 400, "the connection closed before the request ended")
 				      : fail(why, 408, "reading the request: %s", strerror(errno));
 		}
-		buf[have] = 0;
-		if (memchr(buf, 0, have))
-			break;
-		end = strstr(buf, "\r\n\r\n");
+		end = memmem(buf, have, "\r\n\r\n", 4);
 	}
-	if (!end) {
+	if (memchr(buf, 0, (size_t)(end - buf))) {
 		free(buf);
 		return fail(why, 400, "a NUL byte in the request's headers");
 	}

@@ -160,8 +160,9 @@ expect_success 'bad requests get 4xx and an OpenAI error body; the server goes o
 	echo "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stream\": true}" >bad && [ "$(post bad)" = 400 ] &&
 	echo "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"n\": 2}" >bad && [ "$(post bad)" = 400 ] &&
 	echo "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_tokens\": -1}" >bad && [ "$(post bad)" = 400 ] &&
-	head -c 2000000 /dev/zero | tr "\0" " " >big && [ "$(post big)" = 413 ] &&
+	head -c 2000000 /dev/zero >big && [ "$(post big)" = 413 ] &&
 	jq -e ".error.message | test(\"over the limit\")" body &&
+	[ "$(curl -sS -o body -w "%{http_code}" -H "Expect:" --data-binary @big "$URL/chat/completions")" = 413 ] &&
 	[ "$(curl -sS -o body -w "%{http_code}" "$URL/nothing")" = 404 ] &&
 	[ "$(curl -sS -o body -w "%{http_code}" "$URL/chat/completions")" = 405 ] &&
 	echo "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_tokens\": 3}" >good && [ "$(post good)" = 200 ] &&
