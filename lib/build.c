@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "build.h"
+#include "build_impl.h"
 #include "err.h"
 #include "file.h"
 #include "hash.h"
@@ -26,19 +27,6 @@
 enum { MAX_SOURCES = 512, MAX_DEPTH = 6 };
 static const size_t max_total_bytes = (size_t)32 << 20;
 static const size_t max_log_bytes = (size_t)4 << 20;
-
-struct source {
-	char *rel;
-	char *data;
-	size_t len;
-};
-
-struct sources {
-	struct source *v;
-	size_t n;
-	size_t bytes;
-	char why[512];  /* set when the workspace cannot be used */
-};
 
 /* ---- small file helpers ---- */
 
@@ -301,21 +289,30 @@ static char *cache_root(const struct ca_build_options *opt)
 	return ca_xstrdup(buf);
 }
 
-static char *find_nvcc(void)
+static char *find_in_path(const char *name)
 {
-	const char *env = getenv("NVCC");
-	if (env && *env && access(env, X_OK) == 0)
-		return ca_xstrdup(env);
 	const char *path = getenv("PATH");
 	char buf[PATH_MAX];
 	for (const char *dir = path ? path : ""; dir && *dir;) {
 		const char *colon = strchr(dir, ':');
 		int len = colon ? (int)(colon - dir) : (int)strlen(dir);
-		snprintf(buf, sizeof buf, "%.*s/nvcc", len, dir);
+		snprintf(buf, sizeof buf, "%.*s/%s", len, dir, name);
 		if (len && access(buf, X_OK) == 0)
 			return ca_xstrdup(buf);
 		dir = colon ? colon + 1 : NULL;
 	}
+	return NULL;
+}
+
+static char *find_nvcc(void)
+{
+	const char *env = getenv("NVCC");
+	if (env && *env && access(env, X_OK) == 0)
+		return ca_xstrdup(env);
+	char *found = find_in_path("nvcc");
+	if (found)
+		return found;
+	char buf[PATH_MAX];
 	const char *home = getenv("CUDA_HOME");
 	snprintf(buf, sizeof buf, "%s/bin/nvcc", home && *home ? home : "/usr/local/cuda");
 	if (access(buf, X_OK) == 0)
@@ -344,24 +341,25 @@ static void store_value(const char *cache, const char *name, const char *key_tex
 		unlink(tmp);
 }
 
-static char *nvcc_version(const char *cache, const char *nvcc)
+/* "TOOL --version", cached under the tool's path, size and time. NULL when it does not run. */
+static char *tool_version(const char *cache, const char *tool)
 {
 	struct stat st;
 	char key[PATH_MAX + 64];
-	if (stat(nvcc, &st) != 0)
+	if (stat(tool, &st) != 0)
 		return NULL;
-	snprintf(key, sizeof key, "%s %lld %lld", nvcc, (long long)st.st_size, (long long)st.st_mtime);
-	char *v = cached_value(cache, "nvcc", key);
+	snprintf(key, sizeof key, "%s %lld %lld", tool, (long long)st.st_size, (long long)st.st_mtime);
+	char *v = cached_value(cache, "version", key);
 	if (v)
 		return v;
-	const char *argv[] = {nvcc, "--version", NULL};
+	const char *argv[] = {tool, "--version", NULL};
 	int status;
 	v = ca_proc_output(argv, 60, 1 << 16, &status);
 	if (!v || status != 0) {
 		free(v);
 		return NULL;
 	}
-	store_value(cache, "nvcc", key, v);
+	store_value(cache, "version", key, v);
 	return v;
 }
 
@@ -467,13 +465,7 @@ static jv torch_flags(const char *cache, char *why, size_t why_len)
 
 /* ---- argv lists ---- */
 
-struct argv_list {
-	char **v;
-	size_t n, cap;
-};
-
-static void arg(struct argv_list *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void arg(struct argv_list *a, const char *fmt, ...)
+void argv_add(struct argv_list *a, const char *fmt, ...)
 {
 	char buf[PATH_MAX + 256];
 	va_list ap;
@@ -486,13 +478,13 @@ static void arg(struct argv_list *a, const char *fmt, ...)
 	a->v[a->n] = NULL;
 }
 
-static void args_append(struct argv_list *a, const struct argv_list *b)
+void argv_append(struct argv_list *a, const struct argv_list *b)
 {
 	for (size_t i = 0; i < b->n; i++)
-		arg(a, "%s", b->v[i]);
+		argv_add(a, "%s", b->v[i]);
 }
 
-static void args_free(struct argv_list *a)
+void argv_free(struct argv_list *a)
 {
 	for (size_t i = 0; i < a->n; i++)
 		free(a->v[i]);
@@ -501,7 +493,7 @@ static void args_free(struct argv_list *a)
 }
 
 /* The flags as one string, for the cache key. */
-static void hash_args(struct ca_sha256 *h, const struct argv_list *a)
+void argv_hash(struct ca_sha256 *h, const struct argv_list *a)
 {
 	for (size_t i = 0; i < a->n; i++)
 		ca_sha256_string(h, a->v[i]);
@@ -754,6 +746,9 @@ const char *ca_build_failure_cause(int status, const char *log)
 struct step {
 	struct argv_list argv;
 	char log_path[PATH_MAX];
+	char key[65];      /* the unit's cache key; "" for the link and single-step builds */
+	char object[64];   /* obj/N.o */
+	int cached;        /* the object came from the unit cache: nothing to run */
 };
 
 static void set_result(struct ca_build_result *res, int ok, int status, const char *fmt, ...)
@@ -900,15 +895,19 @@ static int copy_tree(const char *from, const char *to)
 	return r;
 }
 
+/* Each string of array (consumed), prefixed, onto out. */
 static int jv_strings(jv array, struct argv_list *out, const char *prefix)
 {
-	if (jv_get_kind(array) != JV_KIND_ARRAY)
+	if (jv_get_kind(array) != JV_KIND_ARRAY) {
+		jv_free(array);
 		return -1;
+	}
 	jv_array_foreach(array, i, x) {
 		if (jv_get_kind(x) == JV_KIND_STRING)
-			arg(out, "%s%s", prefix, jv_string_value(x));
+			argv_add(out, "%s%s", prefix, jv_string_value(x));
 		jv_free(x);
 	}
+	jv_free(array);
 	return 0;
 }
 
@@ -920,6 +919,8 @@ static char *result_text(const struct ca_build_result *res)
 	j = jv_object_delete(j, jv_string("library"));
 	j = jv_object_delete(j, jv_string("transient"));
 	j = jv_object_delete(j, jv_string("limit"));
+	j = jv_object_delete(j, jv_string("units"));
+	j = jv_object_delete(j, jv_string("pch"));
 	jv s = jv_dump_string(j, 0);
 	char *text = ca_xstrdup(jv_string_value(s));
 	jv_free(s);
@@ -1060,300 +1061,486 @@ static void not_compiled(struct ca_build_result *res, const char *cause, int sta
 	snprintf(res->limit, sizeof res->limit, "%s", cause ? cause : "");
 }
 
-int ca_build_workspace(const char *dir, const struct ca_build_options *opt, struct ca_build_result *res)
-{
-	struct ca_build_options defaults = {0};
-	struct sources src = {0};
-	struct argv_list common = {0}, cu_flags = {0}, cxx_flags = {0}, link_flags = {0};
-	struct step *steps = NULL;
-	size_t nsteps = 0;
-	char *cache = NULL, *nvcc = NULL, *version = NULL;
-	char build[PATH_MAX] = "", wsdir[PATH_MAX];
-	jv torch = jv_invalid();
-	double t0 = ca_proc_now();
-	if (!opt)
-		opt = &defaults;
-	memset(res, 0, sizeof *res);
-	res->log = ca_xstrdup("");
-
+/* Everything one build works with. */
+struct build {
+	const struct ca_build_options *opt;
+	struct ca_build_result *res;
+	const char *flavour, *arch, *libname;
+	char wsdir[PATH_MAX], dir[PATH_MAX], cuda_home[PATH_MAX];
+	char build[PATH_MAX];   /* the private build directory; "" until made */
+	struct sources src;
+	struct argv_list common, cu_flags, cxx_flags, link_flags;
+	char *cache, *nvcc, *tools;  /* tools: the compilers' version texts */
+	jv torch;
 	struct limits lim;
-	char bad_limit[512];
-	if (resolve_limits(opt, &lim, bad_limit, sizeof bad_limit) != 0) {
-		set_result(res, 0, CA_EXIT_USAGE, "%s", bad_limit);
-		goto done;
-	}
-	if (!realpath(dir, wsdir)) {
-		set_result(res, 0, CA_EXIT_DATA, "%s: %s", dir, strerror(errno));
-		goto done;
-	}
-	const char *flavour = opt->flavour && strcmp(opt->flavour, "auto") != 0 ? opt->flavour : detect_flavour(wsdir);
-	if (!flavour) {
-		set_result(res, 0, CA_EXIT_DATA, "%s: not a workspace: no kernels/*.cu, no binding.cpp and no model_new.py", dir);
-		goto done;
-	}
-	if (strcmp(flavour, "ca") != 0 && strcmp(flavour, "cuda-agent") != 0 && strcmp(flavour, "kernelbench") != 0) {
-		set_result(res, 0, CA_EXIT_DATA, "unknown flavour '%s'", flavour);
-		goto done;
-	}
-	snprintf(res->flavour, sizeof res->flavour, "%s", flavour);
-	const char *arch = opt->arch ? opt->arch : ca_build_default_arch();
-	snprintf(res->arch, sizeof res->arch, "%s", arch);
-	if (collect(&src, wsdir, flavour) != 0) {
-		set_result(res, 0, CA_EXIT_DATA, "%s", src.why);
-		goto done;
-	}
+	struct step *steps;
+	size_t nsteps;
+	int single;             /* one nvcc -shared for one .cu of the ca flavour */
+	char *pch;              /* the precompiled torch header's directory in the cache, or NULL */
+	double t0;
+	double limit_from;      /* when the build's wall-clock limit started: t0, less the precompiled header's making */
+};
 
-	struct ca_sha256 h;
-	ca_sha256_init(&h);
-	ca_sha256_string(&h, "ca-build 1");
-	ca_sha256_string(&h, flavour);
-	if (strcmp(flavour, "kernelbench") == 0) {
-		/* load_inline builds at run time; the hash still names the candidate. */
-		for (size_t i = 0; i < src.n; i++) {
-			ca_sha256_string(&h, src.v[i].rel);
-			ca_sha256_update(&h, src.v[i].data, src.v[i].len);
-		}
-		ca_sha256_final_hex(&h, res->hash);
-		set_result(res, 1, CA_EXIT_OK, NULL);
-		goto done;
+static int compiled(const char *rel)
+{
+	return has_suffix(rel, ".cu") || has_suffix(rel, ".cpp") || has_suffix(rel, ".cc");
+}
+
+/* torch's flags for the cuda-agent flavour (include and library paths, ABI, libraries). */
+static int torch_args(struct build *b)
+{
+	char why[1024];
+	b->torch = torch_flags(b->cache, why, sizeof why);
+	if (!jv_is_valid(b->torch)) {
+		set_result(b->res, 0, CA_EXIT_SYSTEM, "%s", why);
+		return -1;
 	}
-	size_t ncompile = 0;
-	for (size_t i = 0; i < src.n; i++)
-		if (has_suffix(src.v[i].rel, ".cu") || has_suffix(src.v[i].rel, ".cpp") || has_suffix(src.v[i].rel, ".cc"))
-			ncompile++;
-	if (ncompile == 0) {
-		set_result(res, 0, CA_EXIT_DATA, "%s: no .cu or .cpp files to compile in kernels/", dir);
-		goto done;
+	jv abi = jv_object_get(jv_copy(b->torch), jv_string("abi"));
+	argv_add(&b->common, "-DTORCH_EXTENSION_NAME=cuda_extension");
+	argv_add(&b->common, "-DTORCH_API_INCLUDE_EXTENSION_H");
+	argv_add(&b->common, "-D_GLIBCXX_USE_CXX11_ABI=%d", jv_get_kind(abi) == JV_KIND_NUMBER ? (int)jv_number_value(abi) : 1);
+	jv_free(abi);
+	jv_strings(jv_object_get(jv_copy(b->torch), jv_string("include")), &b->common, "-I");
+	jv pyinc = jv_object_get(jv_copy(b->torch), jv_string("pyinclude"));
+	if (jv_get_kind(pyinc) == JV_KIND_STRING) {
+		/* The sandbox user may not be able to read the interpreter's headers: bring a copy. */
+		if (geteuid() == 0 && !b->opt->no_sandbox && !world_readable(jv_string_value(pyinc)))
+			argv_add(&b->common, "-Ipyinclude");
+		else
+			argv_add(&b->common, "-I%s", jv_string_value(pyinc));
 	}
-	const char *torch_header = includes(&src, "torch/") ? includes(&src, "torch/") : includes(&src, "ATen/");
-	if (strcmp(flavour, "ca") == 0 && torch_header) {
-		set_result(res, 0, CA_EXIT_NEGATIVE,
-			"%s includes torch headers: the ca flavour builds without torch (extern \"C\" launchers called "
-			"through ca_kernels); use the cuda-agent layout for torch extensions", torch_header);
-		goto done;
+	jv_free(pyinc);
+	argv_add(&b->cu_flags, "-D__CUDA_NO_HALF_OPERATORS__");
+	argv_add(&b->cu_flags, "-D__CUDA_NO_HALF_CONVERSIONS__");
+	argv_add(&b->cu_flags, "-D__CUDA_NO_BFLOAT16_CONVERSIONS__");
+	argv_add(&b->cu_flags, "-D__CUDA_NO_HALF2_OPERATORS__");
+	argv_add(&b->cu_flags, "--expt-relaxed-constexpr");
+	argv_add(&b->cxx_flags, "-I%s/include", b->cuda_home);
+	jv libs = jv_object_get(jv_copy(b->torch), jv_string("lib"));
+	jv_strings(jv_copy(libs), &b->link_flags, "-L");
+	char libdir[PATH_MAX] = "";
+	if (jv_get_kind(libs) == JV_KIND_ARRAY && jv_array_length(jv_copy(libs)) > 0) {
+		jv first = jv_array_get(jv_copy(libs), 0);
+		if (jv_get_kind(first) == JV_KIND_STRING)
+			snprintf(libdir, sizeof libdir, "%s", jv_string_value(first));
+		jv_free(first);
 	}
-	nvcc = find_nvcc();
-	if (!nvcc) {
-		set_result(res, 0, CA_EXIT_SYSTEM, "nvcc not found (set NVCC or CUDA_HOME, or put it in PATH)");
-		goto done;
+	jv_free(libs);
+	argv_add(&b->link_flags, "-lc10");
+	argv_add(&b->link_flags, "-ltorch");
+	argv_add(&b->link_flags, "-ltorch_cpu");
+	argv_add(&b->link_flags, "-ltorch_python");
+	char probe[PATH_MAX + 32];
+	snprintf(probe, sizeof probe, "%s/libtorch_cuda.so", libdir);
+	if (exists(probe)) {
+		argv_add(&b->link_flags, "-lc10_cuda");
+		argv_add(&b->link_flags, "-ltorch_cuda");
 	}
-	cache = cache_root(opt);
-	version = nvcc_version(cache, nvcc);
-	if (!version) {
-		set_result(res, 0, CA_EXIT_SYSTEM, "%s --version failed", nvcc);
-		goto done;
+	if (libdir[0])
+		argv_add(&b->link_flags, "-Wl,-rpath,%s", libdir);
+	argv_add(&b->link_flags, "-L%s/lib64", b->cuda_home);
+	argv_add(&b->link_flags, "-lcudart");
+	return 0;
+}
+
+/* The compilers, their versions and every flag. Paths in flags are relative to the build directory, so logs are too. */
+static int prepare_flags(struct build *b)
+{
+	b->nvcc = find_nvcc();
+	if (!b->nvcc) {
+		set_result(b->res, 0, CA_EXIT_SYSTEM, "nvcc not found (set NVCC or CUDA_HOME, or put it in PATH)");
+		return -1;
 	}
-	char cuda_home[PATH_MAX];
-	snprintf(cuda_home, sizeof cuda_home, "%s", nvcc);
+	char *nv = tool_version(b->cache, b->nvcc);
+	if (!nv) {
+		set_result(b->res, 0, CA_EXIT_SYSTEM, "%s --version failed", b->nvcc);
+		return -1;
+	}
+	/* nvcc's host compiler is g++ from PATH: its version decides objects too. */
+	char *gxx = find_in_path("g++");
+	char *gv = gxx ? tool_version(b->cache, gxx) : NULL;
+	size_t len = strlen(nv) + (gv ? strlen(gv) : 0) + 2;
+	b->tools = ca_xmalloc(len);
+	snprintf(b->tools, len, "%s\n%s", nv, gv ? gv : "");
+	free(nv);
+	free(gv);
+	free(gxx);
+	snprintf(b->cuda_home, sizeof b->cuda_home, "%s", b->nvcc);
 	for (int up = 0; up < 2; up++) {
-		char *slash = strrchr(cuda_home, '/');
+		char *slash = strrchr(b->cuda_home, '/');
 		if (slash)
 			*slash = '\0';
 	}
-
-	/* Flags. Paths in them are relative to the build directory, so logs are too. */
-	const char *libname = strcmp(flavour, "ca") == 0 ? "libkernels.so" : "cuda_extension.so";
-	arg(&common, "-O3");
+	int agent = strcmp(b->flavour, "cuda-agent") == 0;
+	b->libname = agent ? "cuda_extension.so" : "libkernels.so";
+	argv_add(&b->common, "-O3");
 	/* Recent torch headers require C++20; our own flavour stays at C++17 for the widest nvcc support. */
-	arg(&common, strcmp(flavour, "cuda-agent") == 0 ? "-std=c++20" : "-std=c++17");
-	arg(&common, "-I.");
-	arg(&common, "-Ikernels");
-	if (strcmp(flavour, "cuda-agent") == 0) {
-		char why[1024];
-		torch = torch_flags(cache, why, sizeof why);
-		if (!jv_is_valid(torch)) {
-			set_result(res, 0, CA_EXIT_SYSTEM, "%s", why);
-			goto done;
-		}
-		jv abi = jv_object_get(jv_copy(torch), jv_string("abi"));
-		jv version_tag = jv_object_get(jv_copy(torch), jv_string("version"));
-		arg(&common, "-DTORCH_EXTENSION_NAME=cuda_extension");
-		arg(&common, "-DTORCH_API_INCLUDE_EXTENSION_H");
-		arg(&common, "-D_GLIBCXX_USE_CXX11_ABI=%d", jv_get_kind(abi) == JV_KIND_NUMBER ? (int)jv_number_value(abi) : 1);
-		jv_strings(jv_object_get(jv_copy(torch), jv_string("include")), &common, "-I");
-		jv pyinc = jv_object_get(jv_copy(torch), jv_string("pyinclude"));
-		if (jv_get_kind(pyinc) == JV_KIND_STRING) {
-			/* The sandbox user may not be able to read the interpreter's headers: bring a copy. */
-			if (geteuid() == 0 && !opt->no_sandbox && !world_readable(jv_string_value(pyinc)))
-				arg(&common, "-Ipyinclude");
-			else
-				arg(&common, "-I%s", jv_string_value(pyinc));
-		}
-		arg(&cu_flags, "-D__CUDA_NO_HALF_OPERATORS__");
-		arg(&cu_flags, "-D__CUDA_NO_HALF_CONVERSIONS__");
-		arg(&cu_flags, "-D__CUDA_NO_BFLOAT16_CONVERSIONS__");
-		arg(&cu_flags, "-D__CUDA_NO_HALF2_OPERATORS__");
-		arg(&cu_flags, "--expt-relaxed-constexpr");
-		arg(&cxx_flags, "-I%s/include", cuda_home);
-		jv_strings(jv_object_get(jv_copy(torch), jv_string("lib")), &link_flags, "-L");
-		jv libs = jv_object_get(jv_copy(torch), jv_string("lib"));
-		char libdir[PATH_MAX] = "";
-		if (jv_get_kind(libs) == JV_KIND_ARRAY && jv_array_length(jv_copy(libs)) > 0) {
-			jv first = jv_array_get(jv_copy(libs), 0);
-			if (jv_get_kind(first) == JV_KIND_STRING)
-				snprintf(libdir, sizeof libdir, "%s", jv_string_value(first));
-			jv_free(first);
-		}
-		jv_free(libs);
-		arg(&link_flags, "-lc10");
-		arg(&link_flags, "-ltorch");
-		arg(&link_flags, "-ltorch_cpu");
-		arg(&link_flags, "-ltorch_python");
-		char probe[PATH_MAX + 32];
-		snprintf(probe, sizeof probe, "%s/libtorch_cuda.so", libdir);
-		if (exists(probe)) {
-			arg(&link_flags, "-lc10_cuda");
-			arg(&link_flags, "-ltorch_cuda");
-		}
-		if (libdir[0])
-			arg(&link_flags, "-Wl,-rpath,%s", libdir);
-		arg(&link_flags, "-L%s/lib64", cuda_home);
-		arg(&link_flags, "-lcudart");
-		jv_free(abi);
-		jv_free(version_tag);
-		jv_free(pyinc);
-	}
-	if (includes(&src, "cublas"))
-		arg(&link_flags, "-lcublas");
-	if (includes(&src, "cublasLt"))
-		arg(&link_flags, "-lcublasLt");
-	if (includes(&src, "cudnn"))
-		arg(&link_flags, "-lcudnn");
+	argv_add(&b->common, agent ? "-std=c++20" : "-std=c++17");
+	argv_add(&b->common, "-I.");
+	argv_add(&b->common, "-Ikernels");
+	if (agent && torch_args(b) != 0)
+		return -1;
+	if (includes(&b->src, "cublas"))
+		argv_add(&b->link_flags, "-lcublas");
+	if (includes(&b->src, "cublasLt"))
+		argv_add(&b->link_flags, "-lcublasLt");
+	if (includes(&b->src, "cudnn"))
+		argv_add(&b->link_flags, "-lcudnn");
+	return 0;
+}
 
-	ca_sha256_string(&h, arch);
-	ca_sha256_string(&h, version);
-	hash_args(&h, &common);
-	hash_args(&h, &cu_flags);
-	hash_args(&h, &cxx_flags);
-	hash_args(&h, &link_flags);
-	if (jv_is_valid(torch)) {
-		jv t = jv_dump_string(jv_copy(torch), 0);
+/* The candidate's name: the flavour, architecture, compilers, flags, torch and every source. */
+static void workspace_hash(struct build *b)
+{
+	struct ca_sha256 h;
+	ca_sha256_init(&h);
+	ca_sha256_string(&h, "ca-build 1");
+	ca_sha256_string(&h, b->flavour);
+	ca_sha256_string(&h, b->arch);
+	ca_sha256_string(&h, b->tools);
+	argv_hash(&h, &b->common);
+	argv_hash(&h, &b->cu_flags);
+	argv_hash(&h, &b->cxx_flags);
+	argv_hash(&h, &b->link_flags);
+	if (jv_is_valid(b->torch)) {
+		jv t = jv_dump_string(jv_copy(b->torch), 0);
 		ca_sha256_string(&h, jv_string_value(t));
 		jv_free(t);
 	}
-	for (size_t i = 0; i < src.n; i++) {
+	for (size_t i = 0; i < b->src.n; i++) {
 		unsigned char size[8];
-		for (int b = 0; b < 8; b++)
-			size[b] = (unsigned char)((unsigned long long)src.v[i].len >> (8 * b));
-		ca_sha256_string(&h, src.v[i].rel);
+		for (int k = 0; k < 8; k++)
+			size[k] = (unsigned char)((unsigned long long)b->src.v[i].len >> (8 * k));
+		ca_sha256_string(&h, b->src.v[i].rel);
 		ca_sha256_update(&h, size, sizeof size);
-		ca_sha256_update(&h, src.v[i].data, src.v[i].len);
+		ca_sha256_update(&h, b->src.v[i].data, b->src.v[i].len);
 	}
-	ca_sha256_final_hex(&h, res->hash);
+	ca_sha256_final_hex(&h, b->res->hash);
+}
 
-	char entry[PATH_MAX];
-	snprintf(entry, sizeof entry, "%s/%s", cache, res->hash);
-	if (load_cached(entry, libname, res) == 0)
-		goto done;
-	free(res->library);
-	res->library = NULL;
-
-	/* A private build directory with exactly the hashed sources. */
+/* A private directory below TMPDIR with dirs; the Python headers copied in when the flags ask for them. */
+static int make_private_dir(struct build *b, char *dir, size_t size, const char *prefix)
+{
 	const char *tmp = getenv("TMPDIR");
-	snprintf(build, sizeof build, "%s/ca-build.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(build)) {
-		set_result(res, 0, CA_EXIT_SYSTEM, "cannot create a build directory: %s", strerror(errno));
-		build[0] = '\0';
-		goto done;
+	snprintf(dir, size, "%s/%s.XXXXXX", tmp && *tmp ? tmp : "/tmp", prefix);
+	if (!mkdtemp(dir)) {
+		set_result(b->res, 0, CA_EXIT_SYSTEM, "cannot create a build directory: %s", strerror(errno));
+		dir[0] = '\0';
+		return -1;
 	}
-	chmod(build, 0755);
+	chmod(dir, 0755);
 	char path[PATH_MAX * 2];
-	for (size_t i = 0; i < src.n; i++) {
-		snprintf(path, sizeof path, "%s/%s", build, src.v[i].rel);
-		if (mkdirs_for(path) != 0 || ca_file_write(path, src.v[i].data, src.v[i].len, 0644) != 0) {
-			set_result(res, 0, CA_EXIT_SYSTEM, "cannot write %s: %s", path, strerror(errno));
-			goto done;
+	for (size_t i = 0; i < b->common.n; i++) {
+		if (strcmp(b->common.v[i], "-Ipyinclude") != 0)
+			continue;
+		jv pyinc = jv_object_get(jv_copy(b->torch), jv_string("pyinclude"));
+		snprintf(path, sizeof path, "%s/pyinclude", dir);
+		int r = copy_tree(jv_string_value(pyinc), path);
+		jv_free(pyinc);
+		if (r != 0) {
+			set_result(b->res, 0, CA_EXIT_SYSTEM, "cannot copy the Python headers: %s", strerror(errno));
+			return -1;
 		}
 	}
-	snprintf(path, sizeof path, "%s/out", build);
+	return 0;
+}
+
+/* The private build directory with exactly the hashed sources. */
+static int make_build_dir(struct build *b)
+{
+	char path[PATH_MAX * 2];
+	if (make_private_dir(b, b->build, sizeof b->build, "ca-build") != 0)
+		return -1;
+	for (size_t i = 0; i < b->src.n; i++) {
+		snprintf(path, sizeof path, "%s/%s", b->build, b->src.v[i].rel);
+		if (mkdirs_for(path) != 0 || ca_file_write(path, b->src.v[i].data, b->src.v[i].len, 0644) != 0) {
+			set_result(b->res, 0, CA_EXIT_SYSTEM, "cannot write %s: %s", path, strerror(errno));
+			return -1;
+		}
+	}
+	snprintf(path, sizeof path, "%s/out", b->build);
 	mkdir(path, 0755);
-	snprintf(path, sizeof path, "%s/obj", build);
+	snprintf(path, sizeof path, "%s/obj", b->build);
 	mkdir(path, 0755);
-	for (size_t i = 0; i < common.n; i++) {
-		if (strcmp(common.v[i], "-Ipyinclude") == 0) {
-			jv pyinc = jv_object_get(jv_copy(torch), jv_string("pyinclude"));
-			snprintf(path, sizeof path, "%s/pyinclude", build);
-			int r = copy_tree(jv_string_value(pyinc), path);
-			jv_free(pyinc);
-			if (r != 0) {
-				set_result(res, 0, CA_EXIT_SYSTEM, "cannot copy the Python headers: %s", strerror(errno));
-				goto done;
+	return 0;
+}
+
+/* The g++ command line of a unit of the cuda-agent flavour, without source and output. */
+static void cxx_command(struct build *b, struct argv_list *a)
+{
+	argv_add(a, "g++");
+	argv_add(a, "-fPIC");
+	argv_append(a, &b->common);
+	argv_append(a, &b->cxx_flags);
+}
+
+/*
+ * torch's headers precompiled with exactly the units' g++ flags, once per
+ * compiler, flags and torch, kept in CACHE/pch/KEY/ (torch.h and
+ * torch.h.gch). Made by g++ under the sandbox in a private directory like
+ * a build's. NULL when it cannot be made (the units then compile without).
+ */
+static char *torch_pch(struct build *b)
+{
+	struct ca_sha256 h;
+	struct argv_list a = {0};
+	char key[65], entry[PATH_MAX], dir[PATH_MAX] = "", path[PATH_MAX * 2];
+	cxx_command(b, &a);
+	ca_sha256_init(&h);
+	ca_sha256_string(&h, "ca-build pch 1");
+	ca_sha256_string(&h, b->tools);
+	argv_hash(&h, &a);
+	jv t = jv_dump_string(jv_copy(b->torch), 0);
+	ca_sha256_string(&h, jv_string_value(t));
+	jv_free(t);
+	ca_sha256_final_hex(&h, key);
+	snprintf(entry, sizeof entry, "%s/pch/%.32s", b->cache, key);
+	snprintf(path, sizeof path, "%s/torch.h.gch", entry);
+	if (exists(path)) {
+		argv_free(&a);
+		return ca_xstrdup(entry);
+	}
+	struct step s = {0};
+	char *made = NULL;
+	if (make_private_dir(b, dir, sizeof dir, "ca-pch") != 0)
+		goto out;
+	static const char header[] = "#include <torch/extension.h>\n";
+	snprintf(path, sizeof path, "%s/torch.h", dir);
+	if (ca_file_write(path, header, sizeof header - 1, 0644) != 0)
+		goto out;
+	snprintf(s.log_path, sizeof s.log_path, "%s.log", dir);
+	argv_append(&s.argv, &a);
+	argv_add(&s.argv, "-x");
+	argv_add(&s.argv, "c++-header");
+	argv_add(&s.argv, "-o");
+	argv_add(&s.argv, "torch.h.gch");
+	argv_add(&s.argv, "torch.h");
+	char failed[PATH_MAX + 16];
+	snprintf(failed, sizeof failed, "%s.failed", entry);
+	if (exists(failed))
+		goto out;  /* it failed before with these flags: the units compile without */
+	/* Trusted input (torch's headers alone), a large output: limits of its own, its time not the candidate's. */
+	static const struct limits pch_limits = {300, 600, 8192, 2048};
+	double started = ca_proc_now();
+	int status = run_steps(&s, 1, dir, b->cache, b->nvcc, started + pch_limits.time_s, 1, b->opt->no_sandbox, &pch_limits);
+	b->limit_from += ca_proc_now() - started;
+	if (status != 0) {
+		/* A failure of its own (not a limit, not a signal) would come again: remember it, with its log. */
+		size_t n;
+		char *log = ca_file_read(s.log_path, CA_FILE_NOFOLLOW, max_log_bytes, &n);
+		snprintf(path, sizeof path, "%s/pch", b->cache);
+		ca_paths_mkdirs(path, 0755);
+		if (!ca_build_failure_cause(status, log))
+			ca_file_write(failed, log ? log : "", log ? n : 0, 0644);
+		free(log);
+		goto out;
+	}
+	/* Into place: renamed where the cache shares the filesystem, else copied aside and renamed. */
+	char tmp[PATH_MAX + 32], from[PATH_MAX * 2];
+	snprintf(path, sizeof path, "%s/pch", b->cache);
+	ca_paths_mkdirs(path, 0755);
+	snprintf(tmp, sizeof tmp, "%s.tmp-%d", entry, (int)getpid());
+	remove_tree(tmp);
+	if (rename(dir, tmp) != 0) {
+		mkdir(tmp, 0755);
+		snprintf(from, sizeof from, "%s/torch.h.gch", dir);
+		snprintf(path, sizeof path, "%s/torch.h.gch", tmp);
+		if (copy_file(from, path, 0644) != 0)
+			goto out;
+		snprintf(path, sizeof path, "%s/torch.h", tmp);
+		ca_file_write(path, header, sizeof header - 1, 0644);
+	} else {
+		dir[0] = '\0';
+	}
+	snprintf(path, sizeof path, "%s/pyinclude", tmp);
+	remove_tree(path);
+	/* Made by the sandbox's uid: ours again, so no sandboxed process can write it. */
+	const char *names[] = {"", "/torch.h", "/torch.h.gch"};
+	for (int k = 0; k < 3; k++) {
+		snprintf(path, sizeof path, "%s%s", tmp, names[k]);
+		if (lchown(path, geteuid(), getegid()) != 0 && errno != EPERM)
+			break;
+		chmod(path, k ? 0644 : 0755);
+	}
+	if (rename(tmp, entry) != 0)
+		remove_tree(tmp);  /* another build made it first */
+	snprintf(path, sizeof path, "%s/torch.h.gch", entry);
+	if (exists(path))
+		made = ca_xstrdup(entry);
+out:
+	if (s.log_path[0])
+		unlink(s.log_path);
+	argv_free(&s.argv);
+	argv_free(&a);
+	if (dir[0])
+		remove_tree(dir);
+	return made;
+}
+
+/*
+ * Put the precompiled header where a unit in the build directory finds it
+ * (ca-pch/torch.h): a hard link, else a copy. 0, or -1 (compile without).
+ */
+static int place_pch(struct build *b)
+{
+	char from[PATH_MAX * 2], to[PATH_MAX * 2];
+	snprintf(to, sizeof to, "%s/ca-pch", b->build);
+	if (mkdir(to, 0755) != 0)
+		return -1;
+	static const char header[] = "#include <torch/extension.h>\n";
+	snprintf(to, sizeof to, "%s/ca-pch/torch.h", b->build);
+	if (ca_file_write(to, header, sizeof header - 1, 0644) != 0)
+		return -1;
+	snprintf(from, sizeof from, "%s/torch.h.gch", b->pch);
+	snprintf(to, sizeof to, "%s/ca-pch/torch.h.gch", b->build);
+	if (link(from, to) == 0 || copy_file(from, to, 0644) == 0)
+		return 0;
+	return -1;
+}
+
+/* Whether the cuda-agent units may use torch's precompiled header; makes it the first time. */
+static int want_pch(struct build *b)
+{
+	if (strcmp(b->flavour, "cuda-agent") != 0 || getenv("CA_BUILD_NO_PCH"))
+		return 0;
+	int any = 0;
+	for (size_t i = 0; i < b->src.n && !any; i++)
+		any = !has_suffix(b->src.v[i].rel, ".cu") && compiled(b->src.v[i].rel) && unit_starts_with_torch(&b->src, i);
+	if (!any)
+		return 0;
+	/* Where the compiler would look for torch's own headers: a workspace file there would be seen instead. */
+	const char *dirs[8];
+	size_t n = 0;
+	jv inc = jv_object_get(jv_copy(b->torch), jv_string("include"));
+	jv pyinc = jv_object_get(jv_copy(b->torch), jv_string("pyinclude"));
+	char cuda_inc[PATH_MAX + 16];
+	snprintf(cuda_inc, sizeof cuda_inc, "%s/include", b->cuda_home);
+	if (jv_get_kind(inc) == JV_KIND_ARRAY)
+		jv_array_foreach(inc, k, d) {
+			if (jv_get_kind(d) == JV_KIND_STRING && n < 4)
+				dirs[n++] = jv_string_value(d);  /* inc holds the string */
+			jv_free(d);
+		}
+	if (jv_get_kind(pyinc) == JV_KIND_STRING)
+		dirs[n++] = jv_string_value(pyinc);
+	dirs[n++] = cuda_inc;
+	dirs[n++] = "/usr/include";
+	dirs[n++] = "/usr/local/include";
+	int shadow = sources_shadow_headers(&b->src, dirs, n);
+	jv_free(inc);
+	jv_free(pyinc);
+	if (shadow)
+		return 0;
+	b->pch = torch_pch(b);
+	return b->pch && place_pch(b) == 0;
+}
+
+/* One step per unit (or one nvcc -shared for a single .cu of the ca flavour); cached units are fetched. */
+static void plan_steps(struct build *b)
+{
+	size_t ncompile = 0, ncu = 0;
+	for (size_t i = 0; i < b->src.n; i++) {
+		ncompile += compiled(b->src.v[i].rel);
+		ncu += has_suffix(b->src.v[i].rel, ".cu");
+	}
+	int ca = strcmp(b->flavour, "ca") == 0;
+	b->single = ca && ncompile == 1 && ncu == 1;
+	int pch = !b->single && want_pch(b);
+	b->steps = ca_xcalloc(ncompile + 1, sizeof *b->steps);
+	for (size_t i = 0; i < b->src.n; i++) {
+		const char *rel = b->src.v[i].rel;
+		int cu = has_suffix(rel, ".cu");
+		if (!compiled(rel))
+			continue;
+		struct step *s = &b->steps[b->nsteps];
+		if (cu || ca) {
+			argv_add(&s->argv, "%s", b->nvcc);
+			argv_add(&s->argv, b->single ? "-shared" : "-c");
+			argv_add(&s->argv, "-arch=%s", b->arch);
+			argv_add(&s->argv, "-Xcompiler");
+			argv_add(&s->argv, "-fPIC");
+			argv_append(&s->argv, &b->common);
+			if (cu)
+				argv_append(&s->argv, &b->cu_flags);
+		} else {
+			cxx_command(b, &s->argv);
+			argv_add(&s->argv, "-c");
+		}
+		if (b->single) {
+			argv_add(&s->argv, "-o");
+			argv_add(&s->argv, "out/%s", b->libname);
+			argv_add(&s->argv, "%s", rel);
+			argv_append(&s->argv, &b->link_flags);
+			snprintf(s->log_path, sizeof s->log_path, "%s.log.%zu", b->build, b->nsteps);
+			b->nsteps++;
+			continue;
+		}
+		snprintf(s->object, sizeof s->object, "obj/%zu.o", b->nsteps);
+		argv_add(&s->argv, "-o");
+		argv_add(&s->argv, "%s", s->object);
+		argv_add(&s->argv, "%s", rel);
+		/* The key leaves out the precompiled header: it changes how fast, never what. */
+		unit_key(&b->src, i, b->tools, &s->argv, s->key);
+		char path[PATH_MAX * 2];
+		snprintf(path, sizeof path, "%s/%s", b->build, s->object);
+		s->cached = unit_fetch(b->cache, s->key, path) == 0;
+		b->res->units_cached += s->cached;
+		if (!s->cached) {
+			snprintf(s->log_path, sizeof s->log_path, "%s.log.%zu", b->build, b->nsteps);
+			if (pch && !cu && unit_starts_with_torch(&b->src, i)) {
+				argv_add(&s->argv, "-include");
+				argv_add(&s->argv, "ca-pch/torch.h");
+				b->res->pch = 1;
 			}
 		}
+		b->nsteps++;
 	}
+}
 
-	/* Steps: one nvcc for a single .cu of the ca flavour, else compile in parallel and link. */
-	steps = ca_xcalloc(ncompile + 1, sizeof *steps);
-	size_t ncu = 0;
-	for (size_t i = 0; i < src.n; i++)
-		ncu += has_suffix(src.v[i].rel, ".cu");
-	int single = strcmp(flavour, "ca") == 0 && ncompile == 1 && ncu == 1;
-	for (size_t i = 0; i < src.n; i++) {
-		const char *rel = src.v[i].rel;
-		int cu = has_suffix(rel, ".cu");
-		if (!cu && !has_suffix(rel, ".cpp") && !has_suffix(rel, ".cc"))
+/* Compile the units not cached, in parallel, then link. The exit status of the first that failed. */
+static int compile_and_link(struct build *b, struct step *link)
+{
+	struct step *todo = ca_xcalloc(b->nsteps + 1, sizeof *todo);
+	size_t n = 0;
+	for (size_t i = 0; i < b->nsteps; i++)
+		if (!b->steps[i].cached)
+			todo[n++] = b->steps[i];  /* shares argv and paths with steps[i] */
+	b->res->units_compiled = (int)n;
+	int jobs = b->opt->jobs > 0 ? b->opt->jobs : (int)sysconf(_SC_NPROCESSORS_ONLN);
+	double deadline = b->limit_from + b->lim.time_s;
+	int status = run_steps(todo, n, b->build, b->cache, b->nvcc, deadline, jobs < 1 ? 1 : jobs, b->opt->no_sandbox, &b->lim);
+	free(todo);
+	char path[PATH_MAX * 2];
+	for (size_t i = 0; status == 0 && i < b->nsteps; i++) {
+		if (b->steps[i].cached || !b->steps[i].key[0])
 			continue;
-		if (single && !cu)
-			continue;
-		struct step *s = &steps[nsteps];
-		snprintf(s->log_path, sizeof s->log_path, "%s.log.%zu", build, nsteps);
-		if (cu || strcmp(flavour, "ca") == 0) {
-			arg(&s->argv, "%s", nvcc);
-			if (single)
-				arg(&s->argv, "-shared");
-			else
-				arg(&s->argv, "-c");
-			arg(&s->argv, "-arch=%s", arch);
-			arg(&s->argv, "-Xcompiler");
-			arg(&s->argv, "-fPIC");
-			args_append(&s->argv, &common);
-			if (cu)
-				args_append(&s->argv, &cu_flags);
-		} else {
-			arg(&s->argv, "g++");
-			arg(&s->argv, "-c");
-			arg(&s->argv, "-fPIC");
-			args_append(&s->argv, &common);
-			args_append(&s->argv, &cxx_flags);
-		}
-		if (single) {
-			arg(&s->argv, "-o");
-			arg(&s->argv, "out/%s", libname);
-			arg(&s->argv, "%s", rel);
-			args_append(&s->argv, &link_flags);
-		} else {
-			arg(&s->argv, "-o");
-			arg(&s->argv, "obj/%zu.o", nsteps);
-			arg(&s->argv, "%s", rel);
-		}
-		nsteps++;
+		snprintf(path, sizeof path, "%s/%s", b->build, b->steps[i].object);
+		unit_store(b->cache, b->steps[i].key, path);
 	}
-	int jobs = opt->jobs > 0 ? opt->jobs : (int)sysconf(_SC_NPROCESSORS_ONLN);
-	if (jobs < 1)
-		jobs = 1;
-	double deadline = t0 + lim.time_s;
-	int status = run_steps(steps, nsteps, build, cache, nvcc, deadline, jobs, opt->no_sandbox, &lim);
-	struct step link = {0};
-	if (status == 0 && !single) {
-		snprintf(link.log_path, sizeof link.log_path, "%s.log.link", build);
-		arg(&link.argv, "%s", strcmp(flavour, "ca") == 0 ? nvcc : "g++");
-		arg(&link.argv, "-shared");
-		if (strcmp(flavour, "ca") == 0)
-			arg(&link.argv, "-arch=%s", arch);
-		arg(&link.argv, "-o");
-		arg(&link.argv, "out/%s", libname);
-		for (size_t i = 0; i < nsteps; i++)
-			arg(&link.argv, "obj/%zu.o", i);
-		args_append(&link.argv, &link_flags);
-		status = run_steps(&link, 1, build, cache, nvcc, deadline, 1, opt->no_sandbox, &lim);
-	}
+	if (status != 0 || b->single)
+		return status;
+	int ca = strcmp(b->flavour, "ca") == 0;
+	snprintf(link->log_path, sizeof link->log_path, "%s.log.link", b->build);
+	argv_add(&link->argv, "%s", ca ? b->nvcc : "g++");
+	argv_add(&link->argv, "-shared");
+	if (ca)
+		argv_add(&link->argv, "-arch=%s", b->arch);
+	argv_add(&link->argv, "-o");
+	argv_add(&link->argv, "out/%s", b->libname);
+	for (size_t i = 0; i < b->nsteps; i++)
+		argv_add(&link->argv, "%s", b->steps[i].object);
+	argv_append(&link->argv, &b->link_flags);
+	return run_steps(link, 1, b->build, b->cache, b->nvcc, deadline, 1, b->opt->no_sandbox, &b->lim);
+}
 
-	/* The log: every step's output in order. */
+/* Every step's output in order, the step logs removed. */
+static char *gather_log(struct build *b, const struct step *link)
+{
 	size_t log_len = 0, log_cap = 1024;
 	char *full = ca_xmalloc(log_cap);
 	full[0] = '\0';
-	for (size_t i = 0; i <= nsteps; i++) {
-		const char *lp = i < nsteps ? steps[i].log_path : link.log_path;
+	for (size_t i = 0; i <= b->nsteps; i++) {
+		const char *lp = i < b->nsteps ? b->steps[i].log_path : link->log_path;
 		if (!lp[0])
 			continue;
 		size_t n;
@@ -1365,48 +1552,160 @@ int ca_build_workspace(const char *dir, const struct ca_build_options *opt, stru
 		}
 		unlink(lp);
 	}
-	args_free(&link.argv);
+	return full;
+}
+
+/* The result of the compile and link: cached when it says something about the sources alone. */
+static void judge(struct build *b, int status, const char *full)
+{
 	char prefix[PATH_MAX + 2];
-	snprintf(prefix, sizeof prefix, "%s/", build);
+	snprintf(prefix, sizeof prefix, "%s/", b->build);
 	const char *cause = ca_build_failure_cause(status, full);
 	if (status == 0) {
-		set_result(res, 1, CA_EXIT_OK, NULL);
-		store_cached(cache, build, libname, full, res);
+		set_result(b->res, 1, CA_EXIT_OK, NULL);
+		store_cached(b->cache, b->build, b->libname, full, b->res);
 	} else if (status == CA_SANDBOX_SETUP_FAILED || status == 126 || status == 127) {
 		char *trimmed = ca_build_trim_log(full, prefix, 2000);
-		set_result(res, 0, CA_EXIT_SYSTEM, "could not run the compiler (status %d): %s", status, trimmed);
+		set_result(b->res, 0, CA_EXIT_SYSTEM, "could not run the compiler (status %d): %s", status, trimmed);
 		free(trimmed);
 	} else if (cause) {
 		/* Not an answer about the sources alone: nothing is cached. */
 		char *trimmed = ca_build_trim_log(full, prefix, 3000);
-		const char *disks[] = {build, cache, "/tmp"};
-		not_compiled(res, cause, status, &lim, disks, 3, trimmed);
+		const char *disks[] = {b->build, b->cache, "/tmp"};
+		not_compiled(b->res, cause, status, &b->lim, disks, 3, trimmed);
 		free(trimmed);
 	} else {
-		res->ok = 0;
-		res->status = CA_EXIT_NEGATIVE;
-		free(res->log);
-		res->log = ca_build_trim_log(full, prefix, 4000);
-		store_cached(cache, build, libname, full, res);
+		b->res->ok = 0;
+		b->res->status = CA_EXIT_NEGATIVE;
+		free(b->res->log);
+		b->res->log = ca_build_trim_log(full, prefix, 4000);
+		store_cached(b->cache, b->build, b->libname, full, b->res);
 	}
-	free(full);
+}
 
+/* The workspace, its flavour and its sources; 0, or -1 with the result set. */
+static int read_workspace(struct build *b, const char *dir)
+{
+	char bad_limit[512];
+	if (resolve_limits(b->opt, &b->lim, bad_limit, sizeof bad_limit) != 0) {
+		set_result(b->res, 0, CA_EXIT_USAGE, "%s", bad_limit);
+		return -1;
+	}
+	if (!realpath(dir, b->wsdir)) {
+		set_result(b->res, 0, CA_EXIT_DATA, "%s: %s", dir, strerror(errno));
+		return -1;
+	}
+	const char *f = b->opt->flavour;
+	b->flavour = f && strcmp(f, "auto") != 0 ? f : detect_flavour(b->wsdir);
+	if (!b->flavour) {
+		set_result(b->res, 0, CA_EXIT_DATA, "%s: not a workspace: no kernels/*.cu, no binding.cpp and no model_new.py", dir);
+		return -1;
+	}
+	if (strcmp(b->flavour, "ca") != 0 && strcmp(b->flavour, "cuda-agent") != 0 && strcmp(b->flavour, "kernelbench") != 0) {
+		set_result(b->res, 0, CA_EXIT_DATA, "unknown flavour '%s'", b->flavour);
+		return -1;
+	}
+	snprintf(b->res->flavour, sizeof b->res->flavour, "%s", b->flavour);
+	b->arch = b->opt->arch ? b->opt->arch : ca_build_default_arch();
+	snprintf(b->res->arch, sizeof b->res->arch, "%s", b->arch);
+	if (collect(&b->src, b->wsdir, b->flavour) != 0) {
+		set_result(b->res, 0, CA_EXIT_DATA, "%s", b->src.why);
+		return -1;
+	}
+	return 0;
+}
+
+/* load_inline builds at run time; the hash still names the candidate. */
+static void kernelbench_result(struct build *b)
+{
+	struct ca_sha256 h;
+	ca_sha256_init(&h);
+	ca_sha256_string(&h, "ca-build 1");
+	ca_sha256_string(&h, b->flavour);
+	for (size_t i = 0; i < b->src.n; i++) {
+		ca_sha256_string(&h, b->src.v[i].rel);
+		ca_sha256_update(&h, b->src.v[i].data, b->src.v[i].len);
+	}
+	ca_sha256_final_hex(&h, b->res->hash);
+	set_result(b->res, 1, CA_EXIT_OK, NULL);
+}
+
+/* Is there anything to compile, and may this flavour compile it? 0, or -1 with the result set. */
+static int check_sources(struct build *b, const char *dir)
+{
+	size_t ncompile = 0;
+	for (size_t i = 0; i < b->src.n; i++)
+		ncompile += compiled(b->src.v[i].rel);
+	if (ncompile == 0) {
+		set_result(b->res, 0, CA_EXIT_DATA, "%s: no .cu or .cpp files to compile in kernels/", dir);
+		return -1;
+	}
+	const char *torch_header = includes(&b->src, "torch/") ? includes(&b->src, "torch/") : includes(&b->src, "ATen/");
+	if (strcmp(b->flavour, "ca") == 0 && torch_header) {
+		set_result(b->res, 0, CA_EXIT_NEGATIVE,
+			"%s includes torch headers: the ca flavour builds without torch (extern \"C\" launchers called "
+			"through ca_kernels); use the cuda-agent layout for torch extensions", torch_header);
+		return -1;
+	}
+	return 0;
+}
+
+static void build_free(struct build *b)
+{
+	for (size_t i = 0; i < b->nsteps; i++)
+		argv_free(&b->steps[i].argv);
+	free(b->steps);
+	if (b->build[0])
+		remove_tree(b->build);
+	argv_free(&b->common);
+	argv_free(&b->cu_flags);
+	argv_free(&b->cxx_flags);
+	argv_free(&b->link_flags);
+	jv_free(b->torch);
+	sources_free(&b->src);
+	free(b->cache);
+	free(b->nvcc);
+	free(b->tools);
+	free(b->pch);
+}
+
+int ca_build_workspace(const char *dir, const struct ca_build_options *opt, struct ca_build_result *res)
+{
+	struct ca_build_options defaults = {0};
+	struct build b = {.opt = opt ? opt : &defaults, .res = res, .torch = jv_invalid(), .t0 = ca_proc_now()};
+	b.limit_from = b.t0;
+	memset(res, 0, sizeof *res);
+	res->log = ca_xstrdup("");
+	if (read_workspace(&b, dir) != 0)
+		goto done;
+	if (strcmp(b.flavour, "kernelbench") == 0) {
+		kernelbench_result(&b);
+		goto done;
+	}
+	if (check_sources(&b, dir) != 0)
+		goto done;
+	b.cache = cache_root(b.opt);
+	if (prepare_flags(&b) != 0)
+		goto done;
+	workspace_hash(&b);
+	char entry[PATH_MAX];
+	snprintf(entry, sizeof entry, "%s/%s", b.cache, res->hash);
+	if (load_cached(entry, b.libname, res) == 0)
+		goto done;
+	free(res->library);
+	res->library = NULL;
+	if (make_build_dir(&b) != 0)
+		goto done;
+	plan_steps(&b);
+	struct step link = {0};
+	int status = compile_and_link(&b, &link);
+	char *full = gather_log(&b, &link);
+	argv_free(&link.argv);
+	judge(&b, status, full);
+	free(full);
 done:
-	res->seconds = ca_proc_now() - t0;
-	for (size_t i = 0; i < nsteps; i++)
-		args_free(&steps[i].argv);
-	free(steps);
-	if (build[0])
-		remove_tree(build);
-	args_free(&common);
-	args_free(&cu_flags);
-	args_free(&cxx_flags);
-	args_free(&link_flags);
-	jv_free(torch);
-	sources_free(&src);
-	free(cache);
-	free(nvcc);
-	free(version);
+	res->seconds = ca_proc_now() - b.t0;
+	build_free(&b);
 	return res->status;
 }
 
@@ -1430,5 +1729,8 @@ jv ca_build_result_json(const struct ca_build_result *res)
 	j = jv_object_set(j, jv_string("arch"), res->arch[0] ? jv_string(res->arch) : jv_null());
 	j = jv_object_set(j, jv_string("transient"), jv_bool(res->transient));
 	j = jv_object_set(j, jv_string("limit"), res->limit[0] ? jv_string(res->limit) : jv_null());
+	j = jv_object_set(j, jv_string("units"), jv_object_set(jv_object_set(jv_object(), jv_string("compiled"),
+		jv_number(res->units_compiled)), jv_string("cached"), jv_number(res->units_cached)));
+	j = jv_object_set(j, jv_string("pch"), jv_bool(res->pch));
 	return j;
 }

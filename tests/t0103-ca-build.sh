@@ -155,6 +155,26 @@ else
 fi
 
 expect_success 'ca_build_trim_log keeps errors with context and caps the size' 'test-build'
+expect_success 'unit cache keys follow includes; torch'"'"'s precompiled header only where it changes nothing' 'test-build_units "$TRASH"'
+
+# The unit cache: a unit whose sources did not change is not compiled again.
+expect_success 'units are cached by content: an edit compiles only the units it reaches' '
+	mkdir -p ws/kernels && printf "#include \"common.cuh\"\nint a;\n" >ws/kernels/a.cu &&
+	echo "int b;" >ws/kernels/b.cu && echo "#pragma once" >ws/kernels/common.cuh &&
+	NVCC=$FAKE ca-build --cache c ws >1 && jq -e ".ok and .units == {compiled: 2, cached: 0} and .pch == false" 1 &&
+	echo "int b2;" >>ws/kernels/b.cu && NVCC=$FAKE ca-build --cache c ws >2 &&
+	jq -e ".ok and .cached == false and .units == {compiled: 1, cached: 1}" 2 &&
+	echo "// edited" >>ws/kernels/common.cuh && NVCC=$FAKE ca-build --cache c ws >3 &&
+	jq -e ".ok and .units == {compiled: 1, cached: 1}" 3 &&
+	NVCC=$FAKE ca-build --cache c ws >4 && jq -e ".cached and .units == {compiled: 0, cached: 0}" 4
+'
+expect_status 1 'a unit that failed is not cached: fixed, it compiles; broken again, it fails' '
+	mkdir -p ws/kernels && echo "int a;" >ws/kernels/a.cu && echo "BROKEN;" >ws/kernels/b.cu &&
+	NVCC=$FAKE ca-build --cache c ws >1; jq -e ".ok == false" 1 &&
+	echo "int b;" >ws/kernels/b.cu && NVCC=$FAKE ca-build --cache c ws >2 && jq -e ".ok and .units.compiled >= 1" 2 &&
+	echo "BROKEN; int x;" >ws/kernels/b.cu && NVCC=$FAKE ca-build --cache c ws >3; status=$?
+	jq -e ".ok == false and .units.cached == 1" 3 && exit $status
+'
 
 # Limits. ulimit -v is in KB, -f in 512-byte blocks.
 expect_success 'every compiler gets the limits: defaults, then CA_BUILD_*, then options' '

@@ -1,0 +1,80 @@
+/*
+ * build_impl: what build.c and build_units.c share (private to lib/build*).
+ *
+ * A build is a list of steps (compiler command lines run in the build
+ * directory under the sandbox). Each compile step is a unit: one source
+ * file to one object. Units are cached by content (build_units.c): the
+ * key covers the compiler, the command line, the source and every
+ * workspace file it can include, so a unit that is the same in two
+ * candidates (CUDA-Agent's binding.cpp) is compiled once. Units of the
+ * cuda-agent flavour that begin with torch/extension.h are compiled with
+ * torch's headers precompiled once per compiler, flags and torch.
+ */
+#ifndef CA_BUILD_IMPL_H
+#define CA_BUILD_IMPL_H
+
+#include <limits.h>
+#include <stddef.h>
+
+#include "hash.h"
+
+struct source {
+	char *rel;
+	char *data;
+	size_t len;
+};
+
+struct sources {
+	struct source *v;
+	size_t n;
+	size_t bytes;
+	char why[512];  /* set when the workspace cannot be used */
+};
+
+struct argv_list {
+	char **v;
+	size_t n, cap;
+};
+
+void argv_add(struct argv_list *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void argv_append(struct argv_list *a, const struct argv_list *b);
+void argv_free(struct argv_list *a);
+void argv_hash(struct ca_sha256 *h, const struct argv_list *a);
+
+/* ---- units (build_units.c) ---- */
+
+/*
+ * The cache key of compiling source number unit with argv (paths relative
+ * to the build directory) by tools (the compilers' version texts). Every
+ * workspace file the unit names in an #include (followed through the
+ * workspace, resolved as the compiler's -I. -Ikernels would, conditions
+ * ignored so that more counts, never less) is part of it; a computed
+ * #include or __has_include makes every workspace file part of it.
+ */
+void unit_key(const struct sources *src, size_t unit, const char *tools, const struct argv_list *argv, char hex[65]);
+
+/* Copy the cached object of key to path: 0, else -1 (not cached). */
+int unit_fetch(const char *cache, const char *key, const char *path);
+
+/* Keep the object at path as key's (written aside, renamed into place). */
+void unit_store(const char *cache, const char *key, const char *path);
+
+/*
+ * May source number unit be compiled with torch's precompiled header in
+ * front? Only when nothing but comments, blank lines, #pragma once and an
+ * include guard come before its first #include, and that include is
+ * torch/extension.h or a workspace header that begins so: then putting the
+ * header first changes nothing.
+ */
+int unit_starts_with_torch(const struct sources *src, size_t unit);
+
+/*
+ * Does a workspace file stand where the compiler would find one of the
+ * headers behind torch/extension.h (a path that exists below one of dirs,
+ * taken from the workspace root or from kernels/), or lack an extension
+ * (a name like <vector>)? Then the precompiled header, made without the
+ * workspace, would not be what the unit sees: not used.
+ */
+int sources_shadow_headers(const struct sources *src, const char *const *dirs, size_t ndirs);
+
+#endif
