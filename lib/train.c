@@ -881,14 +881,17 @@ int ca_train_run(const struct ca_train_step *s, const struct ca_train_opts *o, i
 	return ca_err_finish(status);
 }
 
-/* A request's members; NULL, or why the request is refused. */
+/* A request's members. */
 struct request {
 	struct ca_train_opts o;
 	int nfiles;
 	char **files;
 };
 
-static const char *parse_request(jv req, struct request *q, const struct ca_train_opts *o)
+/* Read a request into q: NULL, or why it is refused, with *status CA_EXIT_DATA for a malformed request
+ * or CA_EXIT_SYSTEM for an input that cannot be read (status is left alone otherwise).
+ */
+static const char *parse_request(jv req, struct request *q, const struct ca_train_opts *o, int *status)
 {
 	static char why[PATH_MAX + 100];
 	memset(q, 0, sizeof *q);
@@ -930,6 +933,7 @@ static const char *parse_request(jv req, struct request *q, const struct ca_trai
 				snprintf(why, sizeof why, "inputs[%d]: %.*s: %s", i, PATH_MAX, jv_string_value(f),
 					strerror(errno));
 				no = why;
+				*status = CA_EXIT_SYSTEM;
 			} else {
 				q->files[i] = ca_xstrdup(jv_string_value(f));
 			}
@@ -1010,7 +1014,7 @@ int ca_train_serve(const struct ca_train_step *s, const struct ca_train_opts *o)
 			jv_free(req);
 		} else {
 			struct request q;
-			const char *no = parse_request(req, &q, o);
+			const char *no = parse_request(req, &q, o, &status);
 			jv_free(req);
 			if (no) {
 				ca_ndjson_warn(rd, "%s", no);
