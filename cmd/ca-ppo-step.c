@@ -26,7 +26,8 @@ static const char usage_text[] =
 	"                   [--entropy-coef X] [--epochs N] [--eps X] [--kl-coef X] [--kl-type TYPE]\n"
 	"                   [--loss-scale-factor X] [--lr X] [--max-grad-norm X] [--mini-batches N]\n"
 	"                   [--weight-decay X] [--whiten]\n"
-	"                   -m DIR [-o DIR] [file ...]\n";
+	"                   -m DIR [-o DIR] [file ...]\n"
+	"       ca-ppo-step --serve [option ...]\n";
 
 struct config {
 	struct ca_train_opts train;
@@ -140,6 +141,36 @@ static void update(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx
 	t->updates++;
 }
 
+/* A step's start: fresh totals, the advantages whitened when asked. */
+static void begin(struct ca_train_data *d, void *ctx)
+{
+	struct totals *t = ctx;
+	*t = (struct totals){.cfg = t->cfg, .ratio_min = INFINITY, .ratio_max = -INFINITY};
+	if (t->cfg->whiten)
+		whiten(d);
+}
+
+static jv stats(struct ca_train_engine *e, const struct ca_train_data *d, jv r, void *ctx)
+{
+	(void)e;
+	(void)d;
+	const struct totals *t = ctx;
+	r = jv_object_set(r, jv_string("updates"), jv_number(t->updates));
+	r = jv_object_set(r, jv_string("loss"), ca_train_mean(t->loss, t->updates));
+	r = jv_object_set(r, jv_string("pg_loss"), ca_train_mean(t->pg_loss, t->updates));
+	r = jv_object_set(r, jv_string("pg_clipfrac"), ca_train_mean(t->pg_clipfrac, t->updates));
+	r = jv_object_set(r, jv_string("pg_clipfrac_lower"), ca_train_mean(t->pg_clipfrac_lower, t->updates));
+	r = jv_object_set(r, jv_string("ratio_clipped_high_frac"), ca_train_mean(t->clipped_high, t->updates));
+	r = jv_object_set(r, jv_string("ratio_clipped_low_frac"), ca_train_mean(t->clipped_low, t->updates));
+	r = jv_object_set(r, jv_string("approx_kl"), ca_train_mean(t->approx_kl, t->updates));
+	r = jv_object_set(r, jv_string("entropy"), ca_train_mean(t->entropy, t->updates));
+	if (t->cfg->kl_coef != 0)
+		r = jv_object_set(r, jv_string("kl"), ca_train_mean(t->kl, t->updates));
+	r = jv_object_set(r, jv_string("grad_norm"), ca_train_mean(t->grad_norm, t->updates));
+	r = jv_object_set(r, jv_string("ratio_min"), isfinite(t->ratio_min) ? jv_number(t->ratio_min) : jv_null());
+	return jv_object_set(r, jv_string("ratio_max"), isfinite(t->ratio_max) ? jv_number(t->ratio_max) : jv_null());
+}
+
 int main(int argc, char **argv)
 {
 	enum { OPT_ADV = 1, OPT_CLIP_HIGH, OPT_CLIP_LOW, OPT_DUAL, OPT_ENT, OPT_KL, OPT_KL_TYPE,
@@ -185,37 +216,17 @@ int main(int argc, char **argv)
 		default: fputs(usage_text, stderr); ca_opt_bad_usage();
 		}
 	}
-	ca_train_opts_check(&cfg.train, usage_text);
-	double t0 = ca_train_now();
-	struct ca_model *m = ca_train_load(cfg.train.model, 0);
-	const char *names[CA_TRAIN_NFIELDS] = {
-		[CA_TRAIN_LOGPROBS] = "logprobs",
-		[CA_TRAIN_ADVANTAGES] = cfg.advantages,
-		[CA_TRAIN_REF_LOGPROBS] = cfg.kl_coef != 0 ? "ref_logprobs" : NULL,
+	ca_train_opts_check(&cfg.train, usage_text, argc - optind);
+	struct totals t = {.cfg = &cfg};
+	struct ca_train_step step = {
+		.command = "ca-ppo-step", .critic = 0, .begin = begin, .update = update, .stats = stats, .ctx = &t,
+		.names = {
+			[CA_TRAIN_LOGPROBS] = "logprobs",
+			[CA_TRAIN_ADVANTAGES] = cfg.advantages,
+			[CA_TRAIN_REF_LOGPROBS] = cfg.kl_coef != 0 ? "ref_logprobs" : NULL,
+		},
 	};
-	struct ca_train_data d;
-	ca_train_read(argc - optind, argv + optind, names, &m->cfg, &d);
-	if (cfg.whiten)
-		whiten(&d);
-	struct ca_train_engine e;
-	ca_train_engine_open(&e, m, cfg.train.device);
-	struct totals t = {.cfg = &cfg, .ratio_min = INFINITY, .ratio_max = -INFINITY};
-	double update_seconds = ca_train_epochs(&e, &d, &cfg.train, update, &t);
-	ca_train_engine_close(&e);
-	jv r = ca_train_stats_begin("ca-ppo-step", m, &d, &cfg.train);
-	r = jv_object_set(r, jv_string("updates"), jv_number(t.updates));
-	r = jv_object_set(r, jv_string("loss"), ca_train_mean(t.loss, t.updates));
-	r = jv_object_set(r, jv_string("pg_loss"), ca_train_mean(t.pg_loss, t.updates));
-	r = jv_object_set(r, jv_string("pg_clipfrac"), ca_train_mean(t.pg_clipfrac, t.updates));
-	r = jv_object_set(r, jv_string("pg_clipfrac_lower"), ca_train_mean(t.pg_clipfrac_lower, t.updates));
-	r = jv_object_set(r, jv_string("ratio_clipped_high_frac"), ca_train_mean(t.clipped_high, t.updates));
-	r = jv_object_set(r, jv_string("ratio_clipped_low_frac"), ca_train_mean(t.clipped_low, t.updates));
-	r = jv_object_set(r, jv_string("approx_kl"), ca_train_mean(t.approx_kl, t.updates));
-	r = jv_object_set(r, jv_string("entropy"), ca_train_mean(t.entropy, t.updates));
-	if (cfg.kl_coef != 0)
-		r = jv_object_set(r, jv_string("kl"), ca_train_mean(t.kl, t.updates));
-	r = jv_object_set(r, jv_string("grad_norm"), ca_train_mean(t.grad_norm, t.updates));
-	r = jv_object_set(r, jv_string("ratio_min"), isfinite(t.ratio_min) ? jv_number(t.ratio_min) : jv_null());
-	r = jv_object_set(r, jv_string("ratio_max"), isfinite(t.ratio_max) ? jv_number(t.ratio_max) : jv_null());
-	return ca_train_finish(&e, &cfg.train, &d, r, update_seconds, t0);
+	if (cfg.train.serve)
+		return ca_train_serve(&step, &cfg.train);
+	return ca_train_run(&step, &cfg.train, argc - optind, argv + optind);
 }

@@ -16,7 +16,8 @@
 static const char usage_text[] =
 	"usage: ca-sft-step [-h] [--agg MODE] [--beta1 X] [--beta2 X] [--device cpu|cuda] [--epochs N]\n"
 	"                   [--eps X] [--loss-scale-factor X] [--lr X] [--max-grad-norm X] [--mini-batches N]\n"
-	"                   [--weight-decay X] -m DIR [-o DIR] [file ...]\n";
+	"                   [--weight-decay X] -m DIR [-o DIR] [file ...]\n"
+	"       ca-sft-step --serve [option ...]\n";
 
 struct totals {
 	const struct ca_train_opts *o;
@@ -44,6 +45,24 @@ static void update(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx
 	t->updates++;
 }
 
+static void begin(struct ca_train_data *d, void *ctx)
+{
+	(void)d;
+	struct totals *t = ctx;
+	*t = (struct totals){.o = t->o};
+}
+
+static jv stats(struct ca_train_engine *e, const struct ca_train_data *d, jv r, void *ctx)
+{
+	(void)e;
+	(void)d;
+	const struct totals *t = ctx;
+	r = jv_object_set(r, jv_string("updates"), jv_number(t->updates));
+	r = jv_object_set(r, jv_string("loss"), ca_train_mean(t->loss, t->updates));
+	r = jv_object_set(r, jv_string("entropy"), ca_train_mean(t->entropy, t->updates));
+	return jv_object_set(r, jv_string("grad_norm"), ca_train_mean(t->grad_norm, t->updates));
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -63,21 +82,12 @@ int main(int argc, char **argv)
 		default: fputs(usage_text, stderr); ca_opt_bad_usage();
 		}
 	}
-	ca_train_opts_check(&o, usage_text);
-	double t0 = ca_train_now();
-	struct ca_model *m = ca_train_load(o.model, 0);
-	const char *names[CA_TRAIN_NFIELDS] = {0};
-	struct ca_train_data d;
-	ca_train_read(argc - optind, argv + optind, names, &m->cfg, &d);
-	struct ca_train_engine e;
-	ca_train_engine_open(&e, m, o.device);
+	ca_train_opts_check(&o, usage_text, argc - optind);
 	struct totals t = {.o = &o};
-	double update_seconds = ca_train_epochs(&e, &d, &o, update, &t);
-	ca_train_engine_close(&e);
-	jv r = ca_train_stats_begin("ca-sft-step", m, &d, &o);
-	r = jv_object_set(r, jv_string("updates"), jv_number(t.updates));
-	r = jv_object_set(r, jv_string("loss"), ca_train_mean(t.loss, t.updates));
-	r = jv_object_set(r, jv_string("entropy"), ca_train_mean(t.entropy, t.updates));
-	r = jv_object_set(r, jv_string("grad_norm"), ca_train_mean(t.grad_norm, t.updates));
-	return ca_train_finish(&e, &o, &d, r, update_seconds, t0);
+	struct ca_train_step step = {
+		.command = "ca-sft-step", .critic = 0, .begin = begin, .update = update, .stats = stats, .ctx = &t,
+	};
+	if (o.serve)
+		return ca_train_serve(&step, &o);
+	return ca_train_run(&step, &o, argc - optind, argv + optind);
 }

@@ -20,7 +20,8 @@ static const char usage_text[] =
 	"usage: ca-value-step [-h] [--agg MODE] [--beta1 X] [--beta2 X] [--clip-value X]\n"
 	"                     [--device cpu|cuda] [--epochs N] [--eps X] [--loss-scale-factor X] [--lr X]\n"
 	"                     [--max-grad-norm X] [--mini-batches N] [--weight-decay X] -m DIR [-o DIR]\n"
-	"                     [file ...]\n";
+	"                     [file ...]\n"
+	"       ca-value-step --serve [option ...]\n";
 
 struct totals {
 	const struct ca_train_opts *o;
@@ -69,6 +70,40 @@ static void update(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx
 	t->updates++;
 }
 
+static void begin(struct ca_train_data *d, void *ctx)
+{
+	(void)d;
+	struct totals *t = ctx;
+	*t = (struct totals){.o = t->o, .clip = t->clip};
+}
+
+static jv stats(struct ca_train_engine *e, const struct ca_train_data *d, jv r, void *ctx)
+{
+	(void)d;
+	struct totals *t = ctx;
+	if (e->dist.world > 1) {
+		double x[5] = {t->vpred, t->resid_sq, t->ret_sum, t->ret_sq, (double)t->tokens};
+		ca_train_sum(e, x, 5);
+		t->vpred = x[0], t->resid_sq = x[1], t->ret_sum = x[2], t->ret_sq = x[3], t->tokens = (long)x[4];
+	}
+	r = jv_object_set(r, jv_string("updates"), jv_number(t->updates));
+	r = jv_object_set(r, jv_string("vf_loss"), ca_train_mean(t->loss, t->updates));
+	r = jv_object_set(r, jv_string("vf_clipfrac"), ca_train_mean(t->clipfrac, t->updates));
+	r = jv_object_set(r, jv_string("vpred_mean"), ca_train_mean(t->vpred, (double)t->tokens));
+	r = jv_object_set(r, jv_string("returns_mean"), ca_train_mean(t->ret_sum, (double)t->tokens));
+	/* verl's vf_explained_var: 1 - Var(returns - V) / Var(returns), biased variances. */
+	jv ev = jv_null();
+	if (t->tokens > 0) {
+		double n = (double)t->tokens, mean_r = t->ret_sum / n;
+		double var_r = t->ret_sq / n - mean_r * mean_r;
+		double mean_e = (t->ret_sum - t->vpred) / n;
+		double var_e = t->resid_sq / n - mean_e * mean_e;
+		ev = ca_json_num_or_null(1 - var_e / (var_r + CA_PPO_MEAN_EPS));
+	}
+	r = jv_object_set(r, jv_string("vf_explained_var"), ev);
+	return jv_object_set(r, jv_string("grad_norm"), ca_train_mean(t->grad_norm, t->updates));
+}
+
 int main(int argc, char **argv)
 {
 	enum { OPT_CLIP = 1 };
@@ -92,40 +127,15 @@ int main(int argc, char **argv)
 		default: fputs(usage_text, stderr); ca_opt_bad_usage();
 		}
 	}
-	ca_train_opts_check(&o, usage_text);
-	double t0 = ca_train_now();
-	struct ca_model *m = ca_train_load(o.model, 1);
-	const char *names[CA_TRAIN_NFIELDS] = {
-		[CA_TRAIN_RETURNS] = "returns",
-		[CA_TRAIN_VALUES] = isfinite(t.clip) ? "values" : NULL,
+	ca_train_opts_check(&o, usage_text, argc - optind);
+	struct ca_train_step step = {
+		.command = "ca-value-step", .critic = 1, .begin = begin, .update = update, .stats = stats, .ctx = &t,
+		.names = {
+			[CA_TRAIN_RETURNS] = "returns",
+			[CA_TRAIN_VALUES] = isfinite(t.clip) ? "values" : NULL,
+		},
 	};
-	struct ca_train_data d;
-	ca_train_read(argc - optind, argv + optind, names, &m->cfg, &d);
-	struct ca_train_engine e;
-	ca_train_engine_open(&e, m, o.device);
-	double update_seconds = ca_train_epochs(&e, &d, &o, update, &t);
-	if (e.dist.world > 1) {
-		double x[5] = {t.vpred, t.resid_sq, t.ret_sum, t.ret_sq, (double)t.tokens};
-		ca_train_sum(&e, x, 5);
-		t.vpred = x[0], t.resid_sq = x[1], t.ret_sum = x[2], t.ret_sq = x[3], t.tokens = (long)x[4];
-	}
-	ca_train_engine_close(&e);
-	jv r = ca_train_stats_begin("ca-value-step", m, &d, &o);
-	r = jv_object_set(r, jv_string("updates"), jv_number(t.updates));
-	r = jv_object_set(r, jv_string("vf_loss"), ca_train_mean(t.loss, t.updates));
-	r = jv_object_set(r, jv_string("vf_clipfrac"), ca_train_mean(t.clipfrac, t.updates));
-	r = jv_object_set(r, jv_string("vpred_mean"), ca_train_mean(t.vpred, (double)t.tokens));
-	r = jv_object_set(r, jv_string("returns_mean"), ca_train_mean(t.ret_sum, (double)t.tokens));
-	/* verl's vf_explained_var: 1 - Var(returns - V) / Var(returns), biased variances. */
-	jv ev = jv_null();
-	if (t.tokens > 0) {
-		double n = (double)t.tokens, mean_r = t.ret_sum / n;
-		double var_r = t.ret_sq / n - mean_r * mean_r;
-		double mean_e = (t.ret_sum - t.vpred) / n;
-		double var_e = t.resid_sq / n - mean_e * mean_e;
-		ev = ca_json_num_or_null(1 - var_e / (var_r + CA_PPO_MEAN_EPS));
-	}
-	r = jv_object_set(r, jv_string("vf_explained_var"), ev);
-	r = jv_object_set(r, jv_string("grad_norm"), ca_train_mean(t.grad_norm, t.updates));
-	return ca_train_finish(&e, &o, &d, r, update_seconds, t0);
+	if (o.serve)
+		return ca_train_serve(&step, &o);
+	return ca_train_run(&step, &o, argc - optind, argv + optind);
 }

@@ -7,6 +7,8 @@
 #include "err.h"
 
 static const char *program_name = "ca";
+static jmp_buf *catcher;
+static char caught[4096];
 
 void ca_err_init(const char *argv0)
 {
@@ -50,6 +52,24 @@ static void vwarn(int errnum, const char *fmt, va_list ap)
 		fprintf(stderr, "%s: %s: %s\n", program_name, line, strerror(errnum));
 	else
 		fprintf(stderr, "%s: %s\n", program_name, line);
+	if (catcher) {
+		if (errnum)
+			snprintf(caught, sizeof caught, "%s: %s", buf, strerror(errnum));
+		else
+			snprintf(caught, sizeof caught, "%s", buf);
+	}
+}
+
+void ca_err_catch(jmp_buf *to) { catcher = to; }
+
+const char *ca_err_caught(void) { return caught; }
+
+static noreturn void die_now(int status)
+{
+	fflush(stdout);
+	if (catcher)
+		longjmp(*catcher, status ? status : CA_EXIT_SYSTEM);
+	exit(status);
 }
 
 void ca_err_warn(const char *fmt, ...)
@@ -75,8 +95,7 @@ void ca_err_die(int status, const char *fmt, ...)
 	va_start(ap, fmt);
 	vwarn(0, fmt, ap);
 	va_end(ap);
-	fflush(stdout);
-	exit(status);
+	die_now(status);
 }
 
 void ca_err_die_sys(int status, const char *fmt, ...)
@@ -86,8 +105,7 @@ void ca_err_die_sys(int status, const char *fmt, ...)
 	va_start(ap, fmt);
 	vwarn(saved, fmt, ap);
 	va_end(ap);
-	fflush(stdout);
-	exit(status);
+	die_now(status);
 }
 
 void *ca_xmalloc(size_t n)

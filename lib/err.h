@@ -7,6 +7,7 @@
 #ifndef CA_ERR_H
 #define CA_ERR_H
 
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stdnoreturn.h>
 
@@ -28,6 +29,19 @@ void ca_err_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void ca_err_warn_sys(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 noreturn void ca_err_die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 noreturn void ca_err_die_sys(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * A resident server (a step command's --serve) answers a failed request
+ * and goes on to the next: while a catcher is set, ca_err_die and
+ * ca_err_die_sys write their message as always, keep it for
+ * ca_err_caught(), and longjmp to the catcher with the exit status they
+ * would have exited with. What the failed call had allocated is leaked and
+ * whatever it was changing must be thrown away by the catcher. NULL: die
+ * exits again.
+ */
+void ca_err_catch(jmp_buf *catcher);
+/* The last message a caught die wrote (without the program name). */
+const char *ca_err_caught(void);
 
 /* Allocation that cannot fail: dies with CA_EXIT_SYSTEM on exhaustion. */
 void *ca_xmalloc(size_t n);

@@ -17,6 +17,7 @@
 #include "opt.h"
 #include "paths.h"
 #include "ppo.h"
+#include "safetensors.h"
 #include "train.h"
 
 /*
@@ -538,15 +539,21 @@ int ca_train_opt(struct ca_train_opts *o, int id, const char *arg)
 	case CA_TRAIN_OPT_WEIGHT_DECAY:
 		o->adamw.weight_decay = ca_opt_double("--weight-decay", arg, 0, 1);
 		return 1;
+	case CA_TRAIN_OPT_SERVE: o->serve = 1; return 1;
 	case 'm': o->model = arg; return 1;
 	case 'o': o->output = arg; return 1;
 	}
 	return 0;
 }
 
-void ca_train_opts_check(struct ca_train_opts *o, const char *usage)
+void ca_train_opts_check(struct ca_train_opts *o, const char *usage, int nfiles)
 {
-	if (!o->model) {
+	if (o->serve && (o->model || o->output || nfiles > 0)) {
+		ca_err_warn("--serve takes no -m, -o or files: each request names its own");
+		fputs(usage, stderr);
+		ca_opt_bad_usage();
+	}
+	if (!o->model && !o->serve) {
 		ca_err_warn("-m DIR is required");
 		fputs(usage, stderr);
 		ca_opt_bad_usage();
@@ -576,11 +583,13 @@ jv ca_train_mean(double sum, double n)
  * The engine. The CUDA backend is a shared object opened at run time
  * (lib/device), so this file and the commands build without CUDA.
  */
-void ca_train_engine_open(struct ca_train_engine *e, struct ca_model *m, int device)
+/* Put m on the engine whose ranks are set up already (on CUDA: upload it). */
+static void engine_attach(struct ca_train_engine *e, struct ca_model *m, int device)
 {
 	char why[CA_MODEL_WHY];
-	*e = (struct ca_train_engine){.m = m, .device = device};
-	ca_dist_init(&e->dist);
+	e->m = m;
+	e->device = device;
+	e->idle = 0;
 	if (device != CA_DEVICE_CUDA)
 		return;
 	const struct ca_cuda_api *api = ca_device_cuda(why);
@@ -594,6 +603,13 @@ void ca_train_engine_open(struct ca_train_engine *e, struct ca_model *m, int dev
 	e->api = api;
 	if (!(e->gpu = api->model_upload(m, why)))
 		ca_err_die(CA_EXIT_SYSTEM, "--device cuda: %s", why);
+}
+
+void ca_train_engine_open(struct ca_train_engine *e, struct ca_model *m, int device)
+{
+	*e = (struct ca_train_engine){0};
+	ca_dist_init(&e->dist);
+	engine_attach(e, m, device);
 }
 
 void ca_train_engine_forward(struct ca_train_engine *e, const struct ca_train_pack *p, float *logprobs,
@@ -651,14 +667,19 @@ double ca_train_engine_adamw(struct ca_train_engine *e, const struct ca_adamw *o
 	return norm;
 }
 
-void ca_train_engine_close(struct ca_train_engine *e)
+/* The trained weights and AdamW state back into e->m; the engine keeps its copy. */
+static void engine_sync(struct ca_train_engine *e)
 {
 	char why[CA_MODEL_WHY];
-	if (!e->gpu)
-		return;
-	if (e->api->model_download(e->gpu, e->m, 0, why) < 0)
+	if (e->gpu && e->api->model_download(e->gpu, e->m, 0, why) < 0)
 		ca_err_die(CA_EXIT_SYSTEM, "--device cuda: %s", why);
-	e->api->model_free(e->gpu);
+}
+
+void ca_train_engine_close(struct ca_train_engine *e)
+{
+	engine_sync(e);
+	if (e->gpu)
+		e->api->model_free(e->gpu);
 	e->gpu = NULL;
 }
 
@@ -708,30 +729,6 @@ double ca_train_epochs(struct ca_train_engine *e, const struct ca_train_data *d,
 	return seconds;
 }
 
-int ca_train_finish(struct ca_train_engine *e, const struct ca_train_opts *o, struct ca_train_data *d, jv r,
-	double update_seconds, double t0)
-{
-	if (e->api && e->api->peak_bytes)
-		r = jv_object_set(r, jv_string("device_peak_bytes"), jv_number((double)e->api->peak_bytes()));
-	ca_train_engine_close(e);
-	int status = d->status, rank = e->dist.rank;
-	/* Every rank holds the same weights: rank 0 alone writes them and the record. */
-	if (rank == 0)
-		ca_train_save(e->m, o->output);
-	r = jv_object_set(r, jv_string("agg"), jv_string(ca_ppo_agg_name(o->agg)));
-	r = jv_object_set(r, jv_string("ranks"), jv_number(e->dist.world));
-	r = jv_object_set(r, jv_string("update_seconds"), jv_number(update_seconds));
-	r = jv_object_set(r, jv_string("seconds"), jv_number(ca_train_now() - t0));
-	ca_dist_close(&e->dist);
-	if (rank != 0)
-		jv_free(r);
-	else if (ca_ndjson_write(r) != 0)
-		status = CA_EXIT_SYSTEM;
-	ca_train_data_free(d);
-	ca_model_free(e->m);
-	return ca_err_finish(status);
-}
-
 jv ca_train_stats_begin(const char *command, const struct ca_model *m, const struct ca_train_data *d,
 	const struct ca_train_opts *o)
 {
@@ -750,4 +747,292 @@ jv ca_train_stats_begin(const char *command, const struct ca_model *m, const str
 		d->rewarded ? jv_number((double)d->reward_3 / (double)d->rewarded) : jv_null());
 	r = jv_object_set(r, jv_string("updates"), jv_number(o->mini_batches * o->epochs));
 	return r;
+}
+
+/*
+ * Running steps. A cold run and a server go through the same step(); the
+ * server keeps its model after a step (on CUDA, the engine's copy too: the
+ * weights, the AdamW state and the context), with the identity of the
+ * files it saved, and takes it for a later request whose -m directory
+ * still holds exactly those files: same device and inode, size and
+ * modification time, so a checkpoint rewritten or replaced since is read
+ * again, and a hard-linked copy is not. Only a checkpoint whose weights
+ * are fp32 stays resident: one saved in bf16 or fp16 is rounded on disk,
+ * and the next step must start from what the disk holds, as a cold step
+ * and a resumed run do.
+ */
+static const char *const checkpoint_files[] = {"config.json", "model.safetensors", "optimizer.safetensors"};
+#define NCHECKPOINT_FILES (sizeof checkpoint_files / sizeof checkpoint_files[0])
+
+struct file_ident {
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime;
+};
+
+struct resident {
+	struct ca_model *m;
+	struct ca_train_engine e;   /* its ranks are set up once; it holds m when attached */
+	int attached;
+	int saved;                  /* ident is the checkpoint m was last saved as, m unchanged since */
+	struct file_ident ident[NCHECKPOINT_FILES];
+	struct ca_train_data d;
+};
+
+static int identify(const char *dir, struct file_ident ident[NCHECKPOINT_FILES])
+{
+	for (size_t i = 0; i < NCHECKPOINT_FILES; i++) {
+		char path[PATH_MAX];
+		struct stat st;
+		snprintf(path, sizeof path, "%s/%s", dir, checkpoint_files[i]);
+		if (stat(path, &st) < 0)
+			return -1;
+		ident[i] = (struct file_ident){.dev = st.st_dev, .ino = st.st_ino, .size = st.st_size,
+			.mtime = st.st_mtim};
+	}
+	return 0;
+}
+
+static int resident_is(const struct resident *r, const char *dir)
+{
+	struct file_ident now[NCHECKPOINT_FILES];
+	if (!r->m || !r->saved || identify(dir, now) < 0)
+		return 0;
+	for (size_t i = 0; i < NCHECKPOINT_FILES; i++)
+		if (now[i].dev != r->ident[i].dev || now[i].ino != r->ident[i].ino || now[i].size != r->ident[i].size ||
+		    now[i].mtime.tv_sec != r->ident[i].mtime.tv_sec || now[i].mtime.tv_nsec != r->ident[i].mtime.tv_nsec)
+			return 0;
+	return 1;
+}
+
+/* After a save to dir: keep m as that checkpoint, its sidecar files now in dir. */
+static void resident_saved(struct resident *r, const char *dir)
+{
+	r->saved = r->m->save_dtype == CA_ST_F32 && identify(dir, r->ident) == 0;
+	free(r->m->source_dir);
+	r->m->source_dir = ca_xstrdup(dir);
+}
+
+/* Let the model go: the engine's copy without reading it back (a failed step's is not wanted). */
+static void resident_drop(struct resident *r)
+{
+	if (r->e.gpu)
+		r->e.api->model_free(r->e.gpu);
+	r->e.gpu = NULL;
+	r->attached = 0;
+	r->saved = 0;
+	if (r->m)
+		ca_model_free(r->m);
+	r->m = NULL;
+	ca_train_data_free(&r->d);
+}
+
+/* One step from o->model to o->output over files; the stats record and, in *status, the step's exit status. */
+static jv step(const struct ca_train_step *s, const struct ca_train_opts *o, struct resident *r, int nfiles,
+	char **files, int *status, int *warm)
+{
+	double t0 = ca_train_now();
+	*warm = resident_is(r, o->model);
+	if (!*warm) {
+		resident_drop(r);
+		r->m = ca_train_load(o->model, s->critic);
+	}
+	ca_train_read(nfiles, files, s->names, &r->m->cfg, &r->d);
+	if (s->begin)
+		s->begin(&r->d, s->ctx);
+	r->saved = 0;  /* from here on m is no longer what o->model holds */
+	if (!r->attached) {
+		engine_attach(&r->e, r->m, o->device);
+		r->attached = 1;
+	}
+	double update_seconds = ca_train_epochs(&r->e, &r->d, o, s->update, s->ctx);
+	engine_sync(&r->e);
+	jv rec = s->stats(&r->e, &r->d, ca_train_stats_begin(s->command, r->m, &r->d, o), s->ctx);
+	if (r->e.api && r->e.api->peak_bytes)
+		rec = jv_object_set(rec, jv_string("device_peak_bytes"), jv_number((double)r->e.api->peak_bytes()));
+	/* Every rank holds the same weights: rank 0 alone writes them and the record. */
+	if (r->e.dist.rank == 0) {
+		ca_train_save(r->m, o->output);
+		resident_saved(r, o->output);
+	}
+	rec = jv_object_set(rec, jv_string("agg"), jv_string(ca_ppo_agg_name(o->agg)));
+	rec = jv_object_set(rec, jv_string("ranks"), jv_number(r->e.dist.world));
+	rec = jv_object_set(rec, jv_string("update_seconds"), jv_number(update_seconds));
+	rec = jv_object_set(rec, jv_string("seconds"), jv_number(ca_train_now() - t0));
+	*status = r->d.status;
+	ca_train_data_free(&r->d);
+	return rec;
+}
+
+int ca_train_run(const struct ca_train_step *s, const struct ca_train_opts *o, int nfiles, char **files)
+{
+	struct resident r = {0};
+	int status, warm;
+	ca_dist_init(&r.e.dist);
+	jv rec = step(s, o, &r, nfiles, files, &status, &warm);
+	int rank = r.e.dist.rank;
+	ca_dist_close(&r.e.dist);
+	if (rank != 0)
+		jv_free(rec);
+	else if (ca_ndjson_write(rec) != 0)
+		status = CA_EXIT_SYSTEM;
+	resident_drop(&r);
+	return ca_err_finish(status);
+}
+
+/* A request's members. */
+struct request {
+	struct ca_train_opts o;
+	int nfiles;
+	char **files;
+};
+
+/* Read a request into q: NULL, or why it is refused, with *status CA_EXIT_DATA for a malformed request
+ * or CA_EXIT_SYSTEM for an input that cannot be read (status is left alone otherwise).
+ */
+static const char *parse_request(jv req, struct request *q, const struct ca_train_opts *o, int *status)
+{
+	static char why[PATH_MAX + 100];
+	memset(q, 0, sizeof *q);
+	q->o = *o;
+	if (jv_get_kind(req) != JV_KIND_OBJECT)
+		return "a request is a JSON object {\"model\": DIR, \"output\": DIR, \"inputs\": [FILE, ...]}";
+	int bad = 0;
+	jv_object_foreach(jv_copy(req), key, value) {
+		const char *k = jv_string_value(key);
+		if (!bad && strcmp(k, "model") != 0 && strcmp(k, "output") != 0 && strcmp(k, "inputs") != 0) {
+			snprintf(why, sizeof why, "unknown request member \"%.100s\" (model, output, inputs)", k);
+			bad = 1;
+		}
+		jv_free(key);
+		jv_free(value);
+	}
+	if (bad)
+		return why;
+	jv model = jv_object_get(jv_copy(req), jv_string("model")), output = jv_object_get(jv_copy(req),
+		jv_string("output")), inputs = jv_object_get(jv_copy(req), jv_string("inputs"));
+	const char *no = NULL;
+	if (jv_get_kind(model) != JV_KIND_STRING)
+		no = "\"model\" (the checkpoint directory to start from) must be a string";
+	else if (jv_get_kind(output) != JV_KIND_STRING && jv_get_kind(output) != JV_KIND_INVALID)
+		no = "\"output\" (the checkpoint directory to write) must be a string";
+	else if (jv_get_kind(inputs) != JV_KIND_ARRAY || jv_array_length(jv_copy(inputs)) == 0)
+		no = "\"inputs\" (the files of token records) must be an array of one or more file names";
+	if (!no) {
+		q->o.model = ca_xstrdup(jv_string_value(model));
+		q->o.output = jv_get_kind(output) == JV_KIND_STRING ? ca_xstrdup(jv_string_value(output)) : q->o.model;
+		q->nfiles = jv_array_length(jv_copy(inputs));
+		q->files = ca_xcalloc((size_t)q->nfiles, sizeof(char *));
+		for (int i = 0; i < q->nfiles && !no; i++) {
+			jv f = jv_array_get(jv_copy(inputs), i);
+			if (jv_get_kind(f) != JV_KIND_STRING) {
+				snprintf(why, sizeof why, "inputs[%d] is not a file name", i);
+				no = why;
+			} else if (access(jv_string_value(f), R_OK) < 0) {
+				snprintf(why, sizeof why, "inputs[%d]: %.*s: %s", i, PATH_MAX, jv_string_value(f),
+					strerror(errno));
+				no = why;
+				*status = CA_EXIT_SYSTEM;
+			} else {
+				q->files[i] = ca_xstrdup(jv_string_value(f));
+			}
+			jv_free(f);
+		}
+	}
+	jv_free(model);
+	jv_free(output);
+	jv_free(inputs);
+	return no;
+}
+
+static void request_free(struct request *q)
+{
+	for (int i = 0; i < q->nfiles; i++)
+		free(q->files[i]);
+	free(q->files);
+	if (q->o.output != q->o.model)
+		free((char *)q->o.output);
+	free((char *)q->o.model);
+}
+
+static jv error_answer(long line, int status, const char *message)
+{
+	jv e = jv_object();
+	e = jv_object_set(e, jv_string("line"), jv_number((double)line));
+	e = jv_object_set(e, jv_string("status"), jv_number(status));
+	e = jv_object_set(e, jv_string("message"), jv_string(message));
+	return jv_object_set(jv_object(), jv_string("error"), e);
+}
+
+/*
+ * A request's step, with ca_err_die caught: a failed step's answer is an
+ * error, and the resident model (which the step may have been changing)
+ * is let go, so the next request reads its checkpoint from disk.
+ */
+static jv serve_one(const struct ca_train_step *s, const struct request *q, struct resident *r, long line,
+	int *status)
+{
+	jmp_buf catcher;
+	int caught = setjmp(catcher);
+	if (caught) {
+		ca_err_catch(NULL);
+		resident_drop(r);
+		*status = caught;
+		return error_answer(line, caught, ca_err_caught());
+	}
+	ca_err_catch(&catcher);
+	int warm;
+	jv rec = step(s, &q->o, r, q->nfiles, q->files, status, &warm);
+	ca_err_catch(NULL);
+	rec = jv_object_set(rec, jv_string("warm"), jv_bool(warm));
+	return jv_object_set(rec, jv_string("status"), jv_number(*status));
+}
+
+int ca_train_serve(const struct ca_train_step *s, const struct ca_train_opts *o)
+{
+	/* Static: what the server holds must survive a caught die's longjmp as it was. */
+	static struct resident r;
+	ca_dist_init(&r.e.dist);
+	if (r.e.dist.world > 1)
+		ca_err_die(CA_EXIT_USAGE, "--serve runs as one rank (the environment names %d)", r.e.dist.world);
+	struct ca_ndjson_reader *rd = ca_ndjson_open(0, NULL);
+	int worst = CA_EXIT_OK, kind;
+	long line = 0;
+	const char *text;
+	size_t len;
+	while ((kind = ca_ndjson_next_text(rd, &text, &len)) != CA_NDJSON_EOF) {
+		line++;
+		jv req, answer;
+		int status = CA_EXIT_DATA;
+		if (kind == CA_NDJSON_BAD) {
+			ca_ndjson_warn(rd, "%s", text);
+			answer = error_answer(line, status, text);
+		} else if (ca_ndjson_parse(text, len, &req) != CA_NDJSON_RECORD) {
+			ca_ndjson_warn(rd, "%s", jv_string_value(req));
+			answer = error_answer(line, status, jv_string_value(req));
+			jv_free(req);
+		} else {
+			struct request q;
+			const char *no = parse_request(req, &q, o, &status);
+			jv_free(req);
+			if (no) {
+				ca_ndjson_warn(rd, "%s", no);
+				answer = error_answer(line, status, no);
+			} else {
+				answer = serve_one(s, &q, &r, line, &status);
+			}
+			request_free(&q);
+		}
+		worst = ca_err_worst(worst, status);
+		if (ca_ndjson_write(answer) != 0 || fflush(stdout) != 0) {
+			worst = CA_EXIT_SYSTEM;
+			break;
+		}
+	}
+	worst = ca_err_worst(worst, ca_ndjson_status(rd));
+	ca_ndjson_close(rd);
+	resident_drop(&r);
+	ca_dist_close(&r.e.dist);
+	return ca_err_finish(worst);
 }

@@ -3,8 +3,10 @@
  * issue 7): reading a batch of token records, packing mini-batches for the
  * policy engine, loading a checkpoint with its optimizer state, writing it
  * back without ever leaving a half-written directory, and the options of
- * the AdamW step. The loss arithmetic is in ppo.h, GAE in rl.h, the model
- * in model.h.
+ * the AdamW step, and running steps: one per process, or (--serve) one
+ * per request line of a resident server that keeps the model, its
+ * optimizer state and the engine between steps. The loss arithmetic is in
+ * ppo.h, GAE in rl.h, the model in model.h.
  *
  * Alignment. Token records carry arrays with one entry per token
  * ("tokens", "mask", "logprobs", "advantages", "returns", "values"). Entry
@@ -120,7 +122,7 @@ void ca_train_save(struct ca_model *m, const char *dir);
  * The options every step command takes, with verl's defaults: AdamW,
  * mini-batches and epochs, --agg (a CA_PPO_* aggregation) and
  * --loss-scale-factor (its horizon), --device (cpu, or cuda through
- * lib/device), -m DIR and -o DIR.
+ * lib/device), -m DIR and -o DIR, --serve.
  */
 struct ca_train_opts {
 	struct ca_adamw adamw;
@@ -128,17 +130,22 @@ struct ca_train_opts {
 	int agg;
 	double loss_scale_factor; /* verl's: seq-mean-token-sum-norm's horizon; 0: the batch's */
 	int device;               /* enum ca_device */
+	int serve;                /* --serve: requests on stdin name -m, -o and the files */
 	const char *model, *output;
 };
 void ca_train_opts_default(struct ca_train_opts *o, double lr);
 /* Handle one of the shared options (ids from CA_TRAIN_OPT_*, 'm', 'o'); 1 if it was one. */
 int ca_train_opt(struct ca_train_opts *o, int id, const char *arg);
-/* After getopt: -m is required (else usage to stderr and exit 2); -o defaults to -m. */
-void ca_train_opts_check(struct ca_train_opts *o, const char *usage);
+/*
+ * After getopt, with the number of file operands: -m is required, and
+ * --serve takes neither -m, -o nor files (else usage to stderr and exit
+ * 2); -o defaults to -m.
+ */
+void ca_train_opts_check(struct ca_train_opts *o, const char *usage, int nfiles);
 enum {
 	CA_TRAIN_OPT_AGG = 1000, CA_TRAIN_OPT_BETA1, CA_TRAIN_OPT_BETA2, CA_TRAIN_OPT_DEVICE, CA_TRAIN_OPT_EPOCHS,
 	CA_TRAIN_OPT_EPS, CA_TRAIN_OPT_LOSS_SCALE_FACTOR, CA_TRAIN_OPT_LR, CA_TRAIN_OPT_MAX_GRAD_NORM,
-	CA_TRAIN_OPT_MINI_BATCHES, CA_TRAIN_OPT_WEIGHT_DECAY,
+	CA_TRAIN_OPT_MINI_BATCHES, CA_TRAIN_OPT_SERVE, CA_TRAIN_OPT_WEIGHT_DECAY,
 };
 #define CA_TRAIN_LONGOPTS \
 	{"agg", required_argument, NULL, CA_TRAIN_OPT_AGG}, \
@@ -153,6 +160,7 @@ enum {
 	{"mini-batches", required_argument, NULL, CA_TRAIN_OPT_MINI_BATCHES}, \
 	{"model", required_argument, NULL, 'm'}, \
 	{"output", required_argument, NULL, 'o'}, \
+	{"serve", no_argument, NULL, CA_TRAIN_OPT_SERVE}, \
 	{"weight-decay", required_argument, NULL, CA_TRAIN_OPT_WEIGHT_DECAY}
 
 /*
@@ -204,12 +212,37 @@ jv ca_train_mean(double sum, double n);
 /* The fields every stats record starts with. */
 jv ca_train_stats_begin(const char *command, const struct ca_model *m, const struct ca_train_data *d,
 	const struct ca_train_opts *o);
+
 /*
- * Close the engine, save the model to o->output, add "agg",
- * "update_seconds" and "seconds" (since t0) to the stats record r, write
- * it, free d and the model; returns the exit status.
+ * A step command: what it reads, its update, its stats. The command owns
+ * main() and its options; ca_train_run and ca_train_serve own the step
+ * around them, so a step run cold and one served warm are the same code.
  */
-int ca_train_finish(struct ca_train_engine *e, const struct ca_train_opts *o, struct ca_train_data *d, jv r,
-	double update_seconds, double t0);
+struct ca_train_step {
+	const char *command;   /* the stats record's "command" */
+	int critic;            /* the checkpoint is a critic (1) or a policy (0) */
+	const char *names[CA_TRAIN_NFIELDS];
+	/* Before the epochs (may be NULL): reset ctx's totals, prepare the batch; may die. */
+	void (*begin)(struct ca_train_data *d, void *ctx);
+	ca_train_update_fn update;
+	/* After the epochs, the trained weights in e->m: the command's fields added to r. */
+	jv (*stats)(struct ca_train_engine *e, const struct ca_train_data *d, jv r, void *ctx);
+	void *ctx;
+};
+
+/*
+ * One step, cold: load o->model, read files (none: stdin), run the epochs,
+ * save o->output, write the stats record (with "agg", "ranks",
+ * "update_seconds" and "seconds" added) and free everything; returns the
+ * exit status.
+ */
+int ca_train_run(const struct ca_train_step *s, const struct ca_train_opts *o, int nfiles, char **files);
+/*
+ * --serve: one step per request line on stdin, one answer line each on
+ * stdout (flushed), until end of input; the model, its optimizer state and
+ * the engine stay resident between requests. The protocol is in
+ * ca-ppo-step(1), SERVE MODE. Returns the worst status of the requests.
+ */
+int ca_train_serve(const struct ca_train_step *s, const struct ca_train_opts *o);
 
 #endif
