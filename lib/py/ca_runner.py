@@ -1632,6 +1632,29 @@ def _bytecode(role):
     sys.dont_write_bytecode = role != "reference"
 
 
+def _compile_caches(role):
+    """torch.compile's own caches (inductor's FX graph and kernel caches,
+    triton's) for the reference, which times the torch.compile baseline:
+    kept in $CA_CACHE/torch-compile (as ca_paths_cache() finds it) rather
+    than below /tmp, so a later process compiling the same graph pays the
+    lookup only. inductor and triton key their entries by their own
+    versions. A candidate never writes there (it runs as another user, in
+    the sandbox); variables already set are left alone."""
+    if role != "reference":
+        return
+    root = os.environ.get("CA_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.environ.get("HOME") or "/tmp", ".cache"), "ca")
+    base = os.path.join(root, "torch-compile")
+    for var, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
+        if os.environ.get(var):
+            continue
+        try:
+            os.makedirs(os.path.join(base, sub), mode=0o755, exist_ok=True)
+        except OSError:
+            continue
+        os.environ[var] = os.path.join(base, sub)
+
+
 _warm_thread = None
 _robust_thread = None
 
@@ -1708,6 +1731,7 @@ def main():
     sys.stdout = sys.stderr
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     _bytecode(args.role)
+    _compile_caches(args.role)
     try:
         # A candidate's tracer loads while torch is imported (see _CuptiEarly).
         early = _CuptiEarly().start() if args.role == "candidate" and args.device == "cuda" else None
