@@ -27,7 +27,7 @@
 # Results: one JSON object per measurement on stdout and in $CA_BENCH_OUT/bench-eval.ndjson.
 # CA_BENCH_BUDGET (seconds, default 600) bounds the whole run: steps that
 # would not fit are skipped and say so; CA_BENCH_SKIP names sections to
-# leave out (ratio, layouts, single, robust, server, repeat, stream, ncu).
+# leave out (ratio, layouts, flavours, single, robust, server, repeat, stream, ncu).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 : "${CA_BIN:=$ROOT/bin}"
@@ -55,7 +55,7 @@ fits() {
 	return 1
 }
 emit() { echo "$1" | tee -a "$RESULTS"; }
-# want SECTION: not named in $CA_BENCH_SKIP (ratio, layouts, single, robust, server, repeat, stream, ncu).
+# want SECTION: not named in $CA_BENCH_SKIP (ratio, layouts, flavours, single, robust, server, repeat, stream, ncu).
 want() { case " ${CA_BENCH_SKIP:-} " in *" $1 "*) return 1 ;; esac; return 0; }
 record() { # id task dir
 	jq -nc --arg id "$1" --rawfile code "$ADV/tasks/$2.py" --arg dir "$3" \
@@ -140,6 +140,44 @@ if want ratio && fits 70 "CUDA-Agent path vs ca"; then
 		ca_kernelbench_layout_wall_s: [($wk1 | tonumber), ($wk2 | tonumber)], ca_kernelbench_extension_cached: ($k2 | map(.verify.extension_cached)),
 		ca_ok: [ok($c), ok($w), ok($g), ok($k1), ok($k2), ok($s)],
 		errors: ([$c, $w, $g, $k1, $k2, $s] | map(.[0] // {} | (.verify.error // .profile.error)))}')"
+fi
+
+# 5. Builds per workspace flavour, each beside its anchor building the same sources in one run.
+#    cuda-agent (CUDA-Agent's agent_workdir: binding.cpp, the registry, kernels/relu.cu and
+#    relu_binding.cpp): the anchor is CUDA-Agent's compile step (torch.utils.cpp_extension.load
+#    of every source, -O3, a fresh build directory); ca-build with an empty cache (it makes torch's
+#    precompiled header then), a new candidate whose binding changed (header made; binding.cpp's
+#    unit cached), one whose kernel alone changed, every unit cold with the header made, and a hit.
+#    kernelbench (model_new.py with load_inline): the anchor is torch's own load_inline of it at
+#    import, cold; ca's whole verify+profile of it cold (baselines cached) and again.
+if want flavours && fits 240 "builds per flavour"; then
+	FA=$WORK/fl-agent C=$WORK/cache-fl
+	cp -R "$ADV/flavours/cuda_agent" "$FA"
+	t0=$(now); "$PY" "$ROOT/lib/py/ca_bench_cuda_agent.py" compile "$ADV/tasks/relu_mid.py" "$FA" "$WORK/ext-fl" >"$WORK/fl-anchor.json" 2>>"$OUTDIR/cuda-agent.err"; wa=$(since "$t0")
+	ca-build --cache "$C" "$FA" >"$WORK/fl-b1.json"
+	echo "// a new candidate" >>"$FA/kernels/relu_binding.cpp"
+	ca-build --cache "$C" "$FA" >"$WORK/fl-b2.json"
+	echo "// a new kernel" >>"$FA/kernels/relu.cu"
+	ca-build --cache "$C" "$FA" >"$WORK/fl-b3.json"
+	rm -rf "$C/units"; echo "// all units cold" >>"$FA/kernels/relu.cu"
+	ca-build --cache "$C" "$FA" >"$WORK/fl-b4.json"
+	ca-build --cache "$C" "$FA" >"$WORK/fl-b5.json"
+	emit "$(jq -nc --arg wa "$wa" --slurpfile a "$WORK/fl-anchor.json" --slurpfile b1 "$WORK/fl-b1.json" --slurpfile b2 "$WORK/fl-b2.json" \
+		--slurpfile b3 "$WORK/fl-b3.json" --slurpfile b4 "$WORK/fl-b4.json" --slurpfile b5 "$WORK/fl-b5.json" \
+		'def r(b): {s: b[0].seconds, ok: b[0].ok, units: b[0].units, pch: b[0].pch, ratio: (($wa | tonumber) / b[0].seconds)};
+		{bench: "build, cuda-agent layout (CUDA-Agent agent_workdir, ReLU), anchor: CUDA-Agent compile (cpp_extension.load)",
+		anchor_wall_s: ($wa | tonumber), anchor: $a[0], first_ever_with_pch_made: r($b1), new_binding: r($b2), new_kernel_only: r($b3),
+		all_units_cold: r($b4), hit: r($b5), target: "build <= 3 s"}')"
+	KB=$ADV/flavours/kernelbench
+	t0=$(now); (cd "$KB" && TORCH_EXTENSIONS_DIR=$WORK/te-fl "$PY" -c 'import model_new' >/dev/null 2>>"$OUTDIR/kernelbench-anchor.err"); wk=$(since "$t0")
+	record relu-kernelbench relu_mid "$KB" >"$WORK/fl-kb.ndjson"
+	t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify $O <"$WORK/fl-kb.ndjson" >"$WORK/fl-kb1.ndjson"; k1=$(since "$t0")
+	t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify $O <"$WORK/fl-kb.ndjson" >"$WORK/fl-kb2.ndjson"; k2=$(since "$t0")
+	emit "$(jq -nc --arg wk "$wk" --arg k1 "$k1" --arg k2 "$k2" --slurpfile x "$WORK/fl-kb1.ndjson" --slurpfile y "$WORK/fl-kb2.ndjson" \
+		'{bench: "kernelbench layout (load_inline at import, ReLU), anchor: torch load_inline cold",
+		anchor_import_wall_s: ($wk | tonumber), ca_verify_profile_cold_s: ($k1 | tonumber), ca_verify_profile_again_s: ($k2 | tonumber),
+		ratio_cold: (($wk | tonumber) / ($k1 | tonumber)), ok: [($x + $y)[] | (.verify.ok and .profile.ok)],
+		extension_cached: [($x + $y)[] | .verify.extension_cached], target: "load_inline build <= 5 s"}')"
 fi
 
 # 2. Verify + profile of the matmul candidate; the first run fills the baseline cache.
