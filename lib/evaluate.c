@@ -26,6 +26,7 @@
 #include "hash.h"
 #include "json.h"
 #include "ndjson.h"
+#include "opt.h"
 #include "paths.h"
 #include "proc.h"
 #include "tensor.h"
@@ -52,6 +53,127 @@ void ca_eval_defaults(struct ca_eval_config *cfg, enum ca_eval_mode mode)
 	cfg->sets = 3;
 	cfg->keep = 3;
 	cfg->top = 5;
+}
+
+/* "0,1,3" into cfg->gpus. */
+static void parse_gpus(struct ca_eval_config *cfg, const char *text)
+{
+	char *copy = ca_xstrdup(text), *save = NULL;
+	cfg->ngpus = 0;
+	for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		cfg->gpus = ca_xrealloc(cfg->gpus, (size_t)(cfg->ngpus + 1) * sizeof *cfg->gpus);
+		cfg->gpus[cfg->ngpus++] = (int)ca_opt_long("--gpus", tok, 0, 1023);
+	}
+	free(copy);
+	if (cfg->ngpus == 0) {
+		ca_err_warn("--gpus: empty list");
+		ca_opt_bad_usage();
+	}
+}
+
+static const char *parse_device(const char *text)
+{
+	if (strcmp(text, "cuda") && strcmp(text, "cpu")) {
+		ca_err_warn("--device: expected cuda or cpu");
+		ca_opt_bad_usage();
+	}
+	return text;
+}
+
+/* A uid, kept as text for ca-sandbox --user. */
+static const char *parse_uid(const char *text)
+{
+	ca_opt_long("--sandbox-user", text, 0, 4294967294LL);
+	return text;
+}
+
+static void parse_seed(struct ca_eval_config *cfg, const char *text)
+{
+	cfg->seed = (unsigned long long)ca_opt_long("--seed", text, 0, (1LL << 48) - 1);
+	cfg->seed_set = 1;
+}
+
+int ca_eval_option(struct ca_eval_config *cfg, const char *name, const char *value)
+{
+	if (!strcmp(name, "allow-torch"))
+		cfg->allow_torch = 1;
+	else if (!strcmp(name, "arch"))
+		cfg->arch = value;
+	else if (!strcmp(name, "atol"))
+		cfg->tol.atol = ca_opt_double("--atol", value, 0, 1e9);
+	else if (!strcmp(name, "build-cache"))
+		cfg->build_cache = value;
+	else if (!strcmp(name, "checks"))
+		cfg->checks = (int)ca_opt_long("--checks", value, 1, 1000);
+	else if (!strcmp(name, "compile-mode"))
+		cfg->compile_mode = value;
+	else if (!strcmp(name, "device"))
+		cfg->device = parse_device(value);
+	else if (!strcmp(name, "gpus"))
+		parse_gpus(cfg, value);
+	else if (!strcmp(name, "iters"))
+		cfg->iters = (int)ca_opt_long("--iters", value, 1, 100000);
+	else if (!strcmp(name, "keep"))
+		cfg->keep = (int)ca_opt_long("--keep", value, 0, 1000);
+	else if (!strcmp(name, "no-cache"))
+		cfg->no_cache = 1;
+	else if (!strcmp(name, "no-compile"))
+		cfg->no_compile = 1;
+	else if (!strcmp(name, "no-sandbox"))
+		cfg->sandbox = 0;
+	else if (!strcmp(name, "robust"))
+		cfg->robust = (int)ca_opt_long("--robust", value, 0, 1000);
+	else if (!strcmp(name, "rtol"))
+		cfg->tol.rtol = ca_opt_double("--rtol", value, 0, 1e9);
+	else if (!strcmp(name, "sandbox-user"))
+		cfg->sandbox_user = parse_uid(value);
+	else if (!strcmp(name, "seed"))
+		parse_seed(cfg, value);
+	else if (!strcmp(name, "serve"))
+		cfg->serve = value;
+	else if (!strcmp(name, "sets"))
+		cfg->sets = (int)ca_opt_long("--sets", value, 1, 100);
+	else if (!strcmp(name, "shapes"))
+		cfg->shapes = (int)ca_opt_long("--shapes", value, 0, 2);
+	else if (!strcmp(name, "timeout"))
+		cfg->timeout_s = ca_opt_double("--timeout", value, 0.1, 86400);
+	else if (!strcmp(name, "top"))
+		cfg->top = (int)ca_opt_long("--top", value, 0, 1000);
+	else if (!strcmp(name, "unordered"))
+		cfg->unordered = 1;
+	else if (!strcmp(name, "verify"))
+		cfg->also_verify = 1;
+	else if (!strcmp(name, "warmup"))
+		cfg->warmup = (int)ca_opt_long("--warmup", value, 0, 100000);
+	else
+		return -1;
+	return 0;
+}
+
+int ca_eval_run(struct ca_eval_config *cfg, int nargs, char **args, const char *usage)
+{
+	struct stat st;
+	int status;
+	if (cfg->serve) {
+		if (nargs > 0) {
+			ca_err_warn("--serve takes no files: records come from the commands that connect");
+			ca_opt_bad_usage();
+		}
+		const char *idle = getenv("CA_EVAL_SERVE_IDLE");
+		status = ca_eval_serve(cfg, cfg->serve, idle && *idle ? atof(idle) : 1800);
+	} else if (nargs >= 1 && stat(args[0], &st) == 0 && S_ISDIR(st.st_mode)) {
+		if (nargs > 1) {
+			ca_err_warn("a workspace directory must be the only argument");
+			fputs(usage, stderr);
+			ca_opt_bad_usage();
+		}
+		status = ca_err_finish(ca_eval_directory(cfg, args[0]));
+	} else {
+		status = ca_eval_stream(cfg, nargs, args);
+	}
+	free(cfg->gpus);
+	cfg->gpus = NULL;
+	return status;
 }
 
 /* ------------------------------------------------------------------ kernel policy */
