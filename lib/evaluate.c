@@ -23,6 +23,7 @@
 #include "compare.h"
 #include "err.h"
 #include "evaluate.h"
+#include "file.h"
 #include "hash.h"
 #include "json.h"
 #include "ndjson.h"
@@ -229,18 +230,6 @@ void ca_eval_baseline_key(const char *task_sha, const char *gpu, const char *tor
 
 /* ------------------------------------------------------------------ files */
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st; (void)flag; (void)ftw;
-	remove(path);
-	return 0;
-}
-
-static void rm_rf(const char *path)
-{
-	nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 static int write_file(const char *path, const char *data, size_t len)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -358,23 +347,6 @@ static const char *write_files(const char *dir, jv files, char *why, size_t why_
 	}
 	jv_free(files);
 	return failed;
-}
-
-static int copy_tree_opt(const char *src, const char *dst, const char *opt)
-{
-	char from[PATHLEN];
-	snprintf(from, sizeof from, "%s/.", src);
-	const char *argv[] = {"cp", "-R", "-P", opt, from, dst, NULL};
-	struct ca_proc p;
-	ca_proc_init(&p, argv);
-	p.in_mode = CA_PROC_NULL;
-	p.timeout_s = 120;
-	return ca_proc_run(&p) == 0 ? 0 : -1;
-}
-
-static int copy_tree(const char *src, const char *dst)
-{
-	return copy_tree_opt(src, dst, "-P");
 }
 
 static int chmod_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -1373,7 +1345,7 @@ static void slot_close(struct slot *s)
 	if (s->lock_fd >= 0)
 		close(s->lock_fd);
 	if (s->root[0])
-		rm_rf(s->root);
+		ca_file_remove_tree(s->root);
 }
 
 /* A fresh candidate worker on an empty private directory (the spare if one is ready). */
@@ -1415,7 +1387,7 @@ static void spare_start(struct slot *s)
 		w->hello = jv_invalid();
 		snprintf(w->dir, sizeof w->dir, "%s/ws-%ld", s->root, ++s->serial);
 		if (mkdir_mode(w->dir, 0777) != 0 || worker_start(s, w, 1, &fault) != 0) {
-			rm_rf(w->dir);
+			ca_file_remove_tree(w->dir);
 			w->running = 0;
 		}
 		jv_free(fault);
@@ -1426,7 +1398,7 @@ static void candidate_release(struct slot *s, struct worker *w)
 {
 	worker_stop(w, 0);
 	if (w->dir[0])
-		rm_rf(w->dir);
+		ca_file_remove_tree(w->dir);
 	if (!s->cfg->adhoc && more_records(s))
 		spare_start(s);
 }
@@ -1746,7 +1718,7 @@ static void ext_prepare(struct job *j)
 	struct stat st;
 	if (stat(cached, &st) == 0 && S_ISDIR(st.st_mode)) {
 		/* Timestamps kept: ninja decides what to rebuild by them. */
-		copy_tree_opt(cached, dst, "--preserve=timestamps");
+		ca_file_copy_tree(cached, dst, CA_FILE_KEEP_TIMES);
 		nftw(dst, chmod_entry, 16, FTW_PHYS);
 		j->result = jv_object_set(j->result, jv_string("extension_cached"), jv_true());
 	}
@@ -1766,9 +1738,9 @@ static void ext_save(struct job *j)
 		return;
 	ca_paths_mkdirs(dir, 0755);
 	snprintf(tmp, sizeof tmp, "%s.tmp%ld.%d", cached, (long)getpid(), j->slot->index);
-	if (mkdir_mode(tmp, 0755) == 0 && copy_tree_opt(src, tmp, "--preserve=timestamps") == 0 && rename(tmp, cached) == 0)
+	if (mkdir_mode(tmp, 0755) == 0 && ca_file_copy_tree(src, tmp, CA_FILE_KEEP_TIMES) == 0 && rename(tmp, cached) == 0)
 		return;
-	rm_rf(tmp);
+	ca_file_remove_tree(tmp);
 }
 
 /*
@@ -1818,7 +1790,7 @@ static int job_prepare(struct job *j, jv record)
 			snprintf(why, sizeof why, "candidate.dir %s is not a directory", jv_string_value(dir));
 			job_fail(j, "input", why);
 			bad = 1;
-		} else if (copy_tree(jv_string_value(dir), j->cand.dir) != 0) {
+		} else if (ca_file_copy_tree(jv_string_value(dir), j->cand.dir, 0) != 0) {
 			job_fail(j, "input", "cannot copy candidate.dir");
 			bad = 1;
 		}
