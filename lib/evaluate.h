@@ -13,7 +13,8 @@
  * ca_eval_stream() runs the record loop over a pool of slots, one thread
  * each, writing records in input order (or as they finish, unordered).
  * Records are confined to one thread at a time; nothing else is shared
- * but the queue.
+ * but the queue. The pieces of the engine, and where a record goes
+ * through them, are listed in evaluate_impl.h.
  */
 #ifndef CA_EVALUATE_H
 #define CA_EVALUATE_H
