@@ -414,148 +414,169 @@ static void distrust_reported_time(struct job *j)
 	j->result = jv_object_set(j->result, jv_string("reported_us"), reported);
 }
 
-void do_profile(struct job *j)
+/*
+ * The candidate's timed loop as our clock judged it: what the steps of
+ * do_profile pass on to each other.
+ */
+struct candidate_loop {
+	struct loop_clock ours;         /* our clock around the judged loop */
+	jv named;                       /* the calls to check named before the loop (keep_indices) */
+	jv reply;                       /* the worker's reply to the judged loop */
+	struct loop_overhead overhead;  /* the reference's, the loop judged against */
+	double wall_per_call, call_us, bound_us;  /* see clock_verdict */
+	int clock_bad;
+	char clock_msg[256];
+	int retimed;                    /* how many times the loop was timed again */
+};
+
+/* One timed loop of the candidate's; 0 with cl->reply, else -1 with the record failed. */
+static int candidate_loop_run(struct job *j, struct candidate_loop *cl)
 {
 	struct slot *s = j->slot;
 	const struct ca_eval_config *cfg = s->cfg;
-	jv reply;
-	jv digests = jv_array();
-	if (j->ship)  /* --verify found the candidate's draws differ */
-		j->result = jv_object_set(j->result, jv_string("inputs_shipped"), jv_true());
-	draw_seeds(j);
-	if (profile_sets(j, &digests) != 0) {
-		jv_free(digests);
-		return;
-	}
-	job_phase(j, "inputs");
-	struct loop_overhead overhead;
-	if (profile_baselines(j, &overhead) != 0) {
-		jv_free(digests);
-		return;
-	}
-	job_phase(j, "baselines");
-
-	/* The candidate, timed the same way. */
 	char prefix[PATHLEN];
 	snprintf(prefix, sizeof prefix, "%s/kept-", j->io);
-	struct loop_clock ours = {0};
-	ours.want = cfg->keep;
-	ours.iters = cfg->iters;
-	double wall_per_call = NAN, call_us = NAN, bound_us = NAN;
-	char clock_msg[256];
-	int clock_bad = 0, retimed = 0;  /* how many times the loop was timed again */
-	/* The calls to check named before the loop: what a worker that cannot keep every output writes. */
-	jv named = keep_indices(cfg, j->seed ^ 0x5eed);
+	loop_clock_reset(&cl->ours);
+	jv req = time_request(j, "candidate", prefix, jv_copy(cl->named), &cl->ours, j->seeds + cfg->warmup);
+	if (!jv_is_valid(req)) {
+		char why[256];
+		job_fail(j, placing_failed(errno, "the shipped inputs", why, sizeof why), why);
+		return -1;
+	}
+	timed_loop_begin(s);
+	int rc = candidate_call(j, req, cfg->timeout_s * 10, &cl->reply, &cl->ours);
+	timed_loop_end(s);
+	ship_unreveal(j);
+	if (rc != 0) {
+		if (jv_get_kind(cl->reply) == JV_KIND_OBJECT)
+			jv_free(cl->reply);
+		cl->reply = jv_invalid();
+		return -1;
+	}
+	return 0;
+}
+
+/* Whether the candidate's loop drew the inputs the reference digested (digests borrowed); always when shipped. */
+static int drew_same_inputs(const struct job *j, jv reply, jv digests)
+{
+	int same = 1;
+	for (int k = 0; k < loop_sets(j) && !j->ship; k++) {
+		jv want = jv_array_get(jv_copy(digests), k);
+		same = same && digest_matches(reply, "digests", k, want);
+		jv_free(want);
+	}
+	return same;
+}
+
+/*
+ * Our clock doubts the reported time. The loop's own work can take
+ * longer in a busy moment than it did on the reference (other slots
+ * starting workers or loading on the same GPU), so wait a moment, the
+ * GPU's lock released, and time again, judging the new loop; a patched
+ * clock fails every time. 0 when the next loop can be timed.
+ */
+static int retime(struct job *j, struct candidate_loop *cl, jv *digests)
+{
+	jv_free(cl->reply);
+	cl->reply = jv_invalid();
+	cl->retimed++;
+	j->result = jv_object_set(j->result, jv_string("retimed"), jv_true());
+	struct timespec pause = {0, 250000000L * (cl->retimed < 3 ? cl->retimed : 3)};
+	while (nanosleep(&pause, &pause) != 0 && errno == EINTR)
+		;
+	/*
+	 * New seeds for the new loop (this one's were sent to the
+	 * candidate), digested by the reference; and the reference's
+	 * overhead measured again, beside the new loop.
+	 */
+	draw_seeds(j);
+	if (profile_sets(j, digests) != 0)
+		return -1;
+	/*
+	 * Judged against the overhead measured now. Not the least
+	 * of those measured: a ready line read late shrinks the
+	 * reference's call phase too (its overhead there came out
+	 * negative on a busy CPU), and the least would then hold
+	 * every later loop to it; an honest candidate failed all
+	 * four loops that way (t0154, beside make asan).
+	 */
+	return fresh_overhead(j, &cl->overhead);
+}
+
+/*
+ * The candidate drew other inputs than the reference: ship them, time
+ * the baselines that way too (their overhead is what our clock
+ * subtracts), and then the candidate again. 0 when it can be.
+ */
+static int ship_inputs(struct job *j, struct candidate_loop *cl, jv *digests)
+{
+	jv_free(cl->reply);
+	cl->reply = jv_invalid();
+	j->ship = 1;
+	j->result = jv_object_set(j->result, jv_string("inputs_shipped"), jv_true());
+	return profile_sets(j, digests) != 0 || profile_baselines(j, &cl->overhead) != 0 ? -1 : 0;
+}
+
+/*
+ * The candidate, timed the same way as the baselines, until a loop on
+ * the inputs the reference digested is judged: one our clock accepts, or
+ * the last of RETIMES timed again. 0, or -1 with the record failed.
+ */
+static int time_candidate(struct job *j, struct candidate_loop *cl, jv *digests)
+{
+	const struct ca_eval_config *cfg = j->slot->cfg;
 	for (;;) {
-		loop_clock_reset(&ours);
-		jv req = time_request(j, "candidate", prefix, jv_copy(named), &ours, j->seeds + cfg->warmup);
-		if (!jv_is_valid(req)) {
-			char why[256];
-			job_fail(j, placing_failed(errno, "the shipped inputs", why, sizeof why), why);
-			jv_free(digests);
-			jv_free(named);
-			loop_clock_free(&ours);
-			return;
-		}
-		timed_loop_begin(s);
-		int rc = candidate_call(j, req, cfg->timeout_s * 10, &reply, &ours);
-		timed_loop_end(s);
-		ship_unreveal(j);
-		if (rc != 0) {
-			if (jv_get_kind(reply) == JV_KIND_OBJECT)
-				jv_free(reply);
-			jv_free(digests);
-			jv_free(named);
-			loop_clock_free(&ours);
-			return;
-		}
-		int same = 1;
-		for (int k = 0; k < loop_sets(j) && !j->ship; k++) {
-			jv want = jv_array_get(jv_copy(digests), k);
-			same = same && digest_matches(reply, "digests", k, want);
-			jv_free(want);
-		}
-		if (same || j->ship) {
-			clock_bad = clock_verdict(&ours, reply, cfg->iters, &overhead, !strcmp(cfg->device, "cpu"),
-				&wall_per_call, &call_us, &bound_us, clock_msg, sizeof clock_msg) != 0;
-			if (!clock_bad || retimed >= RETIMES)
-				break;
-			/*
-			 * Our clock doubts the reported time. The loop's own work can
-			 * take longer in a busy moment than it did on the reference
-			 * (other slots starting workers or loading on the same GPU),
-			 * so wait a moment, the GPU's lock released, and time again,
-			 * judging the new loop; a patched clock fails every time.
-			 */
-			jv_free(reply);
-			retimed++;
-			j->result = jv_object_set(j->result, jv_string("retimed"), jv_true());
-			struct timespec pause = {0, 250000000L * (retimed < 3 ? retimed : 3)};
-			while (nanosleep(&pause, &pause) != 0 && errno == EINTR)
-				;
-			/*
-			 * New seeds for the new loop (this one's were sent to the
-			 * candidate), digested by the reference; and the reference's
-			 * overhead measured again, beside the new loop.
-			 */
-			draw_seeds(j);
-			if (profile_sets(j, &digests) != 0) {
-				jv_free(named);
-				loop_clock_free(&ours);
-				jv_free(digests);
-				return;
-			}
-			/*
-			 * Judged against the overhead measured now. Not the least
-			 * of those measured: a ready line read late shrinks the
-			 * reference's call phase too (its overhead there came out
-			 * negative on a busy CPU), and the least would then hold
-			 * every later loop to it; an honest candidate failed all
-			 * four loops that way (t0154, beside make asan).
-			 */
-			if (fresh_overhead(j, &overhead) != 0) {
-				jv_free(digests);
-				jv_free(named);
-				loop_clock_free(&ours);
-				return;
-			}
-			continue;
-		}
-		/*
-		 * The candidate drew other inputs than the reference: ship them,
-		 * time the baselines that way too (their overhead is what our
-		 * clock subtracts), and the candidate again.
-		 */
-		jv_free(reply);
-		j->ship = 1;
-		j->result = jv_object_set(j->result, jv_string("inputs_shipped"), jv_true());
-		if (profile_sets(j, &digests) != 0 || profile_baselines(j, &overhead) != 0) {
-			jv_free(digests);
-			jv_free(named);
-			loop_clock_free(&ours);
-			return;
+		if (candidate_loop_run(j, cl) != 0)
+			return -1;
+		if (drew_same_inputs(j, cl->reply, *digests)) {
+			cl->clock_bad = clock_verdict(&cl->ours, cl->reply, cfg->iters, &cl->overhead, !strcmp(cfg->device, "cpu"),
+				&cl->wall_per_call, &cl->call_us, &cl->bound_us, cl->clock_msg, sizeof cl->clock_msg) != 0;
+			if (!cl->clock_bad || cl->retimed >= RETIMES)
+				return 0;
+			if (retime(j, cl, digests) != 0)
+				return -1;
+		} else if (ship_inputs(j, cl, digests) != 0) {
+			return -1;
 		}
 	}
-	jv_free(digests);
-	job_phase(j, "candidate");
-	/*
-	 * This record's timing is over: the next record's candidate starts
-	 * now, beside the spot checks, not once this record is released. A
-	 * start takes 2.2 s on the H200, and a timed loop waits for every
-	 * start to finish (quiet_loop_begin): in a stream of four, records
-	 * 2-4 waited 0.9-1.2 s each for the spare started at release.
-	 */
-	if (!cfg->adhoc && more_records(s))
-		spare_start(s);
-	double median = 0, cv = 0, host_us = NAN;
-	ca_json_number(reply, "median_us", &median);
-	ca_json_number(reply, "cv", &cv);
-	ca_json_number(reply, "host_median_us", &host_us);
+}
+
+/* How the judged loop (its reply borrowed) was timed, for the record's "method". */
+static void timing_method(const struct job *j, jv reply, char *how, size_t size)
+{
+	const struct ca_eval_config *cfg = j->slot->cfg;
 	char *clock_kind = ca_json_strdup(reply, "clock");
 	int events = clock_kind && !strcmp(clock_kind, "cuda-events");
 	int window = clock_kind && !strcmp(clock_kind, "cupti-window");
 	free(clock_kind);
-	j->result = set_num(j->result, "candidate_us", median);
+	const char *inputs_how = !j->ship ? "inputs drawn afresh under their own seed before every call"
+		: j->nship < cfg->iters ? "inputs shipped as files, each timed call's shown to the worker at its turn, cycled"
+		: "inputs shipped as files, a file for every timed call, each shown to the worker at its turn";
+	snprintf(how, size, "%s; %s", window
+		? "the call's device window from CUPTI (first kernel, copy or memset to the last one's end, on any stream), "
+		  "at least the host's time to the call's return (CUDA events' span where CUPTI missed work); L2 flushed"
+		: events
+		? "CUDA events on the current stream around the call, plus the device-wide synchronize's wait beyond an idle one; L2 flushed"
+		: "host clock around the call", inputs_how);
+}
+
+/*
+ * The judged loop's numbers into the result: the reported median (as
+ * candidate_us, until a check fails), the method, the kernels CUPTI saw,
+ * our clock's time per call and what the loop was held to. *median,
+ * *kernel_us, *nbad and *bad_names are for the verdict.
+ */
+static void note_timing(struct job *j, const struct candidate_loop *cl, double *median, double *kernel_us, int *nbad,
+		jv *bad_names)
+{
+	const struct ca_eval_config *cfg = j->slot->cfg;
+	double cv = 0, host_us = NAN;
+	ca_json_number(cl->reply, "median_us", median);
+	ca_json_number(cl->reply, "cv", &cv);
+	ca_json_number(cl->reply, "host_median_us", &host_us);
+	char how[512];
+	timing_method(j, cl->reply, how, sizeof how);
+	j->result = set_num(j->result, "candidate_us", *median);
 	j->result = set_num(j->result, "cv", cv);
 	j->result = set_num(j->result, "host_us", host_us);
 	j->result = jv_object_set(j->result, jv_string("iterations"), jv_number(cfg->iters));
@@ -563,59 +584,45 @@ void do_profile(struct job *j)
 	/* Distinct input sets the loop saw: one per call when drawn; shipped, the files. */
 	int nsets = j->ship ? ship_warm(j) + j->nship : loop_sets(j);
 	j->result = jv_object_set(j->result, jv_string("input_sets"), jv_number(nsets));
-	const char *inputs_how = !j->ship ? "inputs drawn afresh under their own seed before every call"
-		: j->nship < cfg->iters ? "inputs shipped as files, each timed call's shown to the worker at its turn, cycled"
-		: "inputs shipped as files, a file for every timed call, each shown to the worker at its turn";
-	char how[512];
-	snprintf(how, sizeof how, "%s; %s", window
-		? "the call's device window from CUPTI (first kernel, copy or memset to the last one's end, on any stream), "
-		  "at least the host's time to the call's return (CUDA events' span where CUPTI missed work); L2 flushed"
-		: events
-		? "CUDA events on the current stream around the call, plus the device-wide synchronize's wait beyond an idle one; L2 flushed"
-		: "host clock around the call", inputs_how);
 	j->result = set_str(j->result, "method", how);
-	jv kl = ca_json_get(reply, "kernels");
+	jv kl = ca_json_get(cl->reply, "kernels");
 	/* Device time of every kernel CUPTI saw in the timed calls (the loop's L2 flushes taken out by the worker). */
-	double kernel_us = kernel_sum_us(kl) / cfg->iters;
-	j->result = set_num(j->result, "kernel_us", kernel_us > 0 ? kernel_us : NAN);
-	int nbad = 0;
-	jv bad_names = jv_array();
-	j->result = jv_object_set(j->result, jv_string("kernels"), top_kernels(kl, cfg->top, &nbad, &bad_names));
+	*kernel_us = kernel_sum_us(kl) / cfg->iters;
+	j->result = set_num(j->result, "kernel_us", *kernel_us > 0 ? *kernel_us : NAN);
+	j->result = jv_object_set(j->result, jv_string("kernels"), top_kernels(kl, cfg->top, nbad, bad_names));
 	jv_free(kl);
 
 	/* Our own clock's time per call: the median call between ticks, which one slow call cannot move. */
-	j->result = set_num(j->result, "wall_us", isfinite(call_us) ? call_us : wall_per_call);
+	j->result = set_num(j->result, "wall_us", isfinite(cl->call_us) ? cl->call_us : cl->wall_per_call);
 	/* What the judged loop was held to: the numbers behind a timing verdict. */
 	jv clock = jv_object();
-	clock = set_num(clock, "min_reported_us", bound_us);
-	clock = set_num(clock, "overhead_call_us", overhead.call * 1e6);
-	clock = set_num(clock, "overhead_ready_us", overhead.ready * 1e6);
-	clock = set_num(clock, "overhead_inputs_us", overhead.inputs * 1e6);
-	clock = jv_object_set(clock, jv_string("loops"), jv_number(retimed + 1));
+	clock = set_num(clock, "min_reported_us", cl->bound_us);
+	clock = set_num(clock, "overhead_call_us", cl->overhead.call * 1e6);
+	clock = set_num(clock, "overhead_ready_us", cl->overhead.ready * 1e6);
+	clock = set_num(clock, "overhead_inputs_us", cl->overhead.inputs * 1e6);
+	clock = jv_object_set(clock, jv_string("loops"), jv_number(cl->retimed + 1));
 	j->result = jv_object_set(j->result, jv_string("clock"), clock);
-	/* Spot checks of timed calls' outputs. */
-	jv kept = ca_json_get(reply, "kept");
-	int nkept = jv_get_kind(kept) == JV_KIND_ARRAY ? jv_array_length(jv_copy(kept)) : 0;
-	/*
-	 * The calls that must be among them: chosen by us after the loop when
-	 * the worker kept every call's output, else the ones named before it.
-	 */
-	char *chosen = ca_json_strdup(reply, "kept_chosen");
-	int after = chosen && !strcmp(chosen, "after") && ours.nasked > 0;
-	free(chosen);
-	j->result = set_str(j->result, "spot_checks_chosen", after ? "after" : "before");
+}
+
+/*
+ * Whether a call that must be spot-checked is not among the outputs the
+ * worker kept (kept borrowed): chosen by us after the loop when the
+ * worker kept every call's output (after), else the ones named before it.
+ */
+static int kept_missing(const struct job *j, const struct candidate_loop *cl, jv kept, int nkept, int after)
+{
+	const struct ca_eval_config *cfg = j->slot->cfg;
 	char *required = ca_xcalloc((size_t)cfg->iters, 1);
 	if (after) {
-		for (int k = 0; k < ours.nasked; k++)
-			required[ours.asked[k]] = 1;
+		for (int k = 0; k < cl->ours.nasked; k++)
+			required[cl->ours.asked[k]] = 1;
 	} else {
-		jv_array_foreach(named, k, x) {
+		jv_array_foreach(cl->named, k, x) {
 			(void)k;
 			required[(int)jv_number_value(x)] = 1;
 			jv_free(x);
 		}
 	}
-	jv_free(reply);
 	for (int i = 0; i < nkept; i++) {
 		jv e = jv_array_get(jv_copy(kept), i);
 		double index = -1;
@@ -628,79 +635,123 @@ void do_profile(struct job *j)
 	for (int i = 0; i < cfg->iters; i++)
 		missing |= required[i];
 	free(required);
-	if (missing) {
+	return missing;
+}
+
+/*
+ * Whether the output of timed call index, written after the loop (got),
+ * is the one whose digest came with its tick while our clock ran
+ * (missing ticks fail the clock check), so its work cannot be left for
+ * after the loop, when the checked calls are known. 0, or -1 with the
+ * record failed.
+ */
+static int kept_as_ticked(struct job *j, const struct loop_clock *ours, int index, const char *got)
+{
+	double mine[3] = {0, 0, 0}, none[3] = {NAN, NAN, NAN};
+	const double *theirs = index < ours->nticks ? ours->digests[index] : none;
+	int readable = file_digest(got, mine) == 0;
+	int finite = isfinite(mine[0]) && isfinite(mine[1]) && isfinite(mine[2]);  /* else the comparison rejects it */
+	if (readable && finite && !digest_agrees(mine, theirs)) {
+		char msg[512];
+		snprintf(msg, sizeof msg, "timed call %d: the output written after the loop (digest %.17g, %.17g, %.17g: "
+			"sum, sum of magnitudes, sum of squares) is not the one its tick described while the clock ran "
+			"(%.17g, %.17g, %.17g)", index, mine[0], mine[1], mine[2], theirs[0], theirs[1], theirs[2]);
+		job_fail(j, "spot-check", msg);
+		return -1;
+	}
+	return 0;
+}
+
+/* Spot check entry i of the outputs kept (kept borrowed) against the reference's. 0, or -1 with the record failed. */
+static int spot_check(struct job *j, const struct candidate_loop *cl, jv kept, int i, int after)
+{
+	struct slot *s = j->slot;
+	const struct ca_eval_config *cfg = s->cfg;
+	jv e = jv_array_get(jv_copy(kept), i);
+	double set = -1, index = -1;
+	ca_json_number(e, "set", &set);
+	ca_json_number(e, "index", &index);
+	jv_free(e);
+	if (!(set >= 0 && set < loop_sets(j)) || !(index >= 0 && index < cfg->iters)) {
+		job_fail(j, "spot-check", "bad kept-output entry from the candidate worker");
+		return -1;
+	}
+	/*
+	 * The inputs are ours to know: timed call i is call warmup + i of
+	 * the loop, drawn under that call's seed or, shipped, set
+	 * (warmup + i) % sets.
+	 */
+	int call = cfg->warmup + (int)index;
+	char ref[PATHLEN], got[PATHLEN];
+	snprintf(ref, sizeof ref, "%s/tref-call-%d.ten", s->trusted, call);
+	snprintf(got, sizeof got, "%s/kept-%d.ten", j->io, (int)index);
+	if (after && cl->ours.nticks == cfg->iters && kept_as_ticked(j, &cl->ours, (int)index, got) != 0)
+		return -1;
+	/* The reference's output for this call, now that it is known to be checked. */
+	jv ref_reply;
+	if (reference_on_call(j, (int)index, ref, &ref_reply) != 0)
+		return -1;
+	jv_free(ref_reply);
+	struct ca_compare_result cr;
+	int c = ca_compare_files(ref, got, &cfg->tol, &cr);
+	unlink(ref);
+	if (c != 1) {
+		char msg[800];
+		snprintf(msg, sizeof msg, "timed call %d: %s", (int)index, cr.message);
+		job_fail(j, c < 0 ? "reference" : "spot-check", msg);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Spot checks of timed calls' outputs: those the worker kept (kept,
+ * borrowed), which must include the ones asked for, compared with the
+ * reference's; with the checks named before the loop, others by the
+ * digests the ticks carried. 0 when they pass, else -1 with the record
+ * failed.
+ */
+static int spot_checks(struct job *j, const struct candidate_loop *cl, jv kept)
+{
+	const struct ca_eval_config *cfg = j->slot->cfg;
+	int nkept = jv_get_kind(kept) == JV_KIND_ARRAY ? jv_array_length(jv_copy(kept)) : 0;
+	char *chosen = ca_json_strdup(cl->reply, "kept_chosen");
+	int after = chosen && !strcmp(chosen, "after") && cl->ours.nasked > 0;
+	free(chosen);
+	j->result = set_str(j->result, "spot_checks_chosen", after ? "after" : "before");
+	if (kept_missing(j, cl, kept, nkept, after)) {
 		job_fail(j, "spot-check", "the candidate worker did not return the outputs of the timed calls asked for");
-		goto out;
+		return -1;
 	}
-	for (int i = 0; i < nkept; i++) {
-		jv e = jv_array_get(jv_copy(kept), i);
-		double set = -1, index = -1;
-		ca_json_number(e, "set", &set);
-		ca_json_number(e, "index", &index);
-		jv_free(e);
-		if (!(set >= 0 && set < loop_sets(j)) || !(index >= 0 && index < cfg->iters)) {
-			job_fail(j, "spot-check", "bad kept-output entry from the candidate worker");
-			goto out;
-		}
-		/*
-		 * The inputs are ours to know: timed call i is call warmup + i of
-		 * the loop, drawn under that call's seed or, shipped, set
-		 * (warmup + i) % sets.
-		 */
-		int call = cfg->warmup + (int)index;
-		char ref[PATHLEN], got[PATHLEN];
-		snprintf(ref, sizeof ref, "%s/tref-call-%d.ten", s->trusted, call);
-		snprintf(got, sizeof got, "%s/kept-%d.ten", j->io, (int)index);
-		if (after && ours.nticks == cfg->iters) {
-			/*
-			 * The output written now must be the one whose digest came
-			 * with its tick while our clock ran (missing ticks fail the
-			 * clock check), so its work cannot be left for after the
-			 * loop, when the checked calls are known.
-			 */
-			double mine[3] = {0, 0, 0}, none[3] = {NAN, NAN, NAN};
-			const double *theirs = (int)index < ours.nticks ? ours.digests[(int)index] : none;
-			int readable = file_digest(got, mine) == 0;
-			int finite = isfinite(mine[0]) && isfinite(mine[1]) && isfinite(mine[2]);  /* else the comparison rejects it */
-			if (readable && finite && !digest_agrees(mine, theirs)) {
-				char msg[512];
-				snprintf(msg, sizeof msg, "timed call %d: the output written after the loop (digest %.17g, %.17g, %.17g: "
-					"sum, sum of magnitudes, sum of squares) is not the one its tick described while the clock ran "
-					"(%.17g, %.17g, %.17g)", (int)index, mine[0], mine[1], mine[2], theirs[0], theirs[1], theirs[2]);
-				job_fail(j, "spot-check", msg);
-				goto out;
-			}
-		}
-		/* The reference's output for this call, now that it is known to be checked. */
-		jv ref_reply;
-		if (reference_on_call(j, (int)index, ref, &ref_reply) != 0)
-			goto out;
-		jv_free(ref_reply);
-		struct ca_compare_result cr;
-		int c = ca_compare_files(ref, got, &cfg->tol, &cr);
-		unlink(ref);
-		if (c != 1) {
-			char msg[800];
-			snprintf(msg, sizeof msg, "timed call %d: %s", (int)index, cr.message);
-			job_fail(j, c < 0 ? "reference" : "spot-check", msg);
-			goto out;
-		}
-	}
-	if (!after && ours.nticks == cfg->iters &&
-	    digest_spot_checks(j, &ours, named) != 0)
-		goto out;
-	if (nbad && !cfg->allow_torch) {
+	for (int i = 0; i < nkept; i++)
+		if (spot_check(j, cl, kept, i, after) != 0)
+			return -1;
+	if (!after && cl->ours.nticks == cfg->iters &&
+	    digest_spot_checks(j, &cl->ours, cl->named) != 0)
+		return -1;
+	return 0;
+}
+
+/*
+ * The verdicts on the time once the outputs passed: no torch fallback in
+ * the timed calls (bad_names borrowed), our clock's, and the kernels'
+ * time. 0 when all pass, else -1 with the record failed.
+ */
+static int timing_verdict(struct job *j, const struct candidate_loop *cl, double median, double kernel_us, int nbad,
+		jv bad_names)
+{
+	if (nbad && !j->slot->cfg->allow_torch) {
 		char msg[1024];
 		jv first = jv_array_get(jv_copy(bad_names), 0);
 		snprintf(msg, sizeof msg, "torch fallback in timed calls: %d ATen/torch.compile kernel%s ran, e.g. %.400s",
 			nbad, nbad == 1 ? "" : "s", jv_string_value(first));
 		jv_free(first);
 		job_fail(j, "policy", msg);
-		goto out;
+		return -1;
 	}
-	if (clock_bad) {
-		job_fail(j, "timing", clock_msg);
-		goto out;
+	if (cl->clock_bad) {
+		job_fail(j, "timing", cl->clock_msg);
+		return -1;
 	}
 	/*
 	 * A second witness, from the device: the kernels CUPTI saw. Kernels on
@@ -712,15 +763,72 @@ void do_profile(struct job *j)
 		snprintf(msg, sizeof msg, "self-reported %.1f us per call, but the GPU kernels of the timed calls "
 			"ran %.1f us per call: the timer was tampered with", median, kernel_us);
 		job_fail(j, "timing", msg);
-		goto out;
+		return -1;
 	}
-	j->result = jv_object_set(j->result, jv_string("ok"), jv_true());
-out:
+	return 0;
+}
+
+/*
+ * ca-profile's timing of a loaded candidate: the loops' inputs, the
+ * baselines, the candidate's loop until one is judged, then its numbers,
+ * the spot checks and the verdicts, into j->result.
+ */
+void do_profile(struct job *j)
+{
+	struct slot *s = j->slot;
+	const struct ca_eval_config *cfg = s->cfg;
+	jv digests = jv_array();
+	if (j->ship)  /* --verify found the candidate's draws differ */
+		j->result = jv_object_set(j->result, jv_string("inputs_shipped"), jv_true());
+	draw_seeds(j);
+	if (profile_sets(j, &digests) != 0) {
+		jv_free(digests);
+		return;
+	}
+	job_phase(j, "inputs");
+	struct candidate_loop cl = {.ours = {0}};
+	if (profile_baselines(j, &cl.overhead) != 0) {
+		jv_free(digests);
+		return;
+	}
+	job_phase(j, "baselines");
+
+	cl.ours.want = cfg->keep;
+	cl.ours.iters = cfg->iters;
+	cl.wall_per_call = cl.call_us = cl.bound_us = NAN;
+	cl.reply = jv_invalid();
+	/* The calls to check named before the loop: what a worker that cannot keep every output writes. */
+	cl.named = keep_indices(cfg, j->seed ^ 0x5eed);
+	int rc = time_candidate(j, &cl, &digests);
+	jv_free(digests);
+	if (rc != 0) {
+		jv_free(cl.named);
+		loop_clock_free(&cl.ours);
+		return;
+	}
+	job_phase(j, "candidate");
+	/*
+	 * This record's timing is over: the next record's candidate starts
+	 * now, beside the spot checks, not once this record is released. A
+	 * start takes 2.2 s on the H200, and a timed loop waits for every
+	 * start to finish (quiet_loop_begin): in a stream of four, records
+	 * 2-4 waited 0.9-1.2 s each for the spare started at release.
+	 */
+	if (!cfg->adhoc && more_records(s))
+		spare_start(s);
+	double median = 0, kernel_us = 0;
+	int nbad = 0;
+	jv bad_names = jv_array();
+	note_timing(j, &cl, &median, &kernel_us, &nbad, &bad_names);
+	jv kept = ca_json_get(cl.reply, "kept");
+	if (spot_checks(j, &cl, kept) == 0 && timing_verdict(j, &cl, median, kernel_us, nbad, bad_names) == 0)
+		j->result = jv_object_set(j->result, jv_string("ok"), jv_true());
 	if (ca_json_bool(j->result, "ok") != 1)
 		distrust_reported_time(j);
 	job_phase(j, "spot_checks");
-	loop_clock_free(&ours);
-	jv_free(named);
+	loop_clock_free(&cl.ours);
+	jv_free(cl.named);
+	jv_free(cl.reply);
 	jv_free(kept);
 	jv_free(bad_names);
 }
