@@ -311,40 +311,15 @@ void ext_save(struct job *j)
 }
 
 /*
- * Everything before the first check: candidate worker, workspace, build,
- * reference task, candidate load. 0 when the candidate is loaded.
+ * The candidate's files (cand borrowed: its "files", or a "dir" to copy)
+ * in its private directory, model_new.py among them, and the tree opened
+ * to its uid. 0, or -1 with the record failed.
  */
-int job_prepare(struct job *j, jv record)
+static int job_workspace(struct job *j, jv cand)
 {
-	struct slot *s = j->slot;
-	const struct ca_eval_config *cfg = s->cfg;
-	jv fault;
 	char why[1024];
-	j->seed = cfg->seed_set ? cfg->seed : fresh_seed();
-	j->result = jv_object_set(j->result, jv_string("seed"), jv_number((double)j->seed));
-	jv code = ca_json_get(record, "code");
-	jv cand = ca_json_get(record, "candidate");
-	if (jv_get_kind(code) != JV_KIND_STRING || jv_get_kind(cand) != JV_KIND_OBJECT) {
-		job_fail(j, "input", jv_get_kind(code) != JV_KIND_STRING ? "record has no task code (string field \"code\")"
-			: "record has no candidate object");
-		jv_free(code);
-		jv_free(cand);
-		return -1;
-	}
-	ca_sha256_hex(jv_string_value(code), (size_t)jv_string_length_bytes(jv_copy(code)), j->task_sha);
-	j->result = set_str(j->result, "task_sha256", j->task_sha);
-
-	/* The candidate process starts now so its Python start-up overlaps the rest. */
-	if (candidate_take(s, &j->cand, &fault) != 0) {
-		job_fault(j, fault, NULL);
-		jv_free(code);
-		jv_free(cand);
-		return -1;
-	}
-	snprintf(j->io, sizeof j->io, "%s/.ca-io", j->cand.dir);
 	jv files = ca_json_get(cand, "files");
 	jv dir = ca_json_get(cand, "dir");
-	jv_free(cand);
 	int bad = 0;
 	if (jv_get_kind(files) == JV_KIND_OBJECT) {
 		if (write_files(j->cand.dir, jv_copy(files), why, sizeof why)) {
@@ -373,46 +348,39 @@ int job_prepare(struct job *j, jv record)
 		job_fail(j, "input", "the candidate has no model_new.py");
 		bad = 1;
 	}
-	if (bad) {
-		jv_free(code);
+	if (bad)
 		return -1;
-	}
 	mkdir_mode(j->io, 0777);
 	chmod_tree(j->cand.dir);
-	job_phase(j, "workspace");
+	return 0;
+}
 
-	double t0 = ca_proc_now();
-	if (job_build(j) != 0) {
-		jv_free(code);
-		return -1;
-	}
-	double build_s = ca_proc_now() - t0;
-	job_phase(j, "build");
-
-	/*
-	 * The reference: load the task, write its weights and init inputs. The
-	 * candidate gets the task's code too (for its get_inputs: it draws the
-	 * inputs itself, under the same seeds), never the reference's outputs.
-	 */
+/*
+ * The reference: load the task, write its weights and init inputs. The
+ * candidate gets the task's code too (for its get_inputs: it draws the
+ * inputs itself, under the same seeds), never the reference's outputs.
+ * code borrowed. 0, or -1 with the record failed.
+ */
+static int job_load_reference(struct job *j, jv code, const char *weights, const char *init)
+{
+	struct slot *s = j->slot;
+	const struct ca_eval_config *cfg = s->cfg;
+	char path[PATHLEN];
+	jv fault;
 	snprintf(path, sizeof path, "%s/model.py", s->trusted);
 	snprintf(j->task_path, sizeof j->task_path, "%s/task.py", j->io);
 	size_t code_len = (size_t)jv_string_length_bytes(jv_copy(code));
 	if (eval_write_file(path, jv_string_value(code), code_len) != 0 ||
 			eval_write_file(j->task_path, jv_string_value(code), code_len) != 0) {
-		jv_free(code);
 		job_fail(j, "system", "cannot write the task file");
 		return -1;
 	}
 	chmod(j->task_path, 0644);
-	jv_free(code);
 	if (reference_ready(s, &fault) != 0) {
 		job_fault(j, fault, "reference worker: ");
 		j->result = set_str(j->result, "stage", "reference");
 		return -1;
 	}
-	char weights[PATHLEN], init[PATHLEN];
-	snprintf(weights, sizeof weights, "%s/weights.ten", j->io);
-	snprintf(init, sizeof init, "%s/init.ten", j->io);
 	jv req = jv_object();
 	req = set_str(req, "op", "task");
 	req = set_str(req, "path", path);
@@ -440,9 +408,18 @@ int job_prepare(struct job *j, jv record)
 	/* Which of --gpus ran it (the pool's share per GPU); null on the CPU. */
 	j->result = jv_object_set(j->result, jv_string("gpu_index"), s->gpu >= 0 ? jv_number(s->gpu) : jv_null());
 	j->result = jv_object_set(j->result, jv_string("torch"), jv_get_kind(torch) == JV_KIND_STRING ? torch : (jv_free(torch), jv_null()));
+	return 0;
+}
 
-	/* The candidate: wait for it to be up, then load ModelNew with the reference's weights. */
-	double t1 = ca_proc_now();
+/*
+ * The candidate: wait for it to be up, then load ModelNew with the
+ * reference's weights. 0, or -1 with the record failed.
+ */
+static int job_load_candidate(struct job *j, const char *weights, const char *init)
+{
+	const struct ca_eval_config *cfg = j->slot->cfg;
+	char path[PATHLEN];
+	jv fault, reply;
 	if (worker_ready(&j->cand, cfg->load_timeout_s, &fault) != 0) {
 		job_fault(j, fault, "candidate worker: ");
 		return -1;
@@ -450,7 +427,7 @@ int job_prepare(struct job *j, jv record)
 	job_phase(j, "candidate_start");
 	ext_prepare(j);
 	snprintf(path, sizeof path, "%s/model_new.py", j->cand.dir);
-	req = jv_object();
+	jv req = jv_object();
 	req = set_str(req, "op", "candidate");
 	req = set_str(req, "path", path);
 	req = set_str(req, "weights", weights);
@@ -465,8 +442,7 @@ int job_prepare(struct job *j, jv record)
 		req = set_str(req, "ext_key", j->ext_key);
 	}
 	/* Not under the lock: a candidate's import may build for minutes (load_inline). */
-	rc = candidate_call(j, req, cfg->load_timeout_s, &reply, NULL);
-	if (rc != 0) {
+	if (candidate_call(j, req, cfg->load_timeout_s, &reply, NULL) != 0) {
 		if (jv_get_kind(reply) == JV_KIND_OBJECT)
 			jv_free(reply);
 		return -1;
@@ -474,6 +450,66 @@ int job_prepare(struct job *j, jv record)
 	jv_free(reply);
 	j->loaded = 1;
 	job_phase(j, "load");
+	return 0;
+}
+
+/*
+ * Everything before the first check: candidate worker, workspace, build,
+ * reference task, candidate load. 0 when the candidate is loaded.
+ */
+int job_prepare(struct job *j, jv record)
+{
+	struct slot *s = j->slot;
+	const struct ca_eval_config *cfg = s->cfg;
+	jv fault;
+	j->seed = cfg->seed_set ? cfg->seed : fresh_seed();
+	j->result = jv_object_set(j->result, jv_string("seed"), jv_number((double)j->seed));
+	jv code = ca_json_get(record, "code");
+	jv cand = ca_json_get(record, "candidate");
+	if (jv_get_kind(code) != JV_KIND_STRING || jv_get_kind(cand) != JV_KIND_OBJECT) {
+		job_fail(j, "input", jv_get_kind(code) != JV_KIND_STRING ? "record has no task code (string field \"code\")"
+			: "record has no candidate object");
+		jv_free(code);
+		jv_free(cand);
+		return -1;
+	}
+	ca_sha256_hex(jv_string_value(code), (size_t)jv_string_length_bytes(jv_copy(code)), j->task_sha);
+	j->result = set_str(j->result, "task_sha256", j->task_sha);
+
+	/* The candidate process starts now so its Python start-up overlaps the rest. */
+	if (candidate_take(s, &j->cand, &fault) != 0) {
+		job_fault(j, fault, NULL);
+		jv_free(code);
+		jv_free(cand);
+		return -1;
+	}
+	snprintf(j->io, sizeof j->io, "%s/.ca-io", j->cand.dir);
+	int rc = job_workspace(j, cand);
+	jv_free(cand);
+	if (rc != 0) {
+		jv_free(code);
+		return -1;
+	}
+	job_phase(j, "workspace");
+
+	double t0 = ca_proc_now();
+	if (job_build(j) != 0) {
+		jv_free(code);
+		return -1;
+	}
+	double build_s = ca_proc_now() - t0;
+	job_phase(j, "build");
+
+	char weights[PATHLEN], init[PATHLEN];
+	snprintf(weights, sizeof weights, "%s/weights.ten", j->io);
+	snprintf(init, sizeof init, "%s/init.ten", j->io);
+	rc = job_load_reference(j, code, weights, init);
+	jv_free(code);
+	if (rc != 0)
+		return -1;
+	double t1 = ca_proc_now();
+	if (job_load_candidate(j, weights, init) != 0)
+		return -1;
 	j->result = set_num(j->result, "build_s", build_s);
 	j->result = set_num(j->result, "load_s", ca_proc_now() - t1);
 	return 0;
