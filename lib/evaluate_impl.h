@@ -189,7 +189,7 @@ int reveal_file(const char *from, const char *to);
 const char *placing_failed(int err, const char *what, char *why, size_t size);
 
 /* evaluate_worker.c: a worker's start, requests and replies, and end. */
-void pycache_resolve(void);
+void workers_prepare(void);
 int worker_start(struct slot *s, struct worker *w, int candidate, jv *fault);
 int worker_ready(struct worker *w, double timeout_s, jv *fault);
 int worker_send(struct worker *w, jv req, jv *fault);
@@ -213,7 +213,7 @@ int clock_verdict(const struct loop_clock *ours, jv reply, int iters, const stru
 		int on_cpu, double *wall_per_call, double *call_us, double *bound_us, char *msg, size_t size);
 
 /* evaluate_slot.c: a slot's directories, lock and workers; quiet loops. */
-int slot_open(struct slot *s, const struct ca_eval_config *cfg, int index, int gpu);
+void slot_open(struct slot *s, const struct ca_eval_config *cfg, int index);
 void slot_close(struct slot *s);
 int reference_ready(struct slot *s, jv *fault);
 int candidate_take(struct slot *s, struct worker *out, jv *fault);

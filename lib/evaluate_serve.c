@@ -20,7 +20,6 @@
 #include "evaluate_impl.h"
 #include "json.h"
 #include "ndjson.h"
-#include "paths.h"
 #include "proc.h"
 
 /*
@@ -162,6 +161,93 @@ static char *read_line(int fd, struct linebuf *b, size_t *pos)
 	}
 }
 
+/* Why a client's request (its opts, borrowed, and mode) cannot be served, or NULL. */
+static const char *conn_refusal(const struct server *sv, jv opts, const char *mode)
+{
+	const char *why = NULL;
+	if (jv_get_kind(opts) != JV_KIND_OBJECT || !mode || (strcmp(mode, "verify") && strcmp(mode, "profile")))
+		return "bad request";
+	/* What the workers were started with must be what the client asks for. */
+	jv mine = conn_options(sv->base);
+	const char *fixed[] = {"device", "sandbox", "sandbox_user", NULL};
+	for (int i = 0; fixed[i] && !why; i++) {
+		jv a = ca_json_get(mine, fixed[i]), b = ca_json_get(opts, fixed[i]);
+		if (!jv_equal(a, b))
+			why = "the server's workers were started with other device or sandbox options";
+	}
+	double t = 0;
+	ca_json_number(opts, "timeout_s", &t);
+	if (!why && t > sv->base->timeout_s)
+		why = "a longer --timeout than the server's";
+	jv_free(mine);
+	return why;
+}
+
+/*
+ * The client's options (borrowed) and mode over the server's, in cfg;
+ * its strings kept in strs[0..3], freed with the connection.
+ */
+static void conn_config(struct ca_eval_config *cfg, jv opts, const char *mode, char *strs[4])
+{
+	double v;
+	cfg->mode = !strcmp(mode, "verify") ? CA_EVAL_VERIFY : CA_EVAL_PROFILE;
+	cfg->human = 0;
+	cfg->verbose = 0;
+	/*
+	 * No workers are started from this thread: a worker dies with the
+	 * thread that started it (PR_SET_PDEATHSIG), and this one ends with
+	 * the connection. The server's main thread keeps the spares and the
+	 * reference up (serve_refill).
+	 */
+	cfg->adhoc = 1;
+	if (ca_json_number(opts, "checks", &v) == 1) cfg->checks = (int)v;
+	if (ca_json_number(opts, "robust", &v) == 1) cfg->robust = (int)v;
+	if (ca_json_number(opts, "shapes", &v) == 1) cfg->shapes = (int)v;
+	if (ca_json_number(opts, "seed", &v) == 1) cfg->seed = (unsigned long long)v;
+	cfg->seed_set = ca_json_bool(opts, "seed_set") == 1;
+	if (ca_json_number(opts, "atol", &v) == 1) cfg->tol.atol = v;
+	if (ca_json_number(opts, "rtol", &v) == 1) cfg->tol.rtol = v;
+	cfg->allow_torch = ca_json_bool(opts, "allow_torch") == 1;
+	if (ca_json_number(opts, "timeout_s", &v) == 1) cfg->timeout_s = v;
+	cfg->arch = conn_str(opts, "arch", &strs[0]);
+	cfg->build_cache = conn_str(opts, "build_cache", &strs[1]);
+	if (ca_json_number(opts, "warmup", &v) == 1) cfg->warmup = (int)v;
+	if (ca_json_number(opts, "iters", &v) == 1) cfg->iters = (int)v;
+	if (ca_json_number(opts, "sets", &v) == 1) cfg->sets = (int)v;
+	if (ca_json_number(opts, "keep", &v) == 1) cfg->keep = (int)v;
+	cfg->compile_mode = conn_str(opts, "compile_mode", &strs[2]);
+	cfg->no_compile = ca_json_bool(opts, "no_compile") == 1;
+	cfg->no_cache = ca_json_bool(opts, "no_cache") == 1;
+	if (ca_json_number(opts, "top", &v) == 1) cfg->top = (int)v;
+	cfg->also_verify = ca_json_bool(opts, "also_verify") == 1;
+}
+
+/* One record (consumed) scored on the first idle slot, under the client's cfg. */
+static jv conn_evaluate(struct server *sv, const struct ca_eval_config *cfg, jv rec, int *status)
+{
+	pthread_mutex_lock(&sv->lock);
+	int i;
+	for (;;) {
+		for (i = 0; i < sv->nslots && sv->busy[i]; i++)
+			;
+		if (i < sv->nslots)
+			break;
+		pthread_cond_wait(&sv->cond, &sv->lock);
+	}
+	sv->busy[i] = 1;
+	pthread_mutex_unlock(&sv->lock);
+	struct slot *s = &sv->slots[i];
+	s->cfg = cfg;
+	jv out = evaluate_record(s, rec, status);
+	s->cfg = sv->base;
+	pthread_mutex_lock(&sv->lock);
+	sv->busy[i] = 0;
+	sv->last = ca_proc_now();
+	pthread_cond_broadcast(&sv->cond);
+	pthread_mutex_unlock(&sv->lock);
+	return out;
+}
+
 static void *conn_thread(void *arg)
 {
 	struct conn *cn = arg;
@@ -175,57 +261,9 @@ static void *conn_thread(void *arg)
 	free(line);
 	jv opts = jv_get_kind(head) == JV_KIND_OBJECT ? ca_json_get(head, "opts") : jv_invalid();
 	char *mode = jv_get_kind(head) == JV_KIND_OBJECT ? ca_json_strdup(head, "mode") : NULL;
-	const char *why = NULL;
-	if (jv_get_kind(opts) != JV_KIND_OBJECT || !mode || (strcmp(mode, "verify") && strcmp(mode, "profile")))
-		why = "bad request";
-	if (!why) {
-		/* What the workers were started with must be what the client asks for. */
-		jv mine = conn_options(sv->base);
-		const char *fixed[] = {"device", "sandbox", "sandbox_user", NULL};
-		for (int i = 0; fixed[i] && !why; i++) {
-			jv a = ca_json_get(mine, fixed[i]), b = ca_json_get(opts, fixed[i]);
-			if (!jv_equal(a, b))
-				why = "the server's workers were started with other device or sandbox options";
-		}
-		double t = 0;
-		ca_json_number(opts, "timeout_s", &t);
-		if (!why && t > sv->base->timeout_s)
-			why = "a longer --timeout than the server's";
-		jv_free(mine);
-	}
-	if (!why) {
-		double v;
-		cfg.mode = !strcmp(mode, "verify") ? CA_EVAL_VERIFY : CA_EVAL_PROFILE;
-		cfg.human = 0;
-		cfg.verbose = 0;
-		/*
-		 * No workers are started from this thread: a worker dies with the
-		 * thread that started it (PR_SET_PDEATHSIG), and this one ends with
-		 * the connection. The server's main thread keeps the spares and the
-		 * reference up (serve_refill).
-		 */
-		cfg.adhoc = 1;
-		if (ca_json_number(opts, "checks", &v) == 1) cfg.checks = (int)v;
-		if (ca_json_number(opts, "robust", &v) == 1) cfg.robust = (int)v;
-		if (ca_json_number(opts, "shapes", &v) == 1) cfg.shapes = (int)v;
-		if (ca_json_number(opts, "seed", &v) == 1) cfg.seed = (unsigned long long)v;
-		cfg.seed_set = ca_json_bool(opts, "seed_set") == 1;
-		if (ca_json_number(opts, "atol", &v) == 1) cfg.tol.atol = v;
-		if (ca_json_number(opts, "rtol", &v) == 1) cfg.tol.rtol = v;
-		cfg.allow_torch = ca_json_bool(opts, "allow_torch") == 1;
-		if (ca_json_number(opts, "timeout_s", &v) == 1) cfg.timeout_s = v;
-		cfg.arch = conn_str(opts, "arch", &strs[0]);
-		cfg.build_cache = conn_str(opts, "build_cache", &strs[1]);
-		if (ca_json_number(opts, "warmup", &v) == 1) cfg.warmup = (int)v;
-		if (ca_json_number(opts, "iters", &v) == 1) cfg.iters = (int)v;
-		if (ca_json_number(opts, "sets", &v) == 1) cfg.sets = (int)v;
-		if (ca_json_number(opts, "keep", &v) == 1) cfg.keep = (int)v;
-		cfg.compile_mode = conn_str(opts, "compile_mode", &strs[2]);
-		cfg.no_compile = ca_json_bool(opts, "no_compile") == 1;
-		cfg.no_cache = ca_json_bool(opts, "no_cache") == 1;
-		if (ca_json_number(opts, "top", &v) == 1) cfg.top = (int)v;
-		cfg.also_verify = ca_json_bool(opts, "also_verify") == 1;
-	}
+	const char *why = conn_refusal(sv, opts, mode);
+	if (!why)
+		conn_config(&cfg, opts, mode, strs);
 	free(mode);
 	jv_free(opts);
 	jv_free(head);
@@ -244,26 +282,7 @@ static void *conn_thread(void *arg)
 			out = ca_ndjson_error_record("server", 0, "not a JSON object");
 			status = CA_EXIT_DATA;
 		} else {
-			pthread_mutex_lock(&sv->lock);
-			int i;
-			for (;;) {
-				for (i = 0; i < sv->nslots && sv->busy[i]; i++)
-					;
-				if (i < sv->nslots)
-					break;
-				pthread_cond_wait(&sv->cond, &sv->lock);
-			}
-			sv->busy[i] = 1;
-			pthread_mutex_unlock(&sv->lock);
-			struct slot *s = &sv->slots[i];
-			s->cfg = &cfg;
-			out = evaluate_record(s, rec, &status);
-			s->cfg = sv->base;
-			pthread_mutex_lock(&sv->lock);
-			sv->busy[i] = 0;
-			sv->last = ca_proc_now();
-			pthread_cond_broadcast(&sv->cond);
-			pthread_mutex_unlock(&sv->lock);
+			out = conn_evaluate(sv, &cfg, rec, &status);
 		}
 		jv reply = jv_object_set(jv_object(), jv_string("status"), jv_number(status));
 		reply = jv_object_set(reply, jv_string("record"), out);
@@ -315,14 +334,20 @@ static void serve_refill(struct server *sv)
 	}
 }
 
-int ca_eval_serve(const struct ca_eval_config *cfg, const char *path, double idle_s)
+/*
+ * The server's socket at path, listening: in a directory that is ours and
+ * closed to others. The descriptor, or -1 with *status the exit status
+ * and the diagnostic printed.
+ */
+static int serve_listen(const char *path, int *status)
 {
 	struct sockaddr_un addr;
 	memset(&addr, 0, sizeof addr);
 	addr.sun_family = AF_UNIX;
 	if (strlen(path) >= sizeof addr.sun_path) {
 		ca_err_warn("%s: socket path too long", path);
-		return CA_EXIT_USAGE;
+		*status = CA_EXIT_USAGE;
+		return -1;
 	}
 	snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
 	/* Its directory must be ours and closed to others: candidates must not reach the socket. */
@@ -336,19 +361,31 @@ int ca_eval_serve(const struct ca_eval_config *cfg, const char *path, double idl
 	struct stat st;
 	if (stat(*dir ? dir : "/", &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 077)) {
 		ca_err_warn("%s: the socket's directory must be yours and closed to others (chmod 700)", *dir ? dir : "/");
-		return CA_EXIT_USAGE;
+		*status = CA_EXIT_USAGE;
+		return -1;
 	}
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		ca_err_warn_sys("socket");
-		return CA_EXIT_SYSTEM;
+		*status = CA_EXIT_SYSTEM;
+		return -1;
 	}
 	unlink(path);
 	if (bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || chmod(path, 0600) != 0 || listen(fd, 16) != 0) {
 		ca_err_warn_sys("%s", path);
 		close(fd);
-		return CA_EXIT_SYSTEM;
+		*status = CA_EXIT_SYSTEM;
+		return -1;
 	}
+	return fd;
+}
+
+int ca_eval_serve(const struct ca_eval_config *cfg, const char *path, double idle_s)
+{
+	int status;
+	int fd = serve_listen(path, &status);
+	if (fd < 0)
+		return status;
 	/* A server answers single records in bursts: more spares kept started (see slot_open). */
 	struct ca_eval_config *mine = ca_xmalloc(sizeof *mine);
 	*mine = *cfg;
@@ -362,14 +399,9 @@ int ca_eval_serve(const struct ca_eval_config *cfg, const char *path, double idl
 	sv.busy = ca_xcalloc((size_t)sv.nslots, sizeof *sv.busy);
 	pthread_mutex_init(&sv.lock, NULL);
 	pthread_cond_init(&sv.cond, NULL);
-	ca_paths_cache();
-	ca_paths_python();
-	ca_paths_pydir();
-	pycache_resolve();
+	workers_prepare();
 	for (int i = 0; i < sv.nslots; i++) {
-		int gpu = strcmp(cfg->device, "cpu") ? (cfg->ngpus > 0 ? cfg->gpus[i] : 0) : -1;
-		if (slot_open(&sv.slots[i], cfg, i, gpu) != 0)
-			ca_err_die_sys(CA_EXIT_SYSTEM, "cannot create a temporary directory");
+		slot_open(&sv.slots[i], cfg, i);
 		jv fault;
 		if (worker_start(&sv.slots[i], &sv.slots[i].reference, 0, &fault) != 0)
 			jv_free(fault);

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "err.h"
 #include "evaluate_impl.h"
 #include "file.h"
 #include "proc.h"
@@ -188,7 +189,7 @@ static const char *temp_base(void)
 	return env && *env ? env : "/tmp";
 }
 
-int slot_open(struct slot *s, const struct ca_eval_config *cfg, int index, int gpu)
+static int slot_make(struct slot *s, const struct ca_eval_config *cfg, int index, int gpu)
 {
 	memset(s, 0, sizeof *s);
 	s->cfg = cfg;
@@ -227,6 +228,17 @@ int slot_open(struct slot *s, const struct ca_eval_config *cfg, int index, int g
 		}
 	}
 	return mkdir_mode(s->trusted, 0700);
+}
+
+/*
+ * Open slot index of cfg on its GPU (--gpus' index-th, GPU 0 without
+ * --gpus, -1 on the CPU); exits when its directories cannot be made.
+ */
+void slot_open(struct slot *s, const struct ca_eval_config *cfg, int index)
+{
+	int gpu = strcmp(cfg->device, "cpu") ? (cfg->ngpus > 0 ? cfg->gpus[index] : 0) : -1;
+	if (slot_make(s, cfg, index, gpu) != 0)
+		ca_err_die_sys(CA_EXIT_SYSTEM, "cannot create a temporary directory");
 }
 
 /*

@@ -13,7 +13,6 @@
 #include "err.h"
 #include "evaluate_impl.h"
 #include "ndjson.h"
-#include "paths.h"
 
 struct item {
 	jv in, out;
@@ -144,15 +143,9 @@ int ca_eval_stream(const struct ca_eval_config *cfg, int nfiles, char **files)
 	p.cfg = cfg;
 	pthread_mutex_init(&p.lock, NULL);
 	pthread_cond_init(&p.cond, NULL);
-	/* Resolve the shared paths once, before any thread looks them up. */
-	ca_paths_cache();
-	ca_paths_python();
-	ca_paths_pydir();
-	pycache_resolve();
+	workers_prepare();
 	for (int i = 0; i < nslots; i++) {
-		int gpu = strcmp(cfg->device, "cpu") ? (cfg->ngpus > 0 ? cfg->gpus[i] : 0) : -1;
-		if (slot_open(&slots[i], cfg, i, gpu) != 0)
-			ca_err_die_sys(CA_EXIT_SYSTEM, "cannot create a temporary directory");
+		slot_open(&slots[i], cfg, i);
 		args[i].pool = &p;
 		args[i].slot = &slots[i];
 		slots[i].pool = &p;

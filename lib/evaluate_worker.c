@@ -51,7 +51,7 @@ static char **strv_push(char **v, size_t *n, const char *s)
  */
 static char pycache[PATHLEN];
 
-void pycache_resolve(void)
+static void pycache_resolve(void)
 {
 	if (getenv("CA_EVAL_NO_PYCACHE") && *getenv("CA_EVAL_NO_PYCACHE"))
 		return;
@@ -60,6 +60,15 @@ void pycache_resolve(void)
 	struct stat st;
 	if (ca_paths_mkdirs(dir, 0755) == 0 && lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid())
 		snprintf(pycache, sizeof pycache, "%s", dir);
+}
+
+/* What every worker's command line uses, resolved once, before any slot's thread looks it up. */
+void workers_prepare(void)
+{
+	ca_paths_cache();
+	ca_paths_python();
+	ca_paths_pydir();
+	pycache_resolve();
 }
 
 static char **make_env(const struct slot *s, int candidate)
