@@ -74,6 +74,61 @@ static void baseline_store(const char *key, jv v)
 	jv_free(text);
 }
 
+/*
+ * A reference loop's numbers (reply borrowed) on our clock (ours): its
+ * median and cv, and the overhead our clock subtracts from a
+ * candidate's loop, per batch, per call and by phase.
+ */
+static jv baseline_numbers(const struct ca_eval_config *cfg, jv reply, const struct loop_clock *ours)
+{
+	double median = 0, cv = 0;
+	ca_json_number(reply, "median_us", &median);
+	ca_json_number(reply, "cv", &cv);
+	jv times = ca_json_get(reply, "times_us");
+	int ntimes = jv_get_kind(times) == JV_KIND_ARRAY ? jv_array_length(jv_copy(times)) : 0;
+	double sum = 0;
+	double *calls = ca_xcalloc((size_t)cfg->iters + 1, sizeof *calls);
+	double *inputs = ca_xcalloc((size_t)cfg->iters + 1, sizeof *inputs);
+	double *call_phase = ca_xcalloc((size_t)cfg->iters + 1, sizeof *call_phase);
+	int ncalls = loop_clock_calls(ours, calls, cfg->iters);
+	int nphases = ntimes == cfg->iters ? loop_clock_phases(ours, inputs, call_phase, cfg->iters) : 0;
+	for (int i = 0; i < ntimes; i++) {
+		jv t = jv_array_get(jv_copy(times), i);
+		double us = jv_get_kind(t) == JV_KIND_NUMBER ? jv_number_value(t) : 0;
+		sum += us;
+		if (i < ncalls)
+			calls[i] -= us * 1e-6;  /* what our clock saw of this call beyond its time */
+		if (i < nphases)
+			call_phase[i] -= us * 1e-6;
+		jv_free(t);
+	}
+	jv_free(times);
+	jv v = jv_object();
+	v = set_num(v, "median_us", median);
+	v = set_num(v, "cv", cv);
+	/* Our clock around the timed loop minus the reported call times: the per-batch overhead. */
+	v = set_num(v, "overhead_s", ours->start > 0 && ours->end > ours->start ? (ours->end - ours->start) - sum * 1e-6 : 0);
+	/*
+	 * The same per call, the fastest tenth of the calls: the loop's own
+	 * work around each call, taken like the candidate's bound (like with
+	 * like: a quiet call of the reference's against a quiet call of the
+	 * candidate's).
+	 */
+	v = set_num(v, "overhead_call_s", ncalls == cfg->iters && ntimes == cfg->iters ? quantile_of(calls, ncalls, 0.1) : NAN);
+	/*
+	 * And split at the ready lines: the call phase's own work (flush,
+	 * digest, copy) and the inputs' phase (the draw), each its fastest
+	 * tenth, so that a draw, which can cost more than the call, is judged
+	 * on its own (see clock_verdict).
+	 */
+	v = set_num(v, "overhead_ready_s", nphases ? quantile_of(call_phase, nphases, 0.1) : NAN);
+	v = set_num(v, "inputs_s", nphases ? quantile_of(inputs, nphases, 0.1) : NAN);
+	free(calls);
+	free(inputs);
+	free(call_phase);
+	return v;
+}
+
 /* Time the reference by mode (eager/compile), from the cache when possible. */
 static int baseline(struct job *j, const char *mode, jv *out, int *cached, int fresh)
 {
@@ -132,51 +187,7 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached, int f
 		j->result = set_str(j->result, "stage", "reference");
 		return -1;
 	}
-	double median = 0, cv = 0;
-	ca_json_number(reply, "median_us", &median);
-	ca_json_number(reply, "cv", &cv);
-	jv times = ca_json_get(reply, "times_us");
-	int ntimes = jv_get_kind(times) == JV_KIND_ARRAY ? jv_array_length(jv_copy(times)) : 0;
-	double sum = 0;
-	double *calls = ca_xcalloc((size_t)cfg->iters + 1, sizeof *calls);
-	double *inputs = ca_xcalloc((size_t)cfg->iters + 1, sizeof *inputs);
-	double *call_phase = ca_xcalloc((size_t)cfg->iters + 1, sizeof *call_phase);
-	int ncalls = loop_clock_calls(&ours, calls, cfg->iters);
-	int nphases = ntimes == cfg->iters ? loop_clock_phases(&ours, inputs, call_phase, cfg->iters) : 0;
-	for (int i = 0; i < ntimes; i++) {
-		jv t = jv_array_get(jv_copy(times), i);
-		double us = jv_get_kind(t) == JV_KIND_NUMBER ? jv_number_value(t) : 0;
-		sum += us;
-		if (i < ncalls)
-			calls[i] -= us * 1e-6;  /* what our clock saw of this call beyond its time */
-		if (i < nphases)
-			call_phase[i] -= us * 1e-6;
-		jv_free(t);
-	}
-	jv_free(times);
-	jv v = jv_object();
-	v = set_num(v, "median_us", median);
-	v = set_num(v, "cv", cv);
-	/* Our clock around the timed loop minus the reported call times: the per-batch overhead. */
-	v = set_num(v, "overhead_s", ours.start > 0 && ours.end > ours.start ? (ours.end - ours.start) - sum * 1e-6 : 0);
-	/*
-	 * The same per call, the fastest tenth of the calls: the loop's own
-	 * work around each call, taken like the candidate's bound (like with
-	 * like: a quiet call of the reference's against a quiet call of the
-	 * candidate's).
-	 */
-	v = set_num(v, "overhead_call_s", ncalls == cfg->iters && ntimes == cfg->iters ? quantile_of(calls, ncalls, 0.1) : NAN);
-	/*
-	 * And split at the ready lines: the call phase's own work (flush,
-	 * digest, copy) and the inputs' phase (the draw), each its fastest
-	 * tenth, so that a draw, which can cost more than the call, is judged
-	 * on its own (see clock_verdict).
-	 */
-	v = set_num(v, "overhead_ready_s", nphases ? quantile_of(call_phase, nphases, 0.1) : NAN);
-	v = set_num(v, "inputs_s", nphases ? quantile_of(inputs, nphases, 0.1) : NAN);
-	free(calls);
-	free(inputs);
-	free(call_phase);
+	jv v = baseline_numbers(cfg, reply, &ours);
 	loop_clock_free(&ours);
 	jv kl = ca_json_get(reply, "kernels");
 	int nbad = 0;
