@@ -177,14 +177,12 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached, int f
 	ship_unreveal(j);
 	if (rc != 0) {
 		loop_clock_free(&ours);
-		job_fault(j, fault, "reference: ");
-		j->result = set_str(j->result, "stage", "reference");
+		reference_failed(j, fault);
 		return -1;
 	}
 	if (ca_json_bool(reply, "ok") != 1) {
 		loop_clock_free(&ours);
-		job_fault(j, reply, "reference: ");
-		j->result = set_str(j->result, "stage", "reference");
+		reference_failed(j, reply);
 		return -1;
 	}
 	jv v = baseline_numbers(cfg, reply, &ours);

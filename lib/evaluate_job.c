@@ -85,18 +85,23 @@ unsigned long long fresh_seed(void)
 	return random_u64() & ((1ULL << 48) - 1);
 }
 
+/* The reference's failure (reply or fault, consumed) merged into the result. */
+void reference_failed(struct job *j, jv why)
+{
+	job_fault(j, why, "reference: ");
+	j->result = set_str(j->result, "stage", "reference");
+}
+
 /* Reference failure: the task itself is broken (or the reference worker died). */
 int reference_call(struct job *j, jv req, double timeout, jv *reply)
 {
 	jv fault;
 	if (worker_call(&j->slot->reference, req, timeout, reply, &fault, NULL) != 0) {
-		job_fault(j, fault, "reference: ");
-		j->result = set_str(j->result, "stage", "reference");
+		reference_failed(j, fault);
 		return -1;
 	}
 	if (ca_json_bool(*reply, "ok") != 1) {
-		job_fault(j, *reply, "reference: ");
-		j->result = set_str(j->result, "stage", "reference");
+		reference_failed(j, *reply);
 		*reply = jv_invalid();
 		return -1;
 	}

@@ -24,13 +24,6 @@ struct robust_spec {
 	unsigned long long seed;
 };
 
-/* The reference's failure (reply or fault, consumed) merged into the result. */
-static void reference_failed(struct job *j, jv why)
-{
-	job_fault(j, why, "reference: ");
-	j->result = set_str(j->result, "stage", "reference");
-}
-
 /* Receive the reference's reply to a request sent; -1 after recording the failure. */
 static int reference_recv(struct job *j, double timeout, jv *reply)
 {
