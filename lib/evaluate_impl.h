@@ -233,6 +233,7 @@ void job_fail(struct job *j, const char *stage, const char *error);
 void job_fault(struct job *j, jv fault, const char *prefix);
 void reference_failed(struct job *j, jv why);
 int reference_call(struct job *j, jv req, double timeout, jv *reply);
+int reference_recv(struct job *j, double timeout, jv *reply);
 int candidate_call(struct job *j, jv req, double timeout, jv *reply, struct loop_clock *ours);
 unsigned long long fresh_seed(void);
 void ext_save(struct job *j);

@@ -92,11 +92,11 @@ void reference_failed(struct job *j, jv why)
 	j->result = set_str(j->result, "stage", "reference");
 }
 
-/* Reference failure: the task itself is broken (or the reference worker died). */
-int reference_call(struct job *j, jv req, double timeout, jv *reply)
+/* Receive the reference's reply to a request sent; -1 after recording the failure. */
+int reference_recv(struct job *j, double timeout, jv *reply)
 {
 	jv fault;
-	if (worker_call(&j->slot->reference, req, timeout, reply, &fault, NULL) != 0) {
+	if (worker_recv(&j->slot->reference, ca_proc_now() + timeout, reply, &fault, NULL) != 0) {
 		reference_failed(j, fault);
 		return -1;
 	}
@@ -106,6 +106,23 @@ int reference_call(struct job *j, jv req, double timeout, jv *reply)
 		return -1;
 	}
 	return 0;
+}
+
+/*
+ * Send req (consumed) to the reference and wait for its reply, at most
+ * timeout (worker_call's way). Its failure is the task's (or its worker
+ * died): -1 after recording it, stage "reference".
+ */
+int reference_call(struct job *j, jv req, double timeout, jv *reply)
+{
+	jv fault;
+	*reply = jv_invalid();
+	j->slot->reference.limit_s = timeout;
+	if (worker_send(&j->slot->reference, req, &fault) != 0) {
+		reference_failed(j, fault);
+		return -1;
+	}
+	return reference_recv(j, timeout, reply);
 }
 
 int candidate_call(struct job *j, jv req, double timeout, jv *reply, struct loop_clock *ours)

@@ -24,22 +24,6 @@ struct robust_spec {
 	unsigned long long seed;
 };
 
-/* Receive the reference's reply to a request sent; -1 after recording the failure. */
-static int reference_recv(struct job *j, double timeout, jv *reply)
-{
-	jv fault;
-	if (worker_recv(&j->slot->reference, ca_proc_now() + timeout, reply, &fault, NULL) != 0) {
-		reference_failed(j, fault);
-		return -1;
-	}
-	if (ca_json_bool(*reply, "ok") != 1) {
-		reference_failed(j, *reply);
-		*reply = jv_invalid();
-		return -1;
-	}
-	return 0;
-}
-
 /* Where the reference drew the inputs (its reply's "gen", borrowed), into the result. */
 void note_drawn_on(struct job *j, jv reply)
 {
