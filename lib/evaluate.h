@@ -13,7 +13,8 @@
  * ca_eval_stream() runs the record loop over a pool of slots, one thread
  * each, writing records in input order (or as they finish, unordered).
  * Records are confined to one thread at a time; nothing else is shared
- * but the queue.
+ * but the queue. The pieces of the engine, and where a record goes
+ * through them, are listed in evaluate_impl.h.
  */
 #ifndef CA_EVALUATE_H
 #define CA_EVALUATE_H
@@ -57,20 +58,29 @@ struct ca_eval_config {
 	int also_verify;             /* profile --verify: verify first, same workers, both fields */
 	int serving;                 /* set by ca_eval_serve (4 spares per GPU slot) */
 	const char *no_gpu_why;      /* set by ca_eval_stream: why no GPU can run a record here */
+	const char *serve;           /* --serve SOCKET (ca_eval_run), NULL: score the operands */
 };
 
 void ca_eval_defaults(struct ca_eval_config *cfg, enum ca_eval_mode mode);
 
 /*
- * The command line of ca-verify (mode CA_EVAL_VERIFY) or ca-profile, one
- * table for both (evaluate_main.c): defaults, then the options, into cfg.
- * Exits on a usage error and after --help. Returns the index of the
- * first operand.
+ * One option of ca-verify or ca-profile, by its long name without the
+ * dashes ("checks", "no-sandbox"), into cfg; value is its argument (NULL
+ * for a flag) and is kept, not copied. A bad value is a usage error:
+ * the diagnostic is printed and the process exits 2. -1 for a name that
+ * is no evaluation option. Each command's table says which it accepts.
  */
-int ca_eval_parse_args(struct ca_eval_config *cfg, enum ca_eval_mode mode, int argc, char **argv);
+int ca_eval_option(struct ca_eval_config *cfg, const char *name, const char *value);
 
-/* All of main() for either command: parse, then a DIR ad hoc or the record stream. */
-int ca_eval_main(enum ca_eval_mode mode, int argc, char **argv);
+/*
+ * What the operands ask for, once the options are in cfg: with --serve
+ * (cfg->serve) a server, which takes none; a directory as the only
+ * operand, that workspace ad hoc; else the files of records (none:
+ * stdin). A usage error prints the diagnostic (and, for a directory
+ * among other operands, the command's usage text) and exits 2. Frees
+ * cfg->gpus; returns the exit status.
+ */
+int ca_eval_run(struct ca_eval_config *cfg, int nargs, char **args, const char *usage);
 
 /*
  * Run the record loop over files (nfiles == 0: stdin), adding "verify" or

@@ -1,12 +1,16 @@
-/* file: whole-file reads and writes; see file.h. */
+/* file: whole-file reads and writes, whole trees removed and copied; see file.h. */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "err.h"
 #include "file.h"
+#include "proc.h"
 
 char *ca_file_read(const char *path, int flags, size_t max, size_t *len)
 {
@@ -71,4 +75,34 @@ int ca_file_write(const char *path, const void *data, size_t len, int mode)
 		return -1;
 	}
 	return close(fd);
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st; (void)flag; (void)ftw;
+	remove(path);
+	return 0;
+}
+
+void ca_file_remove_tree(const char *path)
+{
+	nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int ca_file_copy_tree(const char *src, const char *dst, int flags)
+{
+	char from[PATH_MAX + 64];
+	snprintf(from, sizeof from, "%s/.", src);
+	const char *argv[7] = {"cp", "-R", "-P"};
+	int n = 3;
+	if (flags & CA_FILE_KEEP_TIMES)
+		argv[n++] = "--preserve=timestamps";
+	argv[n++] = from;
+	argv[n++] = dst;
+	argv[n] = NULL;
+	struct ca_proc p;
+	ca_proc_init(&p, argv);
+	p.in_mode = CA_PROC_NULL;
+	p.timeout_s = 120;
+	return ca_proc_run(&p) == 0 ? 0 : -1;
 }

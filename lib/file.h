@@ -1,7 +1,8 @@
 /*
  * file: a whole file read or written in one call, for the loaders
  * (config.json, tokenizer.json, the safetensors index), the build (a
- * candidate's sources, its cache) and ca-agent (workspaces, skill files).
+ * candidate's sources, its cache) and ca-agent (workspaces, skill files);
+ * a whole tree removed or copied, for the evaluation's workspaces.
  */
 #ifndef CA_FILE_H
 #define CA_FILE_H
@@ -24,5 +25,23 @@ char *ca_file_read(const char *path, int flags, size_t max, size_t *len);
  * 0, or -1 with errno set.
  */
 int ca_file_write(const char *path, const void *data, size_t len, int mode);
+
+/*
+ * Remove path and everything below it, depth first, never following a
+ * symbolic link (a link is removed, not what it names); what cannot be
+ * removed is left without a word.
+ */
+void ca_file_remove_tree(const char *path);
+
+/* ca_file_copy_tree: timestamps kept (build trees whose tools decide what to rebuild by them). */
+#define CA_FILE_KEEP_TIMES 1
+
+/*
+ * Copy what is below the directory src into the directory dst, with
+ * cp -R -P: a symbolic link is copied as a link, never followed; modes
+ * as cp gives them. flags: 0 or CA_FILE_KEEP_TIMES. 0, or -1 when cp
+ * failed or ran past 120 s.
+ */
+int ca_file_copy_tree(const char *src, const char *dst, int flags);
 
 #endif
