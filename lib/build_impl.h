@@ -16,6 +16,7 @@
 #include <limits.h>
 #include <stddef.h>
 
+#include "build.h"
 #include "hash.h"
 
 struct source {
@@ -40,6 +41,21 @@ void argv_add(struct argv_list *a, const char *fmt, ...) __attribute__((format(p
 void argv_append(struct argv_list *a, const struct argv_list *b);
 void argv_free(struct argv_list *a);
 void argv_hash(struct ca_sha256 *h, const struct argv_list *a);
+
+/* ---- limits and logs (build_limits.c) ---- */
+
+struct limits {
+	double time_s;       /* the whole build, wall clock */
+	long long cpu_s;     /* CPU seconds of each compiler process */
+	long long mem_mb;    /* address space of each compiler process */
+	long long fsize_mb;  /* each file written, and the private /tmp */
+};
+
+/* Each limit from opt, else its CA_BUILD_* variable, else the default; 0, or -1 with why. */
+int resolve_limits(const struct ca_build_options *opt, struct limits *lim, char *why, size_t why_len);
+
+/* Append n bytes of s to the growing string *out (length *len, capacity *cap). */
+void log_append(char **out, size_t *len, size_t *cap, const char *s, size_t n);
 
 /* ---- units (build_units.c) ---- */
 
