@@ -1142,15 +1142,10 @@ static int place_pch(struct build *b)
 	return -1;
 }
 
-/* Whether the cuda-agent units may use torch's precompiled header; makes it the first time. */
+/* Whether the cuda-agent units may use torch's precompiled header; makes it the first time it is wanted. */
 static int want_pch(struct build *b)
 {
 	if (strcmp(b->flavour, "cuda-agent") != 0 || getenv("CA_BUILD_NO_PCH"))
-		return 0;
-	int any = 0;
-	for (size_t i = 0; i < b->src.n && !any; i++)
-		any = !has_suffix(b->src.v[i].rel, ".cu") && compiled(b->src.v[i].rel) && unit_starts_with_torch(&b->src, i);
-	if (!any)
 		return 0;
 	/* Where the compiler would look for torch's own headers: a workspace file there would be seen instead. */
 	const char *dirs[8];
@@ -1189,8 +1184,8 @@ static void plan_steps(struct build *b)
 	}
 	int ca = strcmp(b->flavour, "ca") == 0;
 	b->single = ca && ncompile == 1 && ncu == 1;
-	int pch = !b->single && want_pch(b);
 	b->steps = ca_xcalloc(ncompile + 1, sizeof *b->steps);
+	size_t *unit_of = ca_xcalloc(ncompile + 1, sizeof *unit_of);
 	for (size_t i = 0; i < b->src.n; i++) {
 		const char *rel = b->src.v[i].rel;
 		int cu = has_suffix(rel, ".cu");
@@ -1229,16 +1224,25 @@ static void plan_steps(struct build *b)
 		snprintf(path, sizeof path, "%s/%s", b->build, s->object);
 		s->cached = unit_fetch(b->cache, s->key, path) == 0;
 		b->res->units_cached += s->cached;
-		if (!s->cached) {
+		if (!s->cached)
 			snprintf(s->log_path, sizeof s->log_path, "%s.log.%zu", b->build, b->nsteps);
-			if (pch && !cu && unit_starts_with_torch(&b->src, i)) {
-				argv_add(&s->argv, "-include");
-				argv_add(&s->argv, "ca-pch/torch.h");
-				b->res->pch = 1;
-			}
-		}
-		b->nsteps++;
+		unit_of[b->nsteps++] = i;
 	}
+	/* The g++ units to compile that begin with torch's header get it precompiled (made only when one needs it). */
+	int want = -1;
+	for (size_t k = 0; k < b->nsteps && !b->single; k++) {
+		struct step *s = &b->steps[k];
+		if (s->cached || has_suffix(b->src.v[unit_of[k]].rel, ".cu") || !unit_starts_with_torch(&b->src, unit_of[k]))
+			continue;
+		if (want < 0)
+			want = want_pch(b);
+		if (want) {
+			argv_add(&s->argv, "-include");
+			argv_add(&s->argv, "ca-pch/torch.h");
+			b->res->pch = 1;
+		}
+	}
+	free(unit_of);
 }
 
 /* Compile the units not cached, in parallel, then link. The exit status of the first that failed. */
