@@ -426,14 +426,19 @@ struct ca_model *ca_train_load(const char *dir, int critic)
 	struct ca_model *m = ca_model_load(dir, why);
 	if (!m)
 		ca_err_die(CA_EXIT_DATA, "%s", why);
-	if (critic && !m->cfg.critic)
-		ca_err_die(CA_EXIT_DATA, "%s: not a critic checkpoint (no value head score.weight)", dir);
-	if (!critic && m->cfg.critic)
-		ca_err_die(CA_EXIT_DATA, "%s: a critic checkpoint, wanted a policy (language-model head)", dir);
+	/* Freed before dying: a server (ca_train_serve) catches the die and goes on. */
+	const char *kind = critic && !m->cfg.critic ? "not a critic checkpoint (no value head score.weight)" :
+		!critic && m->cfg.critic ? "a critic checkpoint, wanted a policy (language-model head)" : NULL;
+	if (kind) {
+		ca_model_free(m);
+		ca_err_die(CA_EXIT_DATA, "%s: %s", dir, kind);
+	}
 	char path[PATH_MAX];
 	snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
-	if (access(path, F_OK) == 0 && ca_model_load_optimizer(m, dir, why) < 0)
+	if (access(path, F_OK) == 0 && ca_model_load_optimizer(m, dir, why) < 0) {
+		ca_model_free(m);
 		ca_err_die(CA_EXIT_DATA, "%s", why);
+	}
 	return m;
 }
 
@@ -899,7 +904,7 @@ static const char *parse_request(jv req, struct request *q, const struct ca_trai
 	if (jv_get_kind(req) != JV_KIND_OBJECT)
 		return "a request is a JSON object {\"model\": DIR, \"output\": DIR, \"inputs\": [FILE, ...]}";
 	int bad = 0;
-	jv_object_foreach(jv_copy(req), key, value) {
+	jv_object_foreach(req, key, value) {  /* borrows req */
 		const char *k = jv_string_value(key);
 		if (!bad && strcmp(k, "model") != 0 && strcmp(k, "output") != 0 && strcmp(k, "inputs") != 0) {
 			snprintf(why, sizeof why, "unknown request member \"%.100s\" (model, output, inputs)", k);
