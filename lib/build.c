@@ -1214,12 +1214,16 @@ static void plan_steps(struct build *b)
 			b->nsteps++;
 			continue;
 		}
+		argv_add(&s->argv, "%s", rel);
+		/*
+		 * The key leaves out the object's name (a unit keeps its key when a
+		 * file added before it renumbers the objects) and the precompiled
+		 * header (it changes how fast, never what).
+		 */
+		unit_key(&b->src, i, b->tools, &s->argv, s->key);
 		snprintf(s->object, sizeof s->object, "obj/%zu.o", b->nsteps);
 		argv_add(&s->argv, "-o");
 		argv_add(&s->argv, "%s", s->object);
-		argv_add(&s->argv, "%s", rel);
-		/* The key leaves out the precompiled header: it changes how fast, never what. */
-		unit_key(&b->src, i, b->tools, &s->argv, s->key);
 		char path[PATH_MAX * 2];
 		snprintf(path, sizeof path, "%s/%s", b->build, s->object);
 		s->cached = unit_fetch(b->cache, s->key, path) == 0;

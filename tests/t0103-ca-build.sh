@@ -166,7 +166,9 @@ expect_success 'units are cached by content: an edit compiles only the units it 
 	jq -e ".ok and .cached == false and .units == {compiled: 1, cached: 1}" 2 &&
 	echo "// edited" >>ws/kernels/common.cuh && NVCC=$FAKE ca-build --cache c ws >3 &&
 	jq -e ".ok and .units == {compiled: 1, cached: 1}" 3 &&
-	NVCC=$FAKE ca-build --cache c ws >4 && jq -e ".cached and .units == {compiled: 0, cached: 0}" 4
+	NVCC=$FAKE ca-build --cache c ws >4 && jq -e ".cached and .units == {compiled: 0, cached: 0}" 4 &&
+	echo "int a0;" >ws/kernels/0.cu && NVCC=$FAKE ca-build --cache c ws >5 &&
+	jq -e ".ok and .units == {compiled: 1, cached: 2}" 5
 '
 expect_status 1 'a unit that failed is not cached: fixed, it compiles; broken again, it fails' '
 	mkdir -p ws/kernels && echo "int a;" >ws/kernels/a.cu && echo "BROKEN;" >ws/kernels/b.cu &&
