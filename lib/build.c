@@ -1046,6 +1046,10 @@ static char *torch_pch(struct build *b)
 	}
 	struct step s = {0};
 	char *made = NULL;
+	char failed[PATH_MAX + 16];
+	snprintf(failed, sizeof failed, "%s.failed", entry);
+	if (exists(failed))
+		goto out;  /* it failed before with these flags: the units compile without */
 	if (make_private_dir(b, dir, sizeof dir, "ca-pch") != 0)
 		goto out;
 	static const char header[] = "#include <torch/extension.h>\n";
@@ -1059,10 +1063,6 @@ static char *torch_pch(struct build *b)
 	argv_add(&s.argv, "-o");
 	argv_add(&s.argv, "torch.h.gch");
 	argv_add(&s.argv, "torch.h");
-	char failed[PATH_MAX + 16];
-	snprintf(failed, sizeof failed, "%s.failed", entry);
-	if (exists(failed))
-		goto out;  /* it failed before with these flags: the units compile without */
 	/* Trusted input (torch's headers alone), a large output: limits of its own, its time not the candidate's. */
 	static const struct limits pch_limits = {300, 600, 8192, 2048};
 	double started = ca_proc_now();
