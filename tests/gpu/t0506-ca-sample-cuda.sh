@@ -140,4 +140,35 @@ expect_success '--fp32 greedy equals the CPU token for token, 24 records in 5 sl
 	jq -c "[.id, .completion.tokens]" "$CPU_GREEDY" >a && jq -c "[.id, .completion.tokens]" gpu >b &&
 	cmp_output a b
 '
+# The OpenAI-compatible endpoint with the model on the GPU: a greedy --fp32
+# chat answer is the CPU server's token for token with log-probs within 1e-3,
+# and a seeded sampled answer is the same twice.
+serve() {
+	ca-sample --serve 127.0.0.1:0 --max-tokens 24 "$@" -m "$M" >"$TRASH_BASE/serve-$1$2.out" 2>&1 &
+	echo $! >>"$TRASH_BASE/servers"
+	i=0
+	while ! grep -q '"serve"' "$TRASH_BASE/serve-$1$2.out" 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+	head -n 1 "$TRASH_BASE/serve-$1$2.out" | jq -r .serve.url
+}
+trap 'kill $(cat "$TRASH_BASE/servers" 2>/dev/null) 2>/dev/null; rm -rf "$TRASH_BASE"' EXIT
+GPU_URL=$(serve --device cuda --fp32)
+CPU_URL=$(serve --device cpu)
+export GPU_URL CPU_URL
+chat() {
+	curl -sS -H "Content-Type: application/json" -d "{\"model\": \"m\", \"messages\": [{\"role\": \"user\",
+		\"content\": \"The policy writes a kernel.\"}], $2}" "$1/chat/completions"
+}
+expect_success 'ca-sample --serve --device cuda: greedy equals the CPU server, log-probs within 1e-3' '
+	chat "$GPU_URL" "\"temperature\": 0" >gpu.json && chat "$CPU_URL" "\"temperature\": 0" >cpu.json &&
+	jq -e ".choices[0].token_ids | length > 0" gpu.json &&
+	jq -c "[.prompt_token_ids, .choices[0].token_ids]" gpu.json >a &&
+	jq -c "[.prompt_token_ids, .choices[0].token_ids]" cpu.json >b && cmp_output b a &&
+	jq -n --slurpfile g gpu.json --slurpfile c cpu.json -e "[\$g[0].choices[0].logprobs.content, \$c[0].choices[0].logprobs.content]
+		| transpose | map((.[0].logprob - .[1].logprob) | fabs) | max < 1e-3"
+'
+expect_success 'ca-sample --serve --device cuda: a seeded sampled answer is the same twice' '
+	chat "$GPU_URL" "\"seed\": 7, \"temperature\": 1" >s1.json && chat "$GPU_URL" "\"seed\": 7, \"temperature\": 1" >s2.json &&
+	jq -c "[.choices[0].token_ids, .choices[0].logprobs.content]" s1.json >a &&
+	jq -c "[.choices[0].token_ids, .choices[0].logprobs.content]" s2.json >b && cmp_output a b
+'
 test_done
