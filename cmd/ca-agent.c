@@ -14,7 +14,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
 #include <poll.h>
@@ -108,18 +107,6 @@ static int copy_tree(const char *src, const char *dst)
 	}
 	closedir(d);
 	return rc;
-}
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st, (void)flag, (void)ftw;
-	remove(path);
-	return 0;
-}
-
-static void remove_tree(const char *path)
-{
-	nftw(path, remove_entry, 32, FTW_DEPTH | FTW_PHYS);
 }
 
 /* Resolve a helper program: next to this binary first, then PATH. */
@@ -1514,7 +1501,7 @@ static int emit(const struct config *cfg, struct slot *slot)
 	jv_free(slot->record);
 	status = ca_err_worst(status, slot->status > CA_EXIT_SYSTEM ? CA_EXIT_SYSTEM : slot->status);
 	if (!cfg->keep)
-		remove_tree(slot->dir);
+		ca_file_remove_tree(slot->dir);
 	ca_ndjson_progress_tick();
 	return status;
 }
@@ -1672,7 +1659,7 @@ static void stop_all(struct pool *pool)
 		while (!slot->done && slot->pid > 0 && waitpid(slot->pid, NULL, 0) < 0 && errno == EINTR)
 			;
 		if (slot->is_task && !pool->cfg->keep)
-			remove_tree(slot->dir);
+			ca_file_remove_tree(slot->dir);
 		jv_free(slot->record);
 	}
 }
@@ -1848,7 +1835,7 @@ int main(int argc, char **argv)
 	sigaction(SIGCHLD, &sa, NULL);
 	int status = run_all(&cfg, argc - optind, argv + optind);
 	if (made_root && !cfg.keep)
-		remove_tree(root);
+		ca_file_remove_tree(root);
 	else if (cfg.keep)
 		ca_err_warn("workspaces kept under %s", root);
 	return write_failed ? CA_EXIT_SYSTEM : ca_err_finish(status);

@@ -27,7 +27,7 @@ call's seed or shipped inputs (see "live"),
 loop ends (before the kept outputs are written), so the parent can clock
 the loop, each call and each call's inputs with its own wall clock.
 
-Requests (paths are files; tensor files are described in lib/tensor.h):
+Requests (paths are files; tensor files are described in lib/eval/tensor.h):
   {"op": "task", "path": P, "seed": S, "weights_out": P, "init_out": P}
       reference: load class Model, get_inputs and get_init_inputs from P;
       seed the generators with S, build Model(*get_init_inputs()) on the
