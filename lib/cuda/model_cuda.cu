@@ -577,7 +577,7 @@ static int layer_forward(struct ca_cuda_model *g, struct cuda_acts *a, struct la
 	// The tensor cores' bf16 copies of q, k, v are made here, once, and kept for the backward.
 	bf16 *q16 = L->qkv16, *k16 = q16 ? q16 + (size_t)T * QD : NULL, *v16 = k16 ? k16 + (size_t)T * KD : NULL;
 	if (c->qk_norm) {
-		// Qwen3: the biases (if any) and each head's norm, then the rotation (lib/model_forward.c).
+		// Qwen3: the biases (if any) and each head's norm, then the rotation, as model_forward.c does.
 		nn_cuda_head_rmsnorm(L->q, L->qpre, L->rstdq, W->bq, W->q_norm, c->rms_norm_eps, T, NH, D);
 		nn_cuda_head_rmsnorm(L->k, L->kpre, L->rstdk, W->bk, W->k_norm, c->rms_norm_eps, T, NKV, D);
 		nn_cuda_rope(L->q, q16, NULL, a->pos, g->rope_cos, g->rope_sin, T, NH, D, 0);

@@ -1,9 +1,9 @@
 #!/bin/sh
 # The policy engine's CUDA forward (lib/cuda, first stage) against the CPU
-# backend on random Qwen2-shaped checkpoints, and on Qwen3 ones from
-# transformers (q/k RMSNorm per head, head_dim not hidden / heads): per-token
-# log-probs and entropies within bf16 tolerance, packed sequences of several
-# lengths.
+# backend on random Qwen2-shaped checkpoints: per-token log-probs and
+# entropies within bf16 tolerance, packed sequences of several lengths.
+# Qwen3 checkpoints from transformers as well (q/k RMSNorm per head, head_dim
+# not hidden / heads).
 . "$(dirname "$0")/../test-lib.sh"
 
 if ! has_gpu; then
