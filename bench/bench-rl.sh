@@ -10,8 +10,11 @@
 # 256; 0.5b: Qwen2-0.5B's shape), a batch of --tokens tokens in sequences
 # of --seq (a 32-token prompt, the rest policy tokens) with old log-probs
 # and values from ca-logprob and advantages from ca-gae, then --repeat
-# updates of each step. Prints per step: updates/s and tokens/s of ca (its
-# update_seconds: forward, backward, optimizer) and of PyTorch, their ratio,
+# updates of each step. Prints per step: updates/s and tokens/s of ca (the
+# mean update_seconds of the cold processes: forward, backward, optimizer,
+# timed inside a process that does one step, so first use is in it: the
+# cuBLAS handle, lazily loaded kernels, the AdamW state's allocation; the
+# records' ca_update_s) and of PyTorch, their ratio,
 # and peak memory (ca: the process's max RSS, and with --device cuda the
 # engine's peak GPU allocation, device_peak_bytes; PyTorch on a GPU: peak
 # allocated). Both sides run on --device: on cuda, ca's bf16 engine with
@@ -143,7 +146,7 @@ for kind in sft value ppo; do
 		 ratio_warm_ca_over_torch: ($t.seconds_per_step / $w)}' "$out/ca.$kind" >>"$out/bench-rl.ndjson"
 done
 rm -f "$out"/ca.* "$out"/rss* "$out"/warm.* "$out"/wall.* "$out/torch"
-jq -r '"\(.kind)-step  \(.tokens) tokens  ca \(.ca_tokens_per_s | floor) tok/s (\(.ca_update_s * 1000 | floor) ms/update, max RSS \(.ca_max_rss_kb) KiB\(if .ca_device_peak_bytes then ", GPU peak \(.ca_device_peak_bytes / 1048576 | floor) MiB" else "" end))  torch[\(.torch_device)] \(.torch_tokens_per_s | floor) tok/s\(if .torch_peak_memory_bytes then " (GPU peak \(.torch_peak_memory_bytes / 1048576 | floor) MiB)" else "" end)  ratio \(.ratio_ca_over_torch * 100 | floor / 100)x"' \
+jq -r '"\(.kind)-step  \(.tokens) tokens  ca update in a cold process (first use included) \(.ca_tokens_per_s | floor) tok/s (\(.ca_update_s * 1000 | floor) ms/update, max RSS \(.ca_max_rss_kb) KiB\(if .ca_device_peak_bytes then ", GPU peak \(.ca_device_peak_bytes / 1048576 | floor) MiB" else "" end))  torch[\(.torch_device)] \(.torch_tokens_per_s | floor) tok/s\(if .torch_peak_memory_bytes then " (GPU peak \(.torch_peak_memory_bytes / 1048576 | floor) MiB)" else "" end)  ratio \(.ratio_ca_over_torch * 100 | floor / 100)x"' \
 	"$out/bench-rl.ndjson"
 echo "per update, against PyTorch's warm update (ratio: torch time / ca time, above 1 ca is faster):"
 jq -r '"\(.kind)-step  cold (one process per step) \(.ca_cold_update_s * 1000 | floor) ms \(.ratio_cold_ca_over_torch * 100 | floor / 100)x  warm (--serve) \(.ca_warm_update_s * 1000 | floor) ms \(.ratio_warm_ca_over_torch * 100 | floor / 100)x (\(.ca_warm_step_s * 1000 | floor) ms with the checkpoint write)  torch \(.torch_update_s * 1000 | floor) ms"' \

@@ -127,22 +127,7 @@ expect_success 'qwen3: sliding-window attention is refused, not computed as full
 	{ ca-logprob -m sw "$FX/tokens.ndjson" >out 2>err; test $? -eq 3; } &&
 	grep "sliding-window attention" err
 '
-# The CUDA backend has no q/k norm kernels yet; it refuses Qwen3 before it
-# touches a GPU, so this runs wherever the backend was built.
-if [ -f "$CA_BIN/libca-model-cuda.so" ] || [ -n "$CA_MODEL_CUDA_LIB" ]; then
-	expect_success 'qwen3: the CUDA backend refuses it (scoring, sampling and training)' '
-		{ ca-logprob --device cuda -m "$FX/qwen3" "$FX/tokens.ndjson" >out 2>err; test $? -ne 0; } &&
-		grep "qwen3 is supported on the CPU only for now" err &&
-		{ jq -c "{prompt_tokens}" "$FX/qwen3/ref-generate.ndjson" |
-		  ca-sample --device cuda --temperature 0 -m "$FX/qwen3" >out 2>err; test $? -ne 0; } &&
-		grep "qwen3 is supported on the CPU only for now" err &&
-		{ jq -c "select(.tokens | length > 1) | {tokens, mask: [.tokens[] | 1]}" "$FX/tokens.ndjson" |
-		  ca-sft-step --device cuda -m "$FX/qwen3" -o sft >out 2>err; test $? -ne 0; } &&
-		grep "qwen3 is supported on the CPU only for now" err
-	'
-else
-	skip 'qwen3: the CUDA backend refuses it' 'libca-model-cuda.so not built (make model-cuda)'
-fi
+# Qwen3 on the CUDA backend: tests/gpu/t0500, t0506, t0510 and t0511 against this engine.
 expect_success 'three AdamW steps with clipping and weight decay match torch.optim.AdamW' '
 	test-model_train adamw "$FX/qwen2-tied" step 1e-2 0.1 0.5 3 <"$FX/tokens.ndjson" &&
 	test-st_compare step "$FX/ref-adamw" 5e-3 | tail -n 1

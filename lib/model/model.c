@@ -562,6 +562,34 @@ double ca_model_adamw_step(struct ca_model *m, const struct ca_adamw *o)
 	return norm;
 }
 
+/*
+ * Master weights. A checkpoint kept in bf16 or fp16 would round every
+ * update away that is smaller than half a unit in the last place (most of
+ * them at a learning rate of 1e-6): the fp32 weights go into
+ * optimizer.safetensors as "master", and the model file keeps its dtype
+ * for transformers. A master copy counts only while the model file holds
+ * exactly its rounding; anything else means the model was replaced.
+ */
+static uint32_t rounded_bits(float x, int dtype)
+{
+	uint32_t u;
+	if (dtype == CA_ST_BF16)
+		return ca_st_f32_to_bf16(x);
+	if (dtype == CA_ST_F16)
+		return ca_st_f32_to_f16(x);
+	memcpy(&u, &x, sizeof u);
+	return u;
+}
+
+/* The index of the first weight the model holds that is not master's rounding; n when all are. */
+static size_t master_mismatch(const struct ca_model *m, const float *master)
+{
+	for (size_t i = 0; i < m->nparams; i++)
+		if (rounded_bits(master[i], m->save_dtype) != rounded_bits(m->params[i], m->save_dtype))
+			return i;
+	return m->nparams;
+}
+
 int ca_model_save_optimizer(const struct ca_model *m, const char *dir, char why[CA_MODEL_WHY])
 {
 	if (!m->adam_m) {
@@ -569,14 +597,16 @@ int ca_model_save_optimizer(const struct ca_model *m, const char *dir, char why[
 		return -1;
 	}
 	float step = (float)m->adam_step;
-	struct ca_st_out out[3] = {
+	struct ca_st_out out[4] = {
 		{.name = "adam_m", .ndim = 1, .shape = {(int64_t)m->nparams}, .data = m->adam_m},
 		{.name = "adam_v", .ndim = 1, .shape = {(int64_t)m->nparams}, .data = m->adam_v},
 		{.name = "step", .ndim = 1, .shape = {1}, .data = &step},
+		{.name = "master", .ndim = 1, .shape = {(int64_t)m->nparams}, .data = m->params},
 	};
+	int n = m->save_dtype == CA_ST_F32 ? 3 : 4;  /* an fp32 model file is its own master copy */
 	char path[PATH_MAX], stwhy[CA_ST_WHY];
 	snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
-	if (ca_st_write_file(path, 3, out, CA_ST_F32, stwhy) < 0) {
+	if (ca_st_write_file(path, n, out, CA_ST_F32, stwhy) < 0) {
 		set_why(why, "%s", stwhy);
 		return -1;
 	}
@@ -593,9 +623,10 @@ int ca_model_load_optimizer(struct ca_model *m, const char *dir, char why[CA_MOD
 		return -1;
 	}
 	const struct ca_st_tensor *tm = ca_st_file_find(f, "adam_m"), *tv = ca_st_file_find(f, "adam_v"),
-				  *ts = ca_st_file_find(f, "step");
+				  *ts = ca_st_file_find(f, "step"), *tw = ca_st_file_find(f, "master");
 	if (!tm || !tv || !ts || tm->numel != (int64_t)m->nparams || tv->numel != (int64_t)m->nparams ||
-	    ts->numel != 1 || tm->dtype != CA_ST_F32 || tv->dtype != CA_ST_F32 || ts->dtype != CA_ST_F32) {
+	    ts->numel != 1 || tm->dtype != CA_ST_F32 || tv->dtype != CA_ST_F32 || ts->dtype != CA_ST_F32 ||
+	    (tw && (tw->numel != (int64_t)m->nparams || tw->dtype != CA_ST_F32))) {
 		set_why(why, "%s: does not match the model", path);
 		ca_st_close(f);
 		return -1;
@@ -609,6 +640,21 @@ int ca_model_load_optimizer(struct ca_model *m, const char *dir, char why[CA_MOD
 	float step;
 	ca_st_to_f32(ts, &step);
 	m->adam_step = (long)step;
+	if (tw) {
+		float *master = ca_xmalloc(sizeof(float) * m->nparams);
+		ca_st_to_f32(tw, master);
+		size_t bad = master_mismatch(m, master);
+		if (bad == m->nparams) {
+			memcpy(m->params, master, sizeof(float) * m->nparams);
+		} else {
+			const struct ca_model_tensor *t = m->tensors;
+			while (t + 1 < m->tensors + m->ntensors && t[1].offset <= bad)
+				t++;
+			ca_err_warn("%s: fp32 master weights ignored: the model's %s is not their rounding "
+				"(the model file was replaced); training goes on from the model file", path, t->name);
+		}
+		free(master);
+	}
 	ca_st_close(f);
 	return 0;
 }

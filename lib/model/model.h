@@ -171,7 +171,13 @@ struct ca_adamw {
 /* One AdamW step (decoupled weight decay, bias correction, as torch.optim.AdamW).
  * Returns the gradient norm before clipping. */
 double ca_model_adamw_step(struct ca_model *m, const struct ca_adamw *opt);
-/* Optimizer state beside a checkpoint: DIR/optimizer.safetensors. */
+/*
+ * Optimizer state beside a checkpoint: DIR/optimizer.safetensors, fp32
+ * adam_m, adam_v and step, and for a model file narrower than fp32 the
+ * fp32 weights as "master". Loading (after ca_model_load of the same
+ * directory) puts master into m->params when the model file holds exactly
+ * its rounding, else leaves the file's weights and says so on stderr.
+ */
 int ca_model_save_optimizer(const struct ca_model *m, const char *dir, char why[CA_MODEL_WHY]);
 int ca_model_load_optimizer(struct ca_model *m, const char *dir, char why[CA_MODEL_WHY]);
 

@@ -761,10 +761,11 @@ jv ca_train_stats_begin(const char *command, const struct ca_model *m, const str
  * files it saved, and takes it for a later request whose -m directory
  * still holds exactly those files: same device and inode, size and
  * modification time, so a checkpoint rewritten or replaced since is read
- * again, and a hard-linked copy is not. Only a checkpoint whose weights
- * are fp32 stays resident: one saved in bf16 or fp16 is rounded on disk,
- * and the next step must start from what the disk holds, as a cold step
- * and a resumed run do.
+ * again, and a hard-linked copy is not. A checkpoint in bf16 or fp16 stays
+ * resident too once its optimizer state is written, since that holds the
+ * fp32 master weights a cold step reads back (ca_model_save_optimizer);
+ * without optimizer state its weights would be rounded on disk, and the
+ * next step must start from what the disk holds.
  */
 static const char *const checkpoint_files[] = {"config.json", "model.safetensors", "optimizer.safetensors"};
 #define NCHECKPOINT_FILES (sizeof checkpoint_files / sizeof checkpoint_files[0])
@@ -814,7 +815,7 @@ static int resident_is(const struct resident *r, const char *dir)
 /* After a save to dir: keep m as that checkpoint, its sidecar files now in dir. */
 static void resident_saved(struct resident *r, const char *dir)
 {
-	r->saved = r->m->save_dtype == CA_ST_F32 && identify(dir, r->ident) == 0;
+	r->saved = (r->m->save_dtype == CA_ST_F32 || r->m->adam_m) && identify(dir, r->ident) == 0;
 	free(r->m->source_dir);
 	r->m->source_dir = ca_xstrdup(dir);
 }

@@ -2,7 +2,9 @@
 # The policy engine on the GPU as the commands use it: ca-sample and
 # ca-logprob with --device cuda (lib/model/cuda/model_cuda_sample.cu and the CUDA
 # forward, opened from libca-model-cuda.so) against the CPU backend and
-# transformers, on tiny random Qwen2 checkpoints built by lib/py/ca_hf.py.
+# transformers, on tiny random Qwen2 and Qwen3 checkpoints built by
+# lib/py/ca_hf.py (Qwen3: the q/k norms in the sampler's key/value cache path
+# and in the forward).
 # --fp32 greedy decoding equals the CPU's and transformers' token for token;
 # bf16 greedy picks tokens within bf16 noise of the fp32 argmax; log-probs
 # within bf16 tolerance of the CPU's; continuous batching (more records than
@@ -39,7 +41,9 @@ B=$TRASH_BASE/big       # untied, 4 layers, hidden 256, vocab 2000, bf16 on disk
 # spread stays 0.8 (a wrong kernel still shows). The critic C likewise.
 H=$TRASH_BASE/bf16
 C=$TRASH_BASE/critic   # hidden 128: heads of 32, the smallest the CUDA forward takes
-export M B C H
+# Qwen3 as B and H: heads of 128 over a hidden size of 256, norms' weights drawn around 1.
+Q=$TRASH_BASE/qwen3 QH=$TRASH_BASE/qwen3-bf16
+export M B C H Q QH
 # The three fixtures at once (each is mostly Python and torch starting up).
 $HF sample-fixture "$M" "$TESTS_DIR/data/t0503-corpus.txt" >"$TRASH_BASE/fixture-m.log" 2>&1 &
 m=$!
@@ -49,7 +53,13 @@ $HF make-model "$C" --critic --layers 2 --hidden 128 --vocab 2000 --std 0.05 --s
 c=$!
 $HF make-model "$H" --layers 4 --hidden 256 --vocab 2000 --std 0.05 --seed 3 --dtype bfloat16 >"$TRASH_BASE/fixture-h.log" 2>&1 &
 h=$!
-if ! { wait $m && wait $b && wait $c && wait $h; }; then
+$HF make-model "$Q" --arch qwen3 --head-dim 128 --layers 4 --hidden 256 --vocab 2000 --std 0.2 --seed 5 --dtype bfloat16 \
+	>"$TRASH_BASE/fixture-q.log" 2>&1 &
+q=$!
+$HF make-model "$QH" --arch qwen3 --head-dim 128 --layers 4 --hidden 256 --vocab 2000 --std 0.05 --seed 5 --dtype bfloat16 \
+	>"$TRASH_BASE/fixture-qh.log" 2>&1 &
+qh=$!
+if ! { wait $m && wait $b && wait $c && wait $h && wait $q && wait $qh; }; then
 	cat "$TRASH_BASE"/fixture-*.log
 	skip 'ca-sample --device cuda' 'building the fixtures failed'
 	test_done
@@ -62,8 +72,9 @@ awk 'BEGIN { srand(11); for (i = 0; i < 24; i++) { n = 1 + int(rand() * 200); if
 # The CPU's greedy answers, which two tests compare with.
 ca-sample --temperature 0 --max-tokens 40 -m "$B" "$TRASH_BASE/prompts.ndjson" >"$TRASH_BASE/cpu-greedy.ndjson"
 ca-sample --temperature 0 --max-tokens 40 -m "$H" "$TRASH_BASE/prompts.ndjson" >"$TRASH_BASE/cpu-greedy-h.ndjson"
-CPU_GREEDY=$TRASH_BASE/cpu-greedy.ndjson CPU_GREEDY_H=$TRASH_BASE/cpu-greedy-h.ndjson
-export CPU_GREEDY CPU_GREEDY_H
+ca-sample --temperature 0 --max-tokens 40 -m "$Q" "$TRASH_BASE/prompts.ndjson" >"$TRASH_BASE/cpu-greedy-q.ndjson"
+CPU_GREEDY=$TRASH_BASE/cpu-greedy.ndjson CPU_GREEDY_H=$TRASH_BASE/cpu-greedy-h.ndjson CPU_GREEDY_Q=$TRASH_BASE/cpu-greedy-q.ndjson
+export CPU_GREEDY CPU_GREEDY_H CPU_GREEDY_Q
 
 # max_err A B FIELD: the largest |a - b| over records and tokens where both are numbers.
 max_err='max_err() { jq -n --slurpfile a "$1" --slurpfile b "$2" --arg f "$3" "
@@ -71,6 +82,13 @@ max_err='max_err() { jq -n --slurpfile a "$1" --slurpfile b "$2" --arg f "$3" "
 	 | select(\$a[\$i][\$f][\$j] != null and \$b[\$i][\$f][\$j] != null)
 	 | (\$a[\$i][\$f][\$j] - \$b[\$i][\$f][\$j]) | fabs] | max // 0"; }
 below() { awk -v x="$1" -v t="$2" "BEGIN { exit !(x + 0 <= t + 0) }"; }'
+# logprob_close MODEL WHAT: ca-logprob --device cuda's log-probs and entropies of the
+# prompts within 0.15 of the CPU's (after max_err).
+logprob_close='logprob_close() {
+	jq -c "{id, tokens: .prompt_tokens}" "$TRASH_BASE/prompts.ndjson" >tokens &&
+	ca-logprob --entropy -m "$1" tokens >cpu && ca-logprob --device cuda --entropy -m "$1" tokens >gpu &&
+	e=$(max_err cpu gpu logprobs) && h=$(max_err cpu gpu entropy) && note "$2: log-prob $e, entropy $h" &&
+	below "$e" 0.15 && below "$h" 0.15; }'
 
 expect_success 'bf16 greedy: every token within 0.25 of the fp32 argmax, log-probs within 0.15 of the CPU' '
 	'"$max_err"' &&
@@ -84,12 +102,7 @@ expect_success 'bf16 greedy: every token within 0.25 of the fp32 argmax, log-pro
 	below "$e" 0.15
 '
 expect_success 'ca-logprob --device cuda: log-probs, entropies and values within bf16 tolerance of the CPU' '
-	'"$max_err"' &&
-	jq -c "{id, tokens: .prompt_tokens}" "$TRASH_BASE/prompts.ndjson" >tokens &&
-	ca-logprob --entropy -m "$H" tokens >cpu &&
-	ca-logprob --device cuda --entropy -m "$H" tokens >gpu &&
-	e=$(max_err cpu gpu logprobs) && h=$(max_err cpu gpu entropy) && note "ca-logprob cuda: log-prob $e, entropy $h" &&
-	below "$e" 0.15 && below "$h" 0.15 &&
+	'"$max_err"' && '"$logprob_close"' && logprob_close "$H" "ca-logprob cuda" &&
 	ca-logprob -m "$C" tokens >cpu &&
 	ca-logprob --device cuda -m "$C" tokens >gpu &&
 	v=$(max_err cpu gpu values) && note "ca-logprob cuda: values $v" && below "$v" 0.15 &&
@@ -139,6 +152,19 @@ expect_success '--fp32 greedy equals the CPU token for token, 24 records in 5 sl
 	ca-sample --device cuda --fp32 --slots 5 --temperature 0 --max-tokens 40 -m "$B" "$TRASH_BASE/prompts.ndjson" >gpu &&
 	jq -c "[.id, .completion.tokens]" "$CPU_GREEDY" >a && jq -c "[.id, .completion.tokens]" gpu >b &&
 	cmp_output a b
+'
+expect_success 'Qwen3: --fp32 greedy equals the CPU token for token, 24 records in 5 slots' '
+	ca-sample --device cuda --fp32 --slots 5 --temperature 0 --max-tokens 40 -m "$Q" "$TRASH_BASE/prompts.ndjson" >gpu &&
+	jq -c "[.id, .completion.tokens]" "$CPU_GREEDY_Q" >a && jq -c "[.id, .completion.tokens]" gpu >b &&
+	test "$(jq -s "[.[].completion.tokens | length] | add" gpu)" -gt 300 &&
+	cmp_output a b
+'
+expect_success 'Qwen3: ca-logprob --device cuda and bf16 sampling within bf16 tolerance of the CPU' '
+	'"$max_err"' && '"$logprob_close"' && logprob_close "$QH" "qwen3 ca-logprob cuda" &&
+	ca-sample --device cuda --slots 5 --seed 3 --max-tokens 30 --token-record -m "$QH" "$TRASH_BASE/prompts.ndjson" >s1 &&
+	ca-logprob -m "$QH" s1 >scored && e=$(max_err s1 scored logprobs) && note "qwen3 sampled log-prob max abs err $e" &&
+	below "$e" 0.15 &&
+	test "$(jq -s "[.[].completion.tokens | length] | add" s1)" -gt 300
 '
 # The OpenAI-compatible endpoint with the model on the GPU: a greedy --fp32
 # chat answer is the CPU server's token for token with log-probs within 1e-3,

@@ -4,7 +4,9 @@
 # (policy) or of a value loss (critic), compared per parameter tensor, and
 # two AdamW steps (clipping and weight decay active) compared per tensor;
 # packed sequences of 1 to 1100 tokens, tied and untied heads, head_dim 64
-# and 128, with and without GQA.
+# and 128, with and without GQA; Qwen3 (q/k RMSNorm per head, whose weights'
+# gradients are compared like every tensor's) with and without attention
+# biases.
 . "$(dirname "$0")/../test-lib.sh"
 
 if ! has_gpu; then
@@ -77,7 +79,45 @@ transformers.Qwen2ForCausalLM(c).save_pretrained(\"h16\")
 		test-train-cuda h16 0.15 0.05 <"$TRASH_BASE/long.ndjson" | tee result.json &&
 		CA_CUDA_ATTENTION=fp32 test-train-cuda h16 0.15 0.05 <"$TRASH_BASE/tokens.ndjson" | tee -a result.json
 	'
+	# Qwen3 from transformers: norms' weights and biases drawn away from 1 and 0 (as
+	# lib/py/ca_hf.py does), so that a norm or bias the GPU got wrong shows.
+	qwen3='qwen3() {
+		"$PY" -c "
+import sys, torch, transformers
+torch.manual_seed(int(sys.argv[3]))
+c = transformers.Qwen3Config(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=int(sys.argv[2]), vocab_size=4096, max_position_embeddings=1200,
+    tie_word_embeddings=False, attention_bias=sys.argv[4] == \"bias\", initializer_range=0.05)
+m = transformers.Qwen3ForCausalLM(c)
+with torch.no_grad():
+    for name, p in m.named_parameters():
+        if name.endswith(\"norm.weight\"):
+            p.copy_(1 + 0.2 * torch.randn_like(p))
+        elif name.endswith(\"bias\"):
+            p.copy_(0.1 * torch.randn_like(p))
+m.save_pretrained(sys.argv[1])
+" "$@"; }'
+	expect_success 'Qwen3 (head_dim 128 of hidden 256): CUDA gradients, q/k norms included, and AdamW match the CPU' '
+		'"$qwen3"' && qwen3 q3 128 1 nobias &&
+		test-train-cuda q3 0.15 0.05 <"$TRASH_BASE/tokens.ndjson" 2>log | tee result.json &&
+		grep -q "grad model.layers.1.self_attn.q_norm.weight rel_err" log &&
+		grep -q "grad model.layers.1.self_attn.k_norm.weight rel_err" log &&
+		test-train-cuda q3 0.15 0.05 <"$TRASH_BASE/long.ndjson" | tee -a result.json &&
+		test-train-cuda q3 0.15 0.05 critic <"$TRASH_BASE/long.ndjson" | tee -a result.json
+	'
+	expect_success 'Qwen3: the same with fp32 attention, WMMA attention and activation recomputation' '
+		'"$qwen3"' && qwen3 q3 128 1 nobias &&
+		CA_CUDA_ATTENTION=fp32 test-train-cuda q3 0.15 0.05 <"$TRASH_BASE/long.ndjson" | tee result.json &&
+		CA_CUDA_ATTENTION=wmma test-train-cuda q3 0.15 0.05 <"$TRASH_BASE/long.ndjson" | tee -a result.json &&
+		CA_CUDA_RECOMPUTE=1 test-train-cuda q3 0.15 0.05 <"$TRASH_BASE/long.ndjson" | tee -a result.json
+	'
+	expect_success 'Qwen3 with attention biases (head_dim 64): CUDA gradients match the CPU, biases included' '
+		'"$qwen3"' && qwen3 q3b 64 2 bias &&
+		test-train-cuda q3b 0.15 0.05 <"$TRASH_BASE/long.ndjson" 2>log | tee result.json &&
+		grep -q "grad model.layers.0.self_attn.q_proj.bias rel_err" log &&
+		test-train-cuda q3b 0.15 0.05 critic <"$TRASH_BASE/tokens.ndjson" | tee -a result.json
+	'
 else
-	skip 'CUDA gradients (untied head, head_dim 128)' 'python3 with torch and transformers not found'
+	skip 'CUDA gradients (untied head, head_dim 128, Qwen3)' 'python3 with torch and transformers not found'
 fi
 test_done

@@ -4,6 +4,7 @@
  *   test-model_train grad DIR OUT.safetensors < tokens.ndjson
  *   test-model_train adamw DIR OUTDIR LR WD CLIP STEPS < tokens.ndjson
  *   test-model_train to-critic DIR OUTDIR
+ *   test-model_train save-as DIR OUTDIR f32|bf16|f16
  *
  * Modes "grad-recompute" and "adamw-recompute" do the same with activation
  * recomputation.
@@ -13,6 +14,8 @@
  * (policy) or L = sum_t weights[t] * V[t] (critic), the loss ca_hf.py
  * computes with torch autograd record by record; "grad" writes the
  * gradients, "adamw" takes STEPS AdamW steps and saves the model (fp32).
+ * "save-as" writes the weights a step would start from (the fp32 master
+ * copy of DIR/optimizer.safetensors when it holds one) in another dtype.
  */
 #include <math.h>
 #include <stdio.h>
@@ -49,6 +52,23 @@ int main(int argc, char **argv)
 	struct ca_model *m = ca_model_load(argv[2], why);
 	if (!m)
 		ca_err_die(CA_EXIT_DATA, "%s", why);
+	if (strcmp(argv[1], "save-as") == 0) {
+		int dtype = argc < 5 ? -1 : strcmp(argv[4], "f32") == 0 ? CA_ST_F32 :
+			strcmp(argv[4], "bf16") == 0 ? CA_ST_BF16 : strcmp(argv[4], "f16") == 0 ? CA_ST_F16 : -1;
+		if (dtype < 0)
+			ca_err_die(CA_EXIT_USAGE, "save-as needs DIR OUTDIR f32|bf16|f16");
+		char path[4096];
+		snprintf(path, sizeof path, "%s/optimizer.safetensors", argv[2]);
+		FILE *fp = fopen(path, "rb");
+		if (fp)
+			fclose(fp);
+		if (fp && ca_model_load_optimizer(m, argv[2], why) < 0)
+			ca_err_die(CA_EXIT_DATA, "%s", why);
+		if (ca_model_save(m, argv[3], dtype, 0, why) < 0)
+			ca_err_die(CA_EXIT_SYSTEM, "%s", why);
+		ca_model_free(m);
+		return 0;
+	}
 	if (strcmp(argv[1], "to-critic") == 0) {
 		ca_model_to_critic(m, 42);
 		if (ca_model_save(m, argv[3], -1, 0, why) < 0)

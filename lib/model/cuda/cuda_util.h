@@ -81,6 +81,29 @@ __device__ static inline float block_max(float x, float *shared)
 	return r;
 }
 
+// Qwen3's q/k norm: RMSNorm over one head's D values (ca_nn_rmsnorm_forward
+// with a row of head_dim) by one warp, in place: x = w * ((x + bias) * rstd).
+// bias (may be NULL) is the head's part of the projection's bias; pre (may
+// be NULL) keeps x + bias for the backward. Returns rstd.
+__device__ static inline float warp_head_rmsnorm(float *x, float *pre, const float *bias, const float *w, float eps,
+						 int D)
+{
+	int lane = threadIdx.x & 31;
+	float ss = 0.0f;
+	for (int i = lane; i < D; i += 32) {
+		float v = bias ? x[i] + bias[i] : x[i];
+		x[i] = v;
+		if (pre)
+			pre[i] = v;
+		ss += v * v;
+	}
+	ss = warp_sum(ss);
+	float r = rsqrtf(ss / (float)D + eps);
+	for (int i = lane; i < D; i += 32)
+		x[i] = w[i] * (x[i] * r);
+	return r;
+}
+
 __device__ static inline float to_float(float x) { return x; }
 __device__ static inline float to_float(bf16 x) { return __bfloat162float(x); }
 template <typename W> __device__ static inline W from_float(float x);

@@ -104,6 +104,7 @@ static void phase(int next)
 
 struct layer_acts {
 	float *x, *rstd1, *q, *k, *v, *lse, *xmid, *rstd2;
+	float *qpre, *kpre, *rstdq, *rstdk;  // Qwen3: q and k before their per-head norms, its statistics
 	bf16 *ln1, *att, *ln2, *gu, *h;  // gu: rows of [gate | up], one matmul; h = silu(gate) * up
 	bf16 *qkv16;                     // mma attention: q, k, v as bf16 ([T, QD], then [T, KD] twice)
 };
@@ -121,6 +122,7 @@ struct cuda_acts {
 	float *lp, *ent, *hlse, *val, *dlp, *dent, *dval;  // hlse: the head's log-sum-exp per token
 	// backward scratch (train only)
 	float *dx, *dh, *dln, *datt, *dq, *dk, *dv, *delta, *dkh, *dvh;
+	float *dqpre, *dkpre;  // Qwen3: the gradients before the q/k norms
 	bf16 *dxb, *dgu, *dqb, *dkb, *dvb;
 	void **owned;
 	int nowned;
@@ -163,7 +165,8 @@ static size_t layer_bytes(const struct ca_model_config *c, int T)
 {
 	size_t C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size, NH = (size_t)c->num_heads;
 	size_t QD = NH * c->head_dim, KD = (size_t)c->num_kv_heads * c->head_dim;
-	return (size_t)T * (4 * (2 * C + QD + 2 * KD + NH + 2) + 2 * (2 * C + 2 * QD + 2 * KD + 3 * F));
+	size_t qk_norm = c->qk_norm ? 4 * (QD + KD + NH + (size_t)c->num_kv_heads) : 0;
+	return (size_t)T * (4 * (2 * C + QD + 2 * KD + NH + 2) + 2 * (2 * C + 2 * QD + 2 * KD + 3 * F) + qk_norm);
 }
 
 /*
@@ -214,7 +217,7 @@ static struct cuda_acts *acts_new(const struct ca_model_config *c, int T, int tr
 	a->nkept = train && !a->recompute ? c->num_layers : 1;
 	a->chunk = head_chunk(T, c->vocab_size);
 	a->layer = (struct layer_acts *)calloc((size_t)a->nkept, sizeof *a->layer);
-	a->owned = (void **)calloc((size_t)(16 * a->nkept + 64 + c->num_layers), sizeof(void *));
+	a->owned = (void **)calloc((size_t)(20 * a->nkept + 64 + c->num_layers), sizeof(void *));
 	a->xin = (float **)calloc((size_t)c->num_layers, sizeof(float *));
 	if (!a->layer || !a->owned || !a->xin) {
 		acts_free(a);
@@ -231,6 +234,10 @@ static struct cuda_acts *acts_new(const struct ca_model_config *c, int T, int tr
 		L->ln1 = B16(t * C); L->att = B16(t * QD); L->ln2 = B16(t * C); L->gu = B16(t * 2 * F);
 		L->h = B16(t * F);
 		L->qkv16 = a->mma ? B16(t * (QD + 2 * KD)) : NULL;
+		if (c->qk_norm) {
+			L->qpre = F32(t * QD); L->kpre = F32(t * KD);
+			L->rstdq = F32(t * NH); L->rstdk = F32(t * (size_t)c->num_kv_heads);
+		}
 	}
 	for (int l = 0; a->recompute && l < c->num_layers && ok; l++)
 		a->xin[l] = F32(t * C);
@@ -252,6 +259,10 @@ static struct cuda_acts *acts_new(const struct ca_model_config *c, int T, int tr
 		}
 		a->dxb = B16(t * (C > QD ? C : QD)); a->dgu = B16(t * 2 * F);
 		a->dqb = B16(t * QD); a->dkb = B16(t * KD); a->dvb = B16(t * KD);
+		if (c->qk_norm) {
+			a->dqpre = F32(t * QD);
+			a->dkpre = F32(t * KD);
+		}
 	}
 #undef F32
 #undef B16
@@ -333,11 +344,6 @@ extern "C" struct ca_cuda_model *ca_cuda_model_upload(const struct ca_model *m, 
 {
 	const struct ca_model_config *c = &m->cfg;
 	int d = c->head_dim;
-	// The kernels have no per-head q/k norm yet: refuse rather than compute a Qwen2.
-	if (c->qk_norm) {
-		set_why(why, "%s is supported on the CPU only for now", c->model_type);
-		return NULL;
-	}
 	if (d != 16 && d != 32 && d != 64 && d != 128 && d != 256) {
 		set_why(why, "head_dim %d: the CUDA attention is built for 16, 32, 64, 128 and 256", c->head_dim);
 		return NULL;
@@ -391,9 +397,9 @@ extern "C" struct ca_cuda_model *ca_cuda_model_upload(const struct ca_model *m, 
 	for (int l = 0; l < c->num_layers; l++) {
 		const struct ca_model_layer *L = &m->layers[l];
 		struct layer_weights *W = &g->layers[l];
-		const float *p[13] = {L->wq, L->wk, L->wv, L->wo, L->wgate, L->wup, L->wdown,
-				      L->bq, L->bk, L->bv, L->bo, L->ln1, L->ln2};
-		for (int i = 0; i < 13; i++)
+		const float *p[15] = {L->wq, L->wk, L->wv, L->wo, L->wgate, L->wup, L->wdown,
+				      L->bq, L->bk, L->bv, L->bo, L->ln1, L->ln2, L->q_norm, L->k_norm};
+		for (int i = 0; i < 15; i++)
 			W->off[i] = offset_of(m, p[i]);
 		if (W->off[5] != W->off[4] + (size_t)c->intermediate_size * c->hidden_size) {
 			set_why(why, "layer %d: up_proj does not follow gate_proj in the parameters", l);
@@ -405,6 +411,12 @@ extern "C" struct ca_cuda_model *ca_cuda_model_upload(const struct ca_model *m, 
 		W->wdown = view16(g, W->off[6]);
 		W->bq = view32(g, W->off[7]); W->bk = view32(g, W->off[8]); W->bv = view32(g, W->off[9]);
 		W->bo = view32(g, W->off[10]); W->ln1 = view32(g, W->off[11]); W->ln2 = view32(g, W->off[12]);
+		W->q_norm = view32(g, W->off[13]); W->k_norm = view32(g, W->off[14]);
+		if (c->qk_norm && (!W->q_norm || !W->k_norm)) {
+			set_why(why, "layer %d: a %s model without q_norm and k_norm weights", l, c->model_type);
+			ca_cuda_model_free(g);
+			return NULL;
+		}
 	}
 	if (cudaMemcpy(g->rope_cos, m->rope_cos, sizeof(float) * rope, cudaMemcpyHostToDevice) != cudaSuccess ||
 	    cudaMemcpy(g->rope_sin, m->rope_sin, sizeof(float) * rope, cudaMemcpyHostToDevice) != cudaSuccess) {
@@ -564,8 +576,16 @@ static int layer_forward(struct ca_cuda_model *g, struct cuda_acts *a, struct la
 	PH(OTHER);
 	// The tensor cores' bf16 copies of q, k, v are made here, once, and kept for the backward.
 	bf16 *q16 = L->qkv16, *k16 = q16 ? q16 + (size_t)T * QD : NULL, *v16 = k16 ? k16 + (size_t)T * KD : NULL;
-	nn_cuda_rope(L->q, q16, W->bq, a->pos, g->rope_cos, g->rope_sin, T, NH, D, 0);
-	nn_cuda_rope(L->k, k16, W->bk, a->pos, g->rope_cos, g->rope_sin, T, NKV, D, 0);
+	if (c->qk_norm) {
+		// Qwen3: the biases (if any) and each head's norm, then the rotation, as model_forward.c does.
+		nn_cuda_head_rmsnorm(L->q, L->qpre, L->rstdq, W->bq, W->q_norm, c->rms_norm_eps, T, NH, D);
+		nn_cuda_head_rmsnorm(L->k, L->kpre, L->rstdk, W->bk, W->k_norm, c->rms_norm_eps, T, NKV, D);
+		nn_cuda_rope(L->q, q16, NULL, a->pos, g->rope_cos, g->rope_sin, T, NH, D, 0);
+		nn_cuda_rope(L->k, k16, NULL, a->pos, g->rope_cos, g->rope_sin, T, NKV, D, 0);
+	} else {
+		nn_cuda_rope(L->q, q16, W->bq, a->pos, g->rope_cos, g->rope_sin, T, NH, D, 0);
+		nn_cuda_rope(L->k, k16, W->bk, a->pos, g->rope_cos, g->rope_sin, T, NKV, D, 0);
+	}
 	if (W->bv)
 		nn_cuda_bias_forward(L->v, W->bv, T, KD);
 	if (v16)
@@ -851,9 +871,24 @@ static int layer_backward(struct ca_cuda_model *g, struct cuda_acts *a, struct l
 	if (r < 0)
 		return set_why(why, "head_dim %d is not supported by the CUDA attention", D), -1;
 	PH(OTHER);
-	// Rotated back, as bf16 for the matmuls, with the biases' gradients: one pass each.
-	nn_cuda_rope_backward(a->dqb, G(g, o[7]), a->dq, a->pos, g->rope_cos, g->rope_sin, T, NH, D);
-	nn_cuda_rope_backward(a->dkb, G(g, o[8]), a->dk, a->pos, g->rope_cos, g->rope_sin, T, NKV, D);
+	if (c->qk_norm) {
+		// Qwen3: rotated back in place, then through each head's norm (its weights' gradients
+		// too) into bf16 for the matmuls; the biases' gradients are the sums of what comes out.
+		nn_cuda_rope(a->dq, NULL, NULL, a->pos, g->rope_cos, g->rope_sin, T, NH, D, 1);
+		nn_cuda_rope(a->dk, NULL, NULL, a->pos, g->rope_cos, g->rope_sin, T, NKV, D, 1);
+		CUDA_TRY(cudaMemsetAsync(a->dqpre, 0, sizeof(float) * (size_t)T * QD));
+		CUDA_TRY(cudaMemsetAsync(a->dkpre, 0, sizeof(float) * (size_t)T * KD));
+		nn_cuda_rmsnorm_backward(a->dqpre, a->dqb, G(g, o[13]), a->dq, L->qpre, W->q_norm, L->rstdq, T * NH, D);
+		nn_cuda_rmsnorm_backward(a->dkpre, a->dkb, G(g, o[14]), a->dk, L->kpre, W->k_norm, L->rstdk, T * NKV, D);
+		if (W->bq)
+			nn_cuda_colsum(G(g, o[7]), a->dqpre, NULL, T, QD);
+		if (W->bk)
+			nn_cuda_colsum(G(g, o[8]), a->dkpre, NULL, T, KD);
+	} else {
+		// Rotated back, as bf16 for the matmuls, with the biases' gradients: one pass each.
+		nn_cuda_rope_backward(a->dqb, G(g, o[7]), a->dq, a->pos, g->rope_cos, g->rope_sin, T, NH, D);
+		nn_cuda_rope_backward(a->dkb, G(g, o[8]), a->dk, a->pos, g->rope_cos, g->rope_sin, T, NKV, D);
+	}
 	nn_cuda_rope_backward(a->dvb, G(g, o[9]), a->dv, NULL, NULL, NULL, T, NKV, D);
 	PH(MATMUL);
 	if (linear_dw(g, G(g, o[0]), a->dqb, L->ln1, T, C, QD, why) < 0 ||

@@ -18,7 +18,8 @@
 struct layer_weights {
 	bf16 *wq, *wk, *wv, *wo, *wgate, *wup, *wdown;
 	float *bq, *bk, *bv, *bo, *ln1, *ln2;
-	size_t off[13];  /* offsets of wq..wdown, bq..bo, ln1, ln2 (SIZE_MAX: absent) */
+	float *q_norm, *k_norm;  /* Qwen3's per-head norms' weights [head_dim] (else NULL) */
+	size_t off[15];  /* offsets of wq..wdown, bq..bo, ln1, ln2, q_norm, k_norm (SIZE_MAX: absent) */
 };
 
 struct cuda_acts;

@@ -27,6 +27,7 @@ struct sampler_layer {
 	void *wdown;           // [C, F]
 	float *bqkv, *bo;      // NULL without biases
 	float *ln1, *ln2;
+	float *q_norm, *k_norm;  // Qwen3's per-head norms [head_dim] (else NULL)
 	float *kcache, *vcache;  // [slots, max_len, KD], keys after rotary embedding
 };
 
@@ -158,11 +159,6 @@ extern "C" struct ca_cuda_sampler *ca_cuda_sampler_new(const struct ca_model *m,
 		set_why(why, "a critic checkpoint cannot generate");
 		return NULL;
 	}
-	// The sampler's kernels have no per-head q/k norm yet.
-	if (c->qk_norm) {
-		set_why(why, "%s is supported on the CPU only for now", c->model_type);
-		return NULL;
-	}
 	if (c->head_dim > 256 || c->head_dim % 2) {
 		set_why(why, "head_dim %d: the CUDA sampler takes even head sizes up to 256", c->head_dim);
 		return NULL;
@@ -219,6 +215,11 @@ extern "C" struct ca_cuda_sampler *ca_cuda_sampler_new(const struct ca_model *m,
 		W->bo = L->bo ? upload_f32(s, L->bo, C) : NULL;
 		W->ln1 = upload_f32(s, L->ln1, C);
 		W->ln2 = upload_f32(s, L->ln2, C);
+		if (c->qk_norm) {
+			W->q_norm = L->q_norm ? upload_f32(s, L->q_norm, (size_t)c->head_dim) : NULL;
+			W->k_norm = L->k_norm ? upload_f32(s, L->k_norm, (size_t)c->head_dim) : NULL;
+			ok &= W->q_norm && W->k_norm;
+		}
 		W->kcache = (float *)device_alloc(s, sizeof(float) * cache);
 		W->vcache = (float *)device_alloc(s, sizeof(float) * cache);
 		ok &= W->wqkv && W->wo && W->wgu && W->wdown && W->ln1 && W->ln2 && W->kcache && W->vcache;
@@ -283,6 +284,19 @@ __global__ static void bias_kernel(float *y, const float *bias, int O, size_t n)
 	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < n)
 		y[i] += bias[i % O];
+}
+
+// Qwen3: each head of q and of k (the k heads follow the q heads in a row of
+// qkv) through its RMSNorm before the rotation; a warp per head.
+__global__ static void qk_norm_kernel(float *qkv, const float *q_norm, const float *k_norm, float eps, int n, int NH,
+				      int NKV, int D)
+{
+	int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), heads = NH + NKV;
+	if (warp >= n * heads)
+		return;
+	int t = warp / heads, h = warp % heads;
+	float *x = qkv + (size_t)t * (NH + 2 * NKV) * D + (size_t)h * D;
+	warp_head_rmsnorm(x, NULL, NULL, h < NH ? q_norm : k_norm, eps, D);
 }
 
 // Per token: rotate q and k (ca_nn_rope_forward, pairs (i, i + D/2)) and
@@ -575,6 +589,11 @@ static int run_step_as(struct ca_cuda_sampler *s, int n, int nsel, char *why)
 		CHECK("qkv matmul", l);
 		if (L->bqkv)
 			bias_kernel<<<blocks_for((size_t)n * QKV, nt), nt, 0, st>>>(s->qkv, L->bqkv, QKV, (size_t)n * QKV);
+		if (L->q_norm) {
+			qk_norm_kernel<<<blocks_for((size_t)n * (NH + NKV), nt / 32), nt, 0, st>>>(
+				s->qkv, L->q_norm, L->k_norm, c->rms_norm_eps, n, NH, NKV, D);
+			CHECK("q/k norm", l);
+		}
 		rope_store_kernel<<<n, nt, 0, st>>>(s->qkv, slot, pos, s->rope_cos, s->rope_sin, L->kcache, L->vcache, NH, NKV,
 					     D, s->max_len);
 		CHECK("rope and cache store", l);

@@ -170,6 +170,29 @@ void nn_cuda_colsum_bf16(float *out, const bf16 *a, const float *rowscale, int T
 	colsum_kernel<bf16><<<colsum_grid(T, C), dim3(32, 8)>>>(out, a, NULL, rowscale, T, C);
 }
 
+// ---- Qwen3's per-head q/k norm (ca_nn_rmsnorm_forward over rows of head_dim) ----
+
+// A warp per head: the T*H rows of D values are short (head_dim), so a block of 256 takes 8.
+__global__ static void head_rmsnorm_kernel(float *x, float *pre, float *rstd, const float *bias, const float *w,
+					   float eps, int rows, int H, int D)
+{
+	int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+	if (row >= rows)
+		return;
+	size_t at = (size_t)row * D;
+	float r = warp_head_rmsnorm(x + at, pre ? pre + at : NULL, bias ? bias + (size_t)(row % H) * D : NULL, w, eps,
+				    D);
+	if (rstd && (threadIdx.x & 31) == 0)
+		rstd[row] = r;
+}
+
+void nn_cuda_head_rmsnorm(float *x, float *pre, float *rstd, const float *bias, const float *w, float eps, int T,
+			  int H, int D)
+{
+	int rows = T * H;
+	head_rmsnorm_kernel<<<blocks_for((size_t)rows, 8), 256>>>(x, pre, rstd, bias, w, eps, rows, H, D);
+}
+
 __global__ static void bias_kernel(float *y, const float *bias, int O, size_t n)
 {
 	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;

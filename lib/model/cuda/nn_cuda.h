@@ -30,6 +30,15 @@ void nn_cuda_add_rmsnorm(float *sum, bf16 *out, float *rstd, const float *a, con
 void nn_cuda_rmsnorm_backward(float *dx, bf16 *dxb, float *dw, const float *dout, const float *x, const float *w,
 			      const float *rstd, int T, int C);
 
+/*
+ * Qwen3's q/k norm, in place on x[T, H*D]: each head's D values become
+ * w * ((x + bias) * rstd), w [D] shared by the heads, bias [H*D] or NULL;
+ * pre (may be NULL) keeps x + bias and rstd (may be NULL) [T*H] for the
+ * backward, which is nn_cuda_rmsnorm_backward over T*H rows of D.
+ */
+void nn_cuda_head_rmsnorm(float *x, float *pre, float *rstd, const float *bias, const float *w, float eps, int T,
+			  int H, int D);
+
 /* y[T,O] += bias[O]. */
 void nn_cuda_bias_forward(float *y, const float *bias, int T, int O);
 /* out[c] += sum_t a[t,c] * (rowscale ? rowscale[t] : 1): bias gradients, value head. */
