@@ -153,15 +153,35 @@ static void baseline_key(const struct job *j, const char *mode, char key[65])
  * the task and compiles it ("warm") while the build, the loads and the
  * checks run, and the compile baseline is timed in it. Its replies are
  * read before the slot's first timed loop (compile_warm_wait), so it is
- * idle while anything is timed. Any fault of its only stops it: the
- * reference then compiles and times as it did without.
+ * idle while anything is timed; after its baseline it forgets the task
+ * and waits, warm, for the slot's next new task. Any fault of its only
+ * stops it: the reference then compiles and times as it did without.
  */
+
 /* The compile worker stopped, its GPU memory (a second copy of the task's model) freed. */
 static void compile_worker_stop(struct slot *s)
 {
 	worker_stop(&s->compiler, 0);
 	s->warm_pending = 0;
 	s->warm_key[0] = '\0';
+}
+
+/*
+ * Its baseline timed: the worker forgets the task (its copy of the model
+ * and the compiled code freed) and stays up for the slot's next new task,
+ * torch.compile's modules imported and its compile workers started
+ * (seconds of a first compile); stopped when it cannot.
+ */
+static void compile_worker_forget(struct slot *s)
+{
+	jv fault = jv_invalid(), reply = jv_invalid();
+	int ok = worker_call(&s->compiler, set_str(jv_object(), "op", "forget"), 60, &reply, &fault, NULL) == 0 &&
+		ca_json_bool(reply, "ok") == 1;
+	jv_free(fault);
+	jv_free(reply);
+	s->warm_key[0] = '\0';
+	if (!ok)
+		compile_worker_stop(s);
 }
 
 void compile_warm_start(struct job *j, jv code)
@@ -177,7 +197,10 @@ void compile_warm_start(struct job *j, jv code)
 	/* Already compiling this task for a record that failed before its baselines: it goes on. */
 	if (s->warm_pending && !strcmp(s->warm_key, key))
 		return;
-	compile_worker_stop(s);
+	if (s->warm_pending)  /* compiling a task whose records all failed before their baselines */
+		compile_worker_stop(s);
+	else if (s->warm_key[0])  /* holding one whose baseline was never timed */
+		compile_worker_forget(s);
 	if (!cfg->no_cache) {
 		jv v = baseline_load(key);
 		int cached = jv_is_valid(v);
@@ -298,7 +321,7 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached, int f
 		return baseline(j, mode, out, cached, fresh);
 	}
 	if (w == &s->compiler)  /* its work is done: its memory is not kept beside the candidate's loop */
-		compile_worker_stop(s);
+		compile_worker_forget(s);
 	if (rc != 0) {
 		loop_clock_free(&ours);
 		reference_failed(j, fault);
