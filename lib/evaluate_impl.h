@@ -4,9 +4,9 @@
  *
  * Where a record goes in ca-verify or ca-profile:
  *   evaluate_stream.c   ca_eval_stream reads the records and queues them to
- *                       a pool of slots, one thread each, and writes the
- *                       results in input order (ca_eval_directory: one
- *                       workspace DIR as a record);
+ *                       the pool (lib/pool), one slot per thread, which
+ *                       writes the results in input order (ca_eval_directory:
+ *                       one workspace DIR as a record);
  *   evaluate.c          evaluate_record: one record through a slot, its
  *                       result's verdict (finish_result) and the exit status;
  *                       the options and the operands (ca_eval_option, ca_eval_run);
@@ -60,12 +60,12 @@ struct worker {
 	double limit_s;          /* of the request in flight, for messages */
 };
 
-struct pool;
+struct ca_pool;
 
 /* One GPU's (or the CPU's) share of the evaluation: its workers and files. */
 struct slot {
 	const struct ca_eval_config *cfg;
-	struct pool *pool;       /* the stream's records (NULL for a server: more may come) */
+	struct ca_pool *pool;    /* the stream's records (NULL for a server: more may come) */
 	int index;
 	int gpu;                 /* -1 for cpu */
 	char root[PATHLEN];      /* private temp root (0711) */
@@ -74,7 +74,6 @@ struct slot {
 	struct worker spare[MAX_SPARES];  /* candidate workers started ahead, oldest first */
 	int nspares;             /* how many to keep started */
 	long serial;
-	pthread_t thread;
 	int lock_fd;             /* the GPU's lock file (see gpu_lock), -1 on the CPU */
 };
 
