@@ -58,6 +58,7 @@ static struct item *take_ready(struct ca_pool *p)
 	return it;
 }
 
+/* Told after the state changed, the lock held: a poll loop that wakes must find it changed. */
 static void changed(struct ca_pool *p)
 {
 	if (p->cfg.changed)
@@ -80,12 +81,12 @@ static void release_ready(struct ca_pool *p)
 		pthread_mutex_unlock(&p->lock);
 		int status = p->cfg.release(p->cfg.release_ctx, it->out, it->status, it->data);
 		free(it);
-		changed(p);
 		pthread_mutex_lock(&p->lock);
 		p->releasing = 0;
 		p->status = ca_err_worst(p->status, status);
 		p->npending--;
 		pthread_cond_broadcast(&p->cond);
+		changed(p);
 	}
 }
 
@@ -111,7 +112,6 @@ static void *worker_main(void *arg)
 		int status = 0;
 		jv out = p->cfg.work(wa->context, it->index, it->in, it->data, &status);
 		it->in = jv_invalid();
-		changed(p);
 
 		pthread_mutex_lock(&p->lock);
 		it->out = out;
@@ -119,6 +119,7 @@ static void *worker_main(void *arg)
 		it->done = 1;
 		p->busy--;
 		pthread_cond_broadcast(&p->cond);
+		changed(p);
 		release_ready(p);
 	}
 	pthread_mutex_unlock(&p->lock);

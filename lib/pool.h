@@ -45,7 +45,8 @@ struct ca_pool_config {
 	ca_pool_work_fn work;
 	ca_pool_release_fn release;
 	void *release_ctx;
-	void (*changed)(void *ctx);  /* optional: a record finished or was released (wakes a poll loop) */
+	void (*changed)(void *ctx);  /* optional: a record finished or was released (wakes a poll loop);
+	                                called under the pool's lock, so it must not call the pool */
 	int unordered;               /* release results as they finish, not in input order */
 	int ahead;                   /* records queued beyond the idle workers before a put waits */
 	long max_pending;            /* records held (queued, worked on, waiting for release) before a put waits; 0: no bound */
