@@ -1662,10 +1662,7 @@ static void take(struct ca_pool *pool, struct ca_ndjson_reader *r, long position
 	slot->line = ca_ndjson_line(r);
 	slot->position = position;
 	if (kind == CA_NDJSON_BAD) {
-		ca_ndjson_warn(r, "%s", jv_string_value(rec));
-		jv err = ca_ndjson_error_record(slot->file, slot->line, jv_string_value(rec));
-		jv_free(rec);
-		ca_pool_put_done(pool, err, CA_EXIT_DATA, slot);
+		ca_pool_put_malformed(pool, r, rec, slot);
 		return;
 	}
 	slot->is_task = 1;

@@ -135,8 +135,8 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached, int f
 	struct slot *s = j->slot;
 	const struct ca_eval_config *cfg = s->cfg;
 	char key[65];
-	char *gpu = ca_json_strdup(s->reference.hello, "gpu");
-	char *torch = ca_json_strdup(s->reference.hello, "torch");
+	char *gpu = ca_json_strdup(s->reference.run.hello, "gpu");
+	char *torch = ca_json_strdup(s->reference.run.hello, "torch");
 	char method[128];
 	/* Drawn and shipped inputs are different loops (a draw costs more than a refill): not mixed. */
 	snprintf(method, sizeof method, "%s:%s:%s:%s", mode, !strcmp(mode, "compile") && cfg->compile_mode ? cfg->compile_mode : "default",

@@ -24,7 +24,7 @@
  *                       verdict on the time the worker reports.
  * Underneath: evaluate_slot.c (a slot: its GPU, lock, temporary root, the
  * reference worker and spare candidates; quiet loops), evaluate_worker.c
- * (a worker process, lib/py/ca_runner.py, and its line protocol),
+ * (a worker process, lib/py/ca_runner.py, over lib/runner's line protocol),
  * evaluate_files.c (files in the candidate's directory), and
  * evaluate_serve.c (ca-verify --serve and the commands that connect to it).
  *
@@ -45,16 +45,15 @@
 #include "evaluate.h"
 #include "json.h"
 #include "proc.h"
+#include "runner.h"
 
 enum { PATHLEN = PATH_MAX + 64, MAX_SPARES = 8 };
 
 /* A worker process (lib/py/ca_runner.py): the trusted reference, or a candidate in ca-sandbox. */
 struct worker {
-	struct ca_coproc co;
-	int running;
+	struct ca_runner run;    /* its process; run.hello: the ready line */
 	char log[PATHLEN];
 	char dir[PATHLEN];       /* candidate: its private workspace */
-	jv hello;                /* the ready line */
 	char **argv;
 	char **env;
 	double limit_s;          /* of the request in flight, for messages */

@@ -70,14 +70,10 @@ static void read_records(struct ca_pool *pool, struct ca_ndjson_reader *r)
 		int kind = ca_ndjson_next(r, &rec);
 		if (kind == CA_NDJSON_EOF)
 			break;
-		if (kind == CA_NDJSON_BAD) {
-			ca_ndjson_warn(r, "%s", jv_string_value(rec));
-			jv err = ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(rec));
-			jv_free(rec);
-			ca_pool_put_done(pool, err, CA_EXIT_DATA, NULL);
-		} else {
+		if (kind == CA_NDJSON_BAD)
+			ca_pool_put_malformed(pool, r, rec, NULL);
+		else
 			ca_pool_put(pool, rec, NULL);
-		}
 	}
 }
 

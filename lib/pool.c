@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "err.h"
+#include "ndjson.h"
 #include "pool.h"
 
 struct item {
@@ -227,6 +228,14 @@ void ca_pool_put_done(struct ca_pool *p, jv result, int status, void *data)
 	add_pending(p, it);
 	release_ready(p);
 	pthread_mutex_unlock(&p->lock);
+}
+
+void ca_pool_put_malformed(struct ca_pool *p, struct ca_ndjson_reader *r, jv why, void *data)
+{
+	ca_ndjson_warn(r, "%s", jv_string_value(why));
+	jv err = ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(why));
+	jv_free(why);
+	ca_pool_put_done(p, err, CA_EXIT_DATA, data);
 }
 
 int ca_pool_finish(struct ca_pool *p)

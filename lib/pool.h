@@ -61,6 +61,14 @@ void ca_pool_put(struct ca_pool *p, jv record, void *data);
 /* Place a result that needs no work (an error record) in its turn among the others. */
 void ca_pool_put_done(struct ca_pool *p, jv result, int status, void *data);
 
+/*
+ * A malformed line the reader r just gave (why consumed, as ca_ndjson_next
+ * returned it): told on stderr at its position, and an error record in
+ * its turn, with the status of bad input data.
+ */
+struct ca_ndjson_reader;
+void ca_pool_put_malformed(struct ca_pool *p, struct ca_ndjson_reader *r, jv why, void *data);
+
 /* 1 when ca_pool_put would not wait now. */
 int ca_pool_room(struct ca_pool *p);
 
