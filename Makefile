@@ -20,12 +20,24 @@ BUILD ?= build
 BIN ?= bin
 LIBCA ?= lib/libca.a
 
-CA_CFLAGS = -std=c17 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation -Ilib $(CFLAGS)
+CA_CFLAGS = -std=c17 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation $(CFLAGS)
 LDLIBS = -ljq -lz -lm -lpthread
 
-LIB_SRC := $(wildcard lib/*.c)
+# lib/ has one folder per subsystem (README, Layout). Header names are unique
+# across lib/, so a file includes "err.h" or "model.h" without a folder, and
+# the include path says what a folder may know: core knows no subsystem, eval
+# and model do not know each other, rl trains the model. Commands and tests
+# see every folder. tests/t0005-layout.sh checks the same rules in the sources.
+LIB_DIRS := core eval model synth rl
+LIB_INC := $(LIB_DIRS:%=-Ilib/%)
+LIB_INC_core := -Ilib/core
+LIB_INC_eval := -Ilib/core -Ilib/eval
+LIB_INC_model := -Ilib/core -Ilib/model
+LIB_INC_synth := -Ilib/core -Ilib/synth
+LIB_INC_rl := -Ilib/core -Ilib/model -Ilib/rl
+LIB_SRC := $(wildcard $(LIB_DIRS:%=lib/%/*.c))
 LIB_OBJ := $(LIB_SRC:lib/%.c=$(BUILD)/lib/%.o)
-LIB_HDR := $(wildcard lib/*.h)
+LIB_HDR := $(wildcard $(LIB_DIRS:%=lib/%/*.h))
 CMDS := $(patsubst cmd/%.c,$(BIN)/%,$(wildcard cmd/ca-*.c))
 UNITS := $(patsubst tests/unit/%.c,$(BIN)/test-%,$(wildcard tests/unit/*.c))
 
@@ -33,7 +45,7 @@ UNITS := $(patsubst tests/unit/%.c,$(BIN)/test-%,$(wildcard tests/unit/*.c))
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)),)
 CUPTI_H := $(firstword $(wildcard $(CUDA_HOME)/extras/CUPTI/include/cupti.h $(CUDA_HOME)/targets/x86_64-linux/include/cupti.h $(CUDA_HOME)/include/cupti.h))
-# The kernel-tracing shim the Python runner loads (lib/cupti.c, owner B2).
+# The kernel-tracing shim the Python runner loads (lib/eval/cupti.c, owner B2).
 CUPTI_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/extras/CUPTI/lib64/libcupti.so $(CUDA_HOME)/targets/x86_64-linux/lib/libcupti.so $(CUDA_HOME)/lib64/libcupti.so))
 CUPTI_SO := $(if $(and $(CUPTI_H),$(CUPTI_LIBDIR)),$(BIN)/libca-cupti.so,)
 
@@ -48,7 +60,7 @@ config:
 
 $(BUILD)/lib/%.o: lib/%.c $(LIB_HDR)
 	@mkdir -p $(@D)
-	$(CC) $(CA_CFLAGS) -c -o $@ $<
+	$(CC) $(CA_CFLAGS) $(LIB_INC_$(firstword $(subst /, ,$*))) -c -o $@ $<
 
 $(LIBCA): $(LIB_OBJ)
 	@mkdir -p $(@D)
@@ -57,16 +69,16 @@ $(LIBCA): $(LIB_OBJ)
 
 $(BIN)/ca-%: cmd/ca-%.c $(LIBCA) $(LIB_HDR)
 	@mkdir -p $(@D)
-	$(CC) $(CA_CFLAGS) $(LDFLAGS) -o $@ $< $(LIBCA) $(LDLIBS)
+	$(CC) $(CA_CFLAGS) $(LIB_INC) $(LDFLAGS) -o $@ $< $(LIBCA) $(LDLIBS)
 
-$(BIN)/libca-cupti.so: lib/cupti.c lib/cupti.h
+$(BIN)/libca-cupti.so: lib/eval/cupti.c lib/eval/cupti.h
 	@mkdir -p $(@D)
-	$(CC) -std=c17 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -shared -fPIC -DCA_HAVE_CUPTI -I$(dir $(CUPTI_H)) -o $@ lib/cupti.c \
+	$(CC) -std=c17 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -shared -fPIC -DCA_HAVE_CUPTI -I$(dir $(CUPTI_H)) -o $@ lib/eval/cupti.c \
 		-L$(dir $(CUPTI_LIBDIR)) -Wl,-rpath,$(dir $(CUPTI_LIBDIR)) -lcupti -lstdc++
 
 $(BIN)/test-%: tests/unit/%.c $(LIBCA) $(LIB_HDR)
 	@mkdir -p $(@D)
-	$(CC) $(CA_CFLAGS) $(LDFLAGS) -o $@ $< $(LIBCA) $(LDLIBS)
+	$(CC) $(CA_CFLAGS) $(LIB_INC) $(LDFLAGS) -o $@ $< $(LIBCA) $(LDLIBS)
 
 check: all
 	@CA_BIN=$(CURDIR)/$(BIN) sh tests/run.sh tests/t[0-9]*.sh
@@ -118,22 +130,26 @@ bench-rl: all
 	CA_BIN=$(CURDIR)/$(BIN) sh bench/bench-rl.sh $(BENCH_RL)
 
 # The policy engine's CUDA backend (issue 6), optional and not part of `all`:
-# `make model-cuda` compiles lib/cuda/*.cu with nvcc into
+# `make model-cuda` compiles lib/model/cuda/*.cu with nvcc into
 # $(BIN)/libca-model-cuda.so, which the training commands dlopen for
 # --device cuda (so `make` and `make check` need no CUDA), and links the
-# GPU tests and benchmark: $(BIN)/test-model-cuda (tests/gpu/t0500),
-# $(BIN)/test-train-cuda (t0510) and $(BIN)/bench-train-cuda.
+# GPU tests and benchmark: $(BIN)/test-model-cuda (tests/cuda, run by
+# tests/gpu/t0500), $(BIN)/test-train-cuda (tests/cuda, t0510) and
+# $(BIN)/bench-train-cuda (bench/).
 MODEL_CUDA_ARCH ?= sm_90
-MODEL_CUDA_OBJ := $(patsubst lib/cuda/%.cu,$(BUILD)/cuda/%.o,$(wildcard lib/cuda/*.cu))
+MODEL_CUDA_OBJ := $(patsubst lib/model/cuda/%.cu,$(BUILD)/cuda/%.o,$(wildcard lib/model/cuda/*.cu))
 MODEL_CUDA_LIBS = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++ -lm
 model-cuda: $(BIN)/test-model-cuda $(BIN)/test-train-cuda $(BIN)/bench-train-cuda $(BIN)/libca-model-cuda.so
-$(BUILD)/cuda/%.o: lib/cuda/%.cu $(wildcard lib/cuda/*.h) $(LIB_HDR)
+$(BUILD)/cuda/%.o: lib/model/cuda/%.cu $(wildcard lib/model/cuda/*.h) $(LIB_HDR)
 	@test -n "$(NVCC)" || { echo "model-cuda: nvcc not found" >&2; exit 1; }
 	@mkdir -p $(@D)
-	$(NVCC) -O3 -std=c++17 -arch=$(MODEL_CUDA_ARCH) -Xcompiler -fPIC,-Wall -Ilib -c -o $@ $<
-$(BIN)/test-model-cuda $(BIN)/test-train-cuda $(BIN)/bench-train-cuda: $(BIN)/%: lib/cuda/%.c $(MODEL_CUDA_OBJ) $(LIBCA) $(LIB_HDR)
+	$(NVCC) -O3 -std=c++17 -arch=$(MODEL_CUDA_ARCH) -Xcompiler -fPIC,-Wall $(LIB_INC_model) -c -o $@ $<
+$(BIN)/test-model-cuda $(BIN)/test-train-cuda: $(BIN)/%: tests/cuda/%.c $(MODEL_CUDA_OBJ) $(LIBCA) $(LIB_HDR)
 	@mkdir -p $(@D)
-	$(CC) $(CA_CFLAGS) $(LDFLAGS) -o $@ $< $(MODEL_CUDA_OBJ) $(LIBCA) $(LDLIBS) $(MODEL_CUDA_LIBS)
+	$(CC) $(CA_CFLAGS) $(LIB_INC) $(LDFLAGS) -o $@ $< $(MODEL_CUDA_OBJ) $(LIBCA) $(LDLIBS) $(MODEL_CUDA_LIBS)
+$(BIN)/bench-train-cuda: bench/bench-train-cuda.c $(MODEL_CUDA_OBJ) $(LIBCA) $(LIB_HDR)
+	@mkdir -p $(@D)
+	$(CC) $(CA_CFLAGS) $(LIB_INC) $(LDFLAGS) -o $@ $< $(MODEL_CUDA_OBJ) $(LIBCA) $(LDLIBS) $(MODEL_CUDA_LIBS)
 $(BIN)/libca-model-cuda.so: $(MODEL_CUDA_OBJ)
 	@mkdir -p $(@D)
 	$(CC) -shared -o $@ $(MODEL_CUDA_OBJ) $(MODEL_CUDA_LIBS)

@@ -19,15 +19,17 @@
 #      CUDA-Agent's layout (built by ca-build);
 #   2b. the cost of verify's robustness checks: ca-verify --robust 0 against
 #      the default on the matmul and on a ~70 us ReLU;
+#   6. the first record of a new task, nothing cached, with ca-profile's
+#      compile worker and without (CA_EVAL_COMPILE_WORKER=0), side by side;
 #   4. repeatability: three profiles of the matmul candidate, the spread of
 #      their medians (and of the host clock's, the method before CUDA
 #      events), and ca's candidate time beside the sum of the kernel
 #      durations CUPTI saw and, when ncu is there, Nsight Compute's.
-# The steps run in the order 1, 3, 2, 4 (the ratio first), the stream last.
+# The steps run in the order 1, 3, 5, 6, 2, 4 (the ratio first), the stream last.
 # Results: one JSON object per measurement on stdout and in $CA_BENCH_OUT/bench-eval.ndjson.
 # CA_BENCH_BUDGET (seconds, default 600) bounds the whole run: steps that
 # would not fit are skipped and say so; CA_BENCH_SKIP names sections to
-# leave out (ratio, layouts, flavours, single, robust, server, repeat, stream, ncu).
+# leave out (ratio, layouts, flavours, newtask, single, robust, server, repeat, stream, ncu).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 : "${CA_BIN:=$ROOT/bin}"
@@ -55,7 +57,7 @@ fits() {
 	return 1
 }
 emit() { echo "$1" | tee -a "$RESULTS"; }
-# want SECTION: not named in $CA_BENCH_SKIP (ratio, layouts, flavours, single, robust, server, repeat, stream, ncu).
+# want SECTION: not named in $CA_BENCH_SKIP (ratio, layouts, flavours, newtask, single, robust, server, repeat, stream, ncu).
 want() { case " ${CA_BENCH_SKIP:-} " in *" $1 "*) return 1 ;; esac; return 0; }
 record() { # id task dir
 	jq -nc --arg id "$1" --rawfile code "$ADV/tasks/$2.py" --arg dir "$3" \
@@ -178,6 +180,29 @@ if want flavours && fits 240 "builds per flavour"; then
 		anchor_import_wall_s: ($wk | tonumber), ca_verify_profile_cold_s: ($k1 | tonumber), ca_verify_profile_again_s: ($k2 | tonumber),
 		ratio_cold: (($wk | tonumber) / ($k1 | tonumber)), ok: [($x + $y)[] | (.verify.ok and .profile.ok)],
 		extension_cached: [($x + $y)[] | .verify.extension_cached], target: "load_inline build <= 5 s"}')"
+fi
+
+# 6. The first record of a new task (nothing cached: build, baselines, torch.compile's own caches),
+#    with the compile worker (see ca-profile(1)) beside the same without it (CA_EVAL_COMPILE_WORKER=0),
+#    each from an empty CA_CACHE, alternating which goes first; ReLU (relu_mid) and the matmul.
+if want newtask && fits 150 "first record of a new task"; then
+	for t in relu_mid matmul; do
+		d=$ADV/honest/${t%_mid}
+		record "$t" "$t" "$d" >"$WORK/nt-$t.ndjson"
+		: >"$WORK/nt-$t.json"
+		for order in "1 0" "0 1"; do
+			for w in $order; do
+				rm -rf "$WORK/nt-cache"
+				t0=$(now); CA_CACHE=$WORK/nt-cache CA_EVAL_COMPILE_WORKER=$w ca-profile --verify $O <"$WORK/nt-$t.ndjson" >"$WORK/nt-out.ndjson"; s=$(since "$t0")
+				jq -c --arg s "$s" --argjson w "$w" '{worker: ($w == 1), wall_s: ($s | tonumber), ok: (.verify.ok and .profile.ok),
+					compile_wait_s: .profile.phases.compile_wait, baselines_s: .profile.phases.baselines}' "$WORK/nt-out.ndjson" >>"$WORK/nt-$t.json"
+			done
+		done
+		emit "$(jq -c -s --arg t "$t" 'def mean: add / length;
+			(map(select(.worker) | .wall_s) | mean) as $on | (map(select(.worker | not) | .wall_s) | mean) as $off |
+			{bench: ("first record of a new task, nothing cached, ca flavour, " + $t), with_worker_s: $on, without_s: $off,
+			ratio: ($off / $on), runs: ., target: "<= 8 s"}' "$WORK/nt-$t.json")"
+	done
 fi
 
 # 2. Verify + profile of the matmul candidate; the first run fills the baseline cache.

@@ -14,7 +14,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
 #include <poll.h>
@@ -110,18 +109,6 @@ static int copy_tree(const char *src, const char *dst)
 	}
 	closedir(d);
 	return rc;
-}
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st, (void)flag, (void)ftw;
-	remove(path);
-	return 0;
-}
-
-static void remove_tree(const char *path)
-{
-	nftw(path, remove_entry, 32, FTW_DEPTH | FTW_PHYS);
 }
 
 /* Resolve a helper program: next to this binary first, then PATH. */
@@ -1649,7 +1636,7 @@ static int emit(void *ctx, jv record, int status, void *data)
 	}
 	jv_free(record);
 	if (slot->is_task && slot->dir[0] && !o->cfg->keep)
-		remove_tree(slot->dir);
+		ca_file_remove_tree(slot->dir);
 	free(slot);
 	return status;
 }
@@ -1865,7 +1852,7 @@ int main(int argc, char **argv)
 	sigaction(SIGHUP, &sa, NULL);
 	int status = run_all(&cfg, argc - optind, argv + optind);
 	if (made_root && !cfg.keep)
-		remove_tree(root);
+		ca_file_remove_tree(root);
 	else if (cfg.keep)
 		ca_err_warn("workspaces kept under %s", root);
 	return write_failed ? CA_EXIT_SYSTEM : ca_err_finish(status);

@@ -14,7 +14,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -27,6 +26,7 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "file.h"
 #include "json.h"
 #include "ndjson.h"
 #include "opt.h"
@@ -371,13 +371,6 @@ static char **sandbox_argv(struct worker *w, const char *const *cmd)
 		sb.nro = 2;
 	}
 	return ca_runner_sandboxed(&sb, cmd, w->env, pass);
-}
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st, (void)flag, (void)ftw;
-	remove(path);
-	return 0;
 }
 
 /*
@@ -1071,7 +1064,7 @@ int main(int argc, char **argv)
 			unlink(lock_path);
 	}
 	if (sandbox_root[0])
-		nftw(sandbox_root, remove_entry, 32, FTW_DEPTH | FTW_PHYS);
+		ca_file_remove_tree(sandbox_root);
 	ca_pylex_index_free(refs);
 	if (stop_signal) {
 		ca_err_warn("stopped by signal %d; every record read was written", (int)stop_signal);

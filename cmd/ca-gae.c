@@ -8,11 +8,11 @@
  * "advantages_whitened", normalised over every policy token of the whole
  * input, which it therefore buffers; fewer than two policy tokens cannot be
  * whitened (verl raises), so the records go out without it and the exit
- * status says so. The arithmetic lives in lib/rl.c.
+ * status says so. The arithmetic lives in lib/rl/rl.c.
  *
  * Speed: records are large number arrays, and building jv values for them
  * costs more than the arithmetic. So a record is first scanned as raw text
- * (lib/json.c's validating scanner); when the scanner vouches for it, the
+ * (lib/core/json.c's validating scanner); when the scanner vouches for it, the
  * arrays are parsed directly and the output is the input text with the new
  * fields appended before the closing brace. Anything unusual goes through
  * libjq, which also produces every error message.

@@ -4,7 +4,7 @@
  *
  * Records are packed into batches of about --batch-tokens tokens and run
  * through one forward pass each (on the CPU, or with --device cuda on the
- * GPU forward of lib/cuda); attention never crosses records. This is how
+ * GPU forward of lib/model/cuda); attention never crosses records. This is how
  * PPO's old log-probs and the critic's values are produced.
  *
  * Entry i of every array belongs to the action of emitting tokens[i]: its

@@ -3,7 +3,7 @@
  * records (the output of ca-logprob and ca-gae), then one stats record.
  *
  * Per mini-batch: recompute the log-probs, form verl's clipped surrogate
- * (lib/ppo.c) over the policy's own tokens, add the optional entropy bonus
+ * (lib/rl/ppo.c) over the policy's own tokens, add the optional entropy bonus
  * and KL penalty, and take one AdamW step; --epochs passes over the batch.
  * The gradient of the loss with respect to each token's log-prob (and
  * entropy) is what the engine's backward pass consumes.

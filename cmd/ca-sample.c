@@ -11,7 +11,7 @@
  *
  * Records are read in batches of --batch; on the CPU each is generated in
  * turn, with --device cuda the whole batch goes to the GPU sampler
- * (lib/cuda/model_cuda_sample.cu), which decodes its requests together.
+ * (lib/model/cuda/model_cuda_sample.cu), which decodes its requests together.
  * Output keeps the input order either way.
  */
 #include <errno.h>

@@ -1,7 +1,7 @@
 /*
  * ca-value-step: one critic update from a batch of token records: regress
  * the value of each policy token's state onto ca-gae's "returns" with
- * verl's value loss (lib/ppo.c), optionally clipped around the old values
+ * verl's value loss (lib/rl/ppo.c), optionally clipped around the old values
  * the records carry. Value pretraining (on RFT trajectories, before PPO)
  * and the critic's half of every PPO step are both this command.
  */

@@ -1,4 +1,4 @@
-"""ca_bench_train: the PyTorch side of bench-train-cuda (lib/cuda/bench-train-cuda.c).
+"""ca_bench_train: the PyTorch side of bench-train-cuda (bench/bench-train-cuda.c).
 
     python3 lib/py/ca_bench_train.py DIR TOKENS SEQ_LEN STEPS [MODE ...]
 

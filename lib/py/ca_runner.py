@@ -27,7 +27,7 @@ call's seed or shipped inputs (see "live"),
 loop ends (before the kept outputs are written), so the parent can clock
 the loop, each call and each call's inputs with its own wall clock.
 
-Requests (paths are files; tensor files are described in lib/tensor.h):
+Requests (paths are files; tensor files are described in lib/eval/tensor.h):
   {"op": "task", "path": P, "seed": S, "weights_out": P, "init_out": P}
       reference: load class Model, get_inputs and get_init_inputs from P;
       seed the generators with S, build Model(*get_init_inputs()) on the
@@ -138,6 +138,12 @@ Requests (paths are files; tensor files are described in lib/tensor.h):
       "loop_s", "digests"
       (one per call drawn from seeds, one per set loaded from files) and,
       with trace, "kernels" (over the timed calls only).
+  {"op": "warm", "seed": S, "compile_mode": M|null}
+      reference: torch.compile the model loaded by "task" (as "time"
+      does for "compile", with the same mode) and call it once on the
+      inputs drawn under S, so that a later "time" in mode "compile"
+      finds it compiled. Sent to a second reference (the compile worker)
+      while the record's build and checks run. Reply adds "seconds".
   {"op": "digests", "seeds": [S...]}
       reference: draw the inputs under each seed, one set at a time, as
       "time" and "inputs" do, without running the model. Reply adds
@@ -958,6 +964,15 @@ class Worker:
             reply.update({"out_usable": ok, "out_unusable_why": why, "out_rms": rms})
         return reply
 
+    def op_warm(self, req):
+        t = self.torch
+        cm = req.get("compile_mode")
+        start = _perf()
+        self.compiled = t.compile(self.model, mode=None if cm in (None, "default") else cm)
+        self._forward(self.compiled, self.make_inputs(int(req.get("seed", 0))))
+        self.sync()
+        return {"seconds": _perf() - start}
+
     def op_time(self, req):
         _warm_done()
         t = self.torch
@@ -1745,7 +1760,7 @@ def main():
         if args.role == "reference":
             _warm_robust("cuda")
     ops = {"task": worker.op_task, "inputs": worker.op_inputs, "candidate": worker.op_candidate,
-           "run": worker.op_run, "time": worker.op_time, "digests": worker.op_digests,
+           "run": worker.op_run, "time": worker.op_time, "digests": worker.op_digests, "warm": worker.op_warm,
            "resize": worker.op_resize}
     for line in sys.stdin:
         if not line.strip():
@@ -1765,7 +1780,7 @@ def main():
         if fn is None:
             _send({"ok": False, "stage": "protocol", "error": "unknown op %r" % op})
             continue
-        if args.role == "candidate" and op in ("task", "inputs", "digests"):
+        if args.role == "candidate" and op in ("task", "inputs", "digests", "warm"):
             _send({"ok": False, "stage": "protocol", "error": "op %r is for the reference role" % op})
             continue
         try:

@@ -1,8 +1,8 @@
-"""ca_unicode_nfc: write lib/tokenizer_nfc.h, the tables of Unicode
-canonical composition (NFC) that lib/tokenizer.c applies when a
+"""ca_unicode_nfc: write lib/model/tokenizer_nfc.h, the tables of Unicode
+canonical composition (NFC) that lib/model/tokenizer.c applies when a
 tokenizer.json declares an NFC normalizer.
 
-    python3 lib/py/ca_unicode_nfc.py > lib/tokenizer_nfc.h
+    python3 lib/py/ca_unicode_nfc.py > lib/model/tokenizer_nfc.h
 
 From Python's unicodedata: canonical combining classes (runs of equal
 non-zero class), canonical decompositions (one level, one or two code

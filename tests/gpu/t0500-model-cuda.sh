@@ -1,5 +1,5 @@
 #!/bin/sh
-# The policy engine's CUDA forward (lib/cuda, first stage) against the CPU
+# The policy engine's CUDA forward (lib/model/cuda, first stage) against the CPU
 # backend on random Qwen2-shaped checkpoints: per-token log-probs and
 # entropies within bf16 tolerance, packed sequences of several lengths.
 . "$(dirname "$0")/../test-lib.sh"

@@ -1,6 +1,6 @@
 #!/bin/sh
 # The policy engine on the GPU as the commands use it: ca-sample and
-# ca-logprob with --device cuda (lib/cuda/model_cuda_sample.cu and the CUDA
+# ca-logprob with --device cuda (lib/model/cuda/model_cuda_sample.cu and the CUDA
 # forward, opened from libca-model-cuda.so) against the CPU backend and
 # transformers, on tiny random Qwen2 checkpoints built by lib/py/ca_hf.py.
 # --fp32 greedy decoding equals the CPU's and transformers' token for token;

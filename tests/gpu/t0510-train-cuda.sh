@@ -1,5 +1,5 @@
 #!/bin/sh
-# The policy engine's CUDA training path (lib/cuda) against the CPU backend:
+# The policy engine's CUDA training path (lib/model/cuda) against the CPU backend:
 # a training forward, the backward of a weighted log-prob + entropy loss
 # (policy) or of a value loss (critic), compared per parameter tensor, and
 # two AdamW steps (clipping and weight decay active) compared per tensor;
@@ -33,13 +33,13 @@ for cfg in "256 2 4096 1200" "512 1 4096 1200"; do
 		'
 	done
 done
-# The older WMMA tensor-core kernels (lib/cuda/attention_wmma.cu; the default is attention_mma.cu).
+# The older WMMA tensor-core kernels (lib/model/cuda/attention_wmma.cu; the default is attention_mma.cu).
 expect_success 'CUDA gradients match the CPU with CA_CUDA_ATTENTION=wmma (policy; hidden 256)' '
 	test-model_bench model 256 2 4096 1200 >bench.json &&
 	CA_CUDA_ATTENTION=wmma test-train-cuda model 0.15 0.05 <"$TRASH_BASE/tokens.ndjson" | tee result.json &&
 	CA_CUDA_ATTENTION=wmma test-train-cuda model 0.15 0.05 <"$TRASH_BASE/long.ndjson" | tee -a result.json
 '
-# The fp32 attention kernels (lib/cuda/attention_cuda.cu) the same way.
+# The fp32 attention kernels (lib/model/cuda/attention_cuda.cu) the same way.
 for head in policy critic; do
 	expect_success "CUDA gradients match the CPU with CA_CUDA_ATTENTION=fp32 ($head; hidden 256)" '
 		test-model_bench model 256 2 4096 1200 >bench.json &&

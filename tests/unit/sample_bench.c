@@ -1,6 +1,6 @@
 /*
- * sample_bench: the GPU sampler's throughput (lib/cuda/model_cuda_sample.cu,
- * opened through lib/device.c), for bench/bench-policy.sh and the device runs.
+ * sample_bench: the GPU sampler's throughput (lib/model/cuda/model_cuda_sample.cu,
+ * opened through lib/model/device.c), for bench/bench-policy.sh and the device runs.
  *
  *   test-sample_bench DIR BATCH PROMPT NEW
  *

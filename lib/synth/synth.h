@@ -1,4 +1,10 @@
 /*
+ * lib/synth, task synthesis; this header is the folder's face (see
+ * core/core.h for the folders). Beside the composer here: pylex.h, the
+ * Python tokenizer and the similarity measure ca-filter uses. synth knows
+ * lib/core and nothing else.
+ */
+/*
  * synth: the built-in task composer behind ca-compose (owner: synthesis,
  * engineer C).
  *

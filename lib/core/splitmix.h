@@ -1,7 +1,7 @@
 /*
  * splitmix: splitmix64, the small seedable generator ca draws from where
  * the same seed must give the same numbers everywhere: sampling on the CPU
- * and on the GPU (lib/model_sample.c and lib/cuda/model_cuda_sample.cu
+ * and on the GPU (lib/model/model_sample.c and lib/model/cuda/model_cuda_sample.cu
  * must draw alike), the critic head's initialisation, ca-toy, and the
  * seeding of the synthesis generator. Header-only, so that CUDA host code
  * includes it too.

@@ -1,7 +1,7 @@
 /*
  * cupti: GPU kernel activity tracing (owner: B2).
  *
- * Built twice from lib/cupti.c: into libca as stubs that say tracing is
+ * Built twice from lib/eval/cupti.c: into libca as stubs that say tracing is
  * unavailable, and, when the Makefile finds CUPTI, with CA_HAVE_CUPTI as
  * the shared library $(BIN)/libca-cupti.so that lib/py/ca_runner.py loads
  * (ctypes) into its worker processes. ca-verify and ca-profile pass its

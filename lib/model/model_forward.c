@@ -12,6 +12,7 @@
 
 #include "err.h"
 #include "model.h"
+#include "model_impl.h"
 #include "nn.h"
 
 /*

@@ -40,7 +40,7 @@ static double now(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-// lib/cupti.h's functions, looked up in the library CA_CUPTI_LIB names.
+// lib/eval/cupti.h's functions, looked up in the library CA_CUPTI_LIB names.
 struct tracer {
 	int (*init)(void), (*start)(void), (*stop)(void), (*count)(void);
 	const char *(*name)(int);

@@ -1,4 +1,12 @@
 /*
+ * lib/rl, training; this header is the folder's face (see core/core.h for
+ * the folders). Beside the arithmetic here (GAE, whitening): ppo.h the
+ * losses of the training steps, train.h what the step commands share
+ * (batches, checkpoints with optimizer state, the step servers), dist.h
+ * data-parallel ranks. rl knows lib/core and lib/model (the policy it
+ * trains), not lib/eval or lib/synth.
+ */
+/*
  * rl: the reinforcement-learning arithmetic shared by the training
  * commands (ca-gae now; the PPO and value losses of ca-ppo-step and
  * ca-value-step belong here too). Pure functions over double arrays:

@@ -1,4 +1,15 @@
 /*
+ * lib/model, the policy engine; this header is the folder's face (see
+ * core/core.h for the folders). Beside the transformer here (model.c
+ * loads and saves, model_forward.c runs forward and backward,
+ * model_sample.c generates, model_random.c writes random checkpoints):
+ * nn.h its CPU layers, safetensors.h and tokenizer.h the Hugging Face
+ * checkpoint files, chat.h conversations in the chat format, device.h the
+ * CUDA backend of cuda/ (model_cuda.h, model_cuda_sample.h; the rest of
+ * cuda/ is private to it), opened at run time. A file includes the ones it
+ * uses. model knows lib/core and nothing else; in particular not lib/eval.
+ */
+/*
  * model: the policy engine's decoder-only transformer of the Llama, Qwen2
  * and Qwen3 (dense) families (owner: policy engine, issue 6). Qwen3 is
  * Qwen2 without q/k/v biases and with an RMSNorm over each head of q and k

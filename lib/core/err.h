@@ -9,6 +9,7 @@
 
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdnoreturn.h>
 
 enum {

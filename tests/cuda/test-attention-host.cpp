@@ -4,8 +4,8 @@
  * backward dq, dk, dv, with dq by its own pass and by atomics; the
  * 128-row variants) on packed sequences, for head_dim 16, 32, 64, 128.
  *
- *   g++ -std=c++17 -O2 -Wno-unknown-pragmas -I$CUDA_HOME/include -Ilib -o test-attention-host \
- *       lib/cuda/test-attention-host.cpp
+ *   g++ -std=c++17 -O2 -Wno-unknown-pragmas -I$CUDA_HOME/include -Ilib/core -Ilib/model -o test-attention-host \
+ *       tests/cuda/test-attention-host.cpp
  *   ./test-attention-host [16|32|64|128]
  *
  * Each of a block's 128 threads is a ucontext coroutine; the warp-level

@@ -1,7 +1,7 @@
 /*
  * device: where the policy engine runs (owner: policy engine sampling,
  * issue 6). "cpu" is the fp32 backend linked into every command; "cuda"
- * is the bf16 backend of lib/cuda, built by `make model-cuda` into the
+ * is the bf16 backend of lib/model/cuda, built by `make model-cuda` into the
  * shared object libca-model-cuda.so and opened here at run time, so the
  * commands build and run where there is no nvcc and no GPU.
  *
@@ -33,7 +33,7 @@ struct ca_cuda_api {
 	int (*sampler_generate)(struct ca_cuda_sampler *s, struct ca_sample_request *requests, int n,
 				char why[CA_MODEL_WHY]);
 	void (*sampler_counts)(const struct ca_cuda_sampler *s, long *tokens, long *steps);
-	/* Training (E1, lib/cuda/model_cuda.h); lib/train.c uses them for --device cuda. */
+	/* Training (E1, lib/model/cuda/model_cuda.h); lib/rl/train.c uses them for --device cuda. */
 	int (*model_forward_train)(struct ca_cuda_model *g, const struct ca_batch *b, const int *targets,
 				   float *logprobs, float *entropy, float *values, char why[CA_MODEL_WHY]);
 	int (*model_backward)(struct ca_cuda_model *g, const float *dlogp, const float *dentropy, const float *dvalue,

@@ -11,12 +11,11 @@
 #include "err.h"
 #include "file.h"
 #include "model.h"
+#include "model_impl.h"
 #include "nn.h"
 #include "paths.h"
 #include "safetensors.h"
 #include "splitmix.h"
-
-void ca_model_acts_free(struct ca_model_acts *a);  /* model_forward.c */
 
 static void set_why(char why[CA_MODEL_WHY], const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void set_why(char why[CA_MODEL_WHY], const char *fmt, ...)
