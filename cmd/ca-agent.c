@@ -17,6 +17,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,7 @@
 #include "ndjson.h"
 #include "opt.h"
 #include "paths.h"
+#include "pool.h"
 #include "proc.h"
 #include "tools.h"
 
@@ -1397,35 +1399,48 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 /* ---- the task pool ---- */
 
 /*
- * Tasks start as they arrive, each in a worker process of its own, up to
- * -j at once; records leave in input order. A task's directory is
- * ROOT/worker-K/NNNNNN-ID, where the -j worker directories all exist before
- * the first task starts: a confined task hides the other workers' (and
- * what its own worker holds besides it), so no task reaches another's
- * workspace, also one that starts after it.
+ * Tasks start as they arrive, up to -j at once, each in a process of its
+ * own that a thread of the pool (lib/pool) forks and waits for; records
+ * leave in input order. Worker K's tasks run in ROOT/worker-K/NNNNNN-ID,
+ * where the -j worker directories all exist before the first task starts:
+ * a confined task hides the other workers' (and what its own worker holds
+ * besides it), so no task reaches another's workspace, also one that
+ * starts after it.
  */
 enum { MAX_WAITING = 256 };  /* records read ahead of the oldest one still running */
 
+/* A record in the pool: where it came from, and for a task how its process ended. */
 struct slot {
-	jv record;          /* the task, or an error record to pass through */
-	int is_task;
-	const char *file;   /* where it came from, for messages */
+	const char *file;   /* for messages */
 	long line;
 	long position;      /* in the input, from 1 */
-	pid_t pid;
-	long worker;        /* the worker directory it runs in, from 0 */
-	int done, status;
+	int is_task;
+	int status;
 	char dir[PATH_MAX];
 };
 
-struct pool {
+/* A thread of the pool: its worker directory and the task process it waits for. */
+struct worker {
 	const struct config *cfg;
-	struct slot *slots;         /* the records read and not yet written, in input order: [head, count) */
-	size_t head, count, cap;
-	long running, read;
-	char *busy;                 /* busy[k]: worker directory k holds a running task */
-	int status;
+	long index;         /* worker-(index + 1) */
+	pid_t pid;          /* running, under stop_lock */
 };
+
+/*
+ * Set by SIGTERM, SIGINT or SIGHUP in ca-agent itself: stop the workers and
+ * clean up. The signals, and every record that finishes or leaves, write a
+ * byte to the wake pipe, so the main loop's poll sees them without a race.
+ */
+static volatile sig_atomic_t stop_signal;
+static int wake[2] = {-1, -1};
+
+/*
+ * Once the main loop stops the tasks (a signal, a write error): no task
+ * starts any more, and those running are told to stop. stop_lock orders
+ * a task's fork against that.
+ */
+static pthread_mutex_t stop_lock = PTHREAD_MUTEX_INITIALIZER;
+static int stopping;
 
 static void sanitize(const char *id, char *out, size_t n)
 {
@@ -1442,10 +1457,10 @@ static void worker_dir(const struct config *cfg, long k, char *out, size_t n)
 }
 
 /* The child: run one task, write its record to dir/record.json. */
-static noreturn void child_main(const struct config *cfg, struct slot *slot)
+static noreturn void child_main(const struct config *cfg, jv record, struct slot *slot)
 {
 	int status = CA_EXIT_OK;
-	jv out = run_task(cfg, slot->record, slot->position - 1, slot->dir, &status);
+	jv out = run_task(cfg, record, slot->position - 1, slot->dir, &status);
 	char path[PATH_MAX + 32];
 	snprintf(path, sizeof path, "%s/record.json", slot->dir);
 	jv text = jv_dump_string(out, 0);
@@ -1459,7 +1474,7 @@ static noreturn void child_main(const struct config *cfg, struct slot *slot)
  * Set when writing to stdout failed, and reported then, while errno says
  * why (the clean-up after it would leave another errno for ca_err_finish).
  */
-static int write_failed;
+static _Atomic int write_failed;
 
 static int write_error(void)
 {
@@ -1468,51 +1483,6 @@ static int write_error(void)
 	write_failed = 1;
 	return CA_EXIT_SYSTEM;
 }
-
-static int emit(const struct config *cfg, struct slot *slot)
-{
-	int status = CA_EXIT_OK;
-	if (!slot->is_task) {
-		if (ca_ndjson_write(slot->record) != 0)
-			status = write_error();
-		ca_ndjson_progress_tick();
-		return status;
-	}
-	char path[PATH_MAX + 32];
-	snprintf(path, sizeof path, "%s/record.json", slot->dir);
-	size_t len;
-	char *text = ca_file_read(path, 0, 0, &len);
-	if (text && len > 0) {
-		if (ca_ndjson_write_raw(text, len) != 0)
-			status = write_error();
-	} else {
-		/* The worker died without a record: still one record out. */
-		jv traj = jv_object();
-		traj = jv_object_set(traj, jv_string("stop"), jv_string("crashed"));
-		char d[64];
-		snprintf(d, sizeof d, "the task's worker ended with status %d", slot->status);
-		traj = jv_object_set(traj, jv_string("stop_detail"), jv_string(d));
-		ca_err_warn("%s:%ld: %s", slot->file, slot->line, d);
-		if (ca_ndjson_write(jv_object_set(jv_copy(slot->record), jv_string("trajectory"), traj)) != 0)
-			status = write_error();
-		status = ca_err_worst(status, CA_EXIT_SYSTEM);
-	}
-	free(text);
-	jv_free(slot->record);
-	status = ca_err_worst(status, slot->status > CA_EXIT_SYSTEM ? CA_EXIT_SYSTEM : slot->status);
-	if (!cfg->keep)
-		ca_file_remove_tree(slot->dir);
-	ca_ndjson_progress_tick();
-	return status;
-}
-
-/*
- * Set by SIGTERM, SIGINT or SIGHUP in ca-agent itself: stop the workers and
- * clean up. Every signal we wait for (these and SIGCHLD) writes a byte to
- * the wake pipe, so the main loop's poll sees it without a race.
- */
-static volatile sig_atomic_t stop_signal;
-static int wake[2] = {-1, -1};
 
 static void poke(void)
 {
@@ -1529,21 +1499,70 @@ static void note_stop(int sig)
 	poke();
 }
 
-static void note_child(int sig)
+static void pool_changed(void *ctx)
 {
-	(void)sig;
+	(void)ctx;
 	poke();
 }
 
-static void start_task(struct pool *pool, struct slot *slot)
+/* In the task's process, before it runs: it does not outlive ca-agent; its children die with it. */
+static void child_setup(pid_t parent)
 {
-	const struct config *cfg = pool->cfg;
-	long k = 0;
-	while (pool->busy[k])
-		k++;
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = SIG_DFL;
+	sigaction(SIGCHLD, &sa, NULL);
+	close(wake[0]);
+	close(wake[1]);
+	wake[0] = wake[1] = -1;
+	sa.sa_handler = stop_worker;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	prctl(PR_SET_PDEATHSIG, SIGTERM);
+	if (getppid() != parent)
+		_exit(CA_EXIT_SYSTEM);
+}
+
+/*
+ * Fork the task's process, unless the tasks are being stopped (then -1).
+ * stdout is flushed, and held, across the fork: a child that exits
+ * through stdio must not write what we hold a second time, nor find
+ * another thread's record half written.
+ */
+static pid_t fork_task(struct worker *w, jv record, struct slot *slot)
+{
+	pid_t parent = getpid();
+	pthread_mutex_lock(&stop_lock);
+	if (stopping) {
+		pthread_mutex_unlock(&stop_lock);
+		return -1;
+	}
+	flockfile(stdout);
+	int flushed = fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		child_setup(parent);
+		child_main(w->cfg, record, slot);
+	}
+	funlockfile(stdout);
+	if (pid < 0)
+		ca_err_die_sys(CA_EXIT_SYSTEM, "fork");
+	w->pid = pid;
+	pthread_mutex_unlock(&stop_lock);
+	if (flushed != 0)
+		write_error();
+	return pid;
+}
+
+/* The pool's work: run one task in its directory and wait for its process; the record is kept for the output. */
+static jv run_slot(void *context, long index, jv record, void *data, int *status)
+{
+	struct worker *w = context;
+	struct slot *slot = data;
 	char dir[PATH_MAX];
-	worker_dir(cfg, k, dir, sizeof dir);
-	jv id = obj_get(slot->record, "id");
+	worker_dir(w->cfg, w->index, dir, sizeof dir);
+	jv id = obj_get(record, "id");
 	char clean[64] = "task";
 	if (jv_get_kind(id) == JV_KIND_STRING)
 		sanitize(jv_string_value(id), clean, sizeof clean);
@@ -1551,145 +1570,125 @@ static void start_task(struct pool *pool, struct slot *slot)
 	snprintf(slot->dir, sizeof slot->dir, "%s/%06ld-%s", dir, slot->position, clean);
 	if (ca_paths_mkdirs(slot->dir, 0755) != 0)
 		ca_err_die_sys(CA_EXIT_SYSTEM, "%s", slot->dir);
-	/* A child that exits through stdio must not write what we hold a second time. */
-	if (fflush(stdout) != 0)
-		pool->status = ca_err_worst(pool->status, write_error());
-	pid_t parent = getpid();
-	pid_t pid = fork();
-	if (pid < 0)
-		ca_err_die_sys(CA_EXIT_SYSTEM, "fork");
-	if (pid == 0) {
-		/* A worker does not outlive ca-agent; its children die with it. */
-		struct sigaction sa;
-		memset(&sa, 0, sizeof sa);
-		sa.sa_handler = SIG_DFL;
-		sigaction(SIGCHLD, &sa, NULL);
-		close(wake[0]);
-		close(wake[1]);
-		wake[0] = wake[1] = -1;
-		sa.sa_handler = stop_worker;
-		sigaction(SIGTERM, &sa, NULL);
-		sigaction(SIGINT, &sa, NULL);
-		sigaction(SIGHUP, &sa, NULL);
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		if (getppid() != parent)
-			_exit(CA_EXIT_SYSTEM);
-		child_main(cfg, slot);
-	}
-	slot->pid = pid;
-	slot->worker = k;
-	pool->busy[k] = 1;
-	pool->running++;
+	pid_t pid = fork_task(w, record, slot);
+	int st = 0;
+	while (pid > 0 && waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	pthread_mutex_lock(&stop_lock);
+	w->pid = 0;
+	pthread_mutex_unlock(&stop_lock);
+	slot->status = pid < 0 ? CA_EXIT_SYSTEM : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	*status = 0;
+	return record;
 }
 
-/* Take one line of input: an error record at once, or a task that starts. */
-static void take(struct pool *pool, struct ca_ndjson_reader *r, int kind, jv rec)
+/* Write a finished task's record, from its directory; one that died without it still gets one. */
+static int emit_task(const struct config *cfg, jv record, struct slot *slot)
 {
-	if (pool->count == pool->cap) {
-		if (pool->head > 0) {
-			memmove(pool->slots, pool->slots + pool->head, (pool->count - pool->head) * sizeof *pool->slots);
-			pool->count -= pool->head;
-			pool->head = 0;
-		} else {
-			pool->cap = pool->cap ? 2 * pool->cap : 16;
-			pool->slots = ca_xrealloc(pool->slots, pool->cap * sizeof *pool->slots);
-		}
+	int status = CA_EXIT_OK;
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof path, "%s/record.json", slot->dir);
+	size_t len;
+	char *text = ca_file_read(path, 0, 0, &len);
+	if (text && len > 0) {
+		if (ca_ndjson_write_raw(text, len) != 0)
+			status = write_error();
+	} else {
+		jv traj = jv_object();
+		traj = jv_object_set(traj, jv_string("stop"), jv_string("crashed"));
+		char d[64];
+		snprintf(d, sizeof d, "the task's worker ended with status %d", slot->status);
+		traj = jv_object_set(traj, jv_string("stop_detail"), jv_string(d));
+		ca_err_warn("%s:%ld: %s", slot->file, slot->line, d);
+		if (ca_ndjson_write(jv_object_set(jv_copy(record), jv_string("trajectory"), traj)) != 0)
+			status = write_error();
+		status = ca_err_worst(status, CA_EXIT_SYSTEM);
 	}
-	struct slot *slot = &pool->slots[pool->count++];
-	memset(slot, 0, sizeof *slot);
+	free(text);
+	return ca_err_worst(status, slot->status > CA_EXIT_SYSTEM ? CA_EXIT_SYSTEM : slot->status);
+}
+
+/* What the pool's release counts: the records written. */
+struct output {
+	const struct config *cfg;
+	long written;
+};
+
+/*
+ * The pool's release, in input order. Nothing is written once a signal
+ * stopped us: a kill of the whole process group reaches the workers too,
+ * and a worker it killed would be written as "crashed", so a rerun would
+ * take its task as done (t0700's kill mid-run, 1 run in 3).
+ */
+static int emit(void *ctx, jv record, int status, void *data)
+{
+	struct output *o = ctx;
+	struct slot *slot = data;
+	if (!write_failed && !stop_signal) {
+		if (slot->is_task)
+			status = emit_task(o->cfg, record, slot);
+		else if (ca_ndjson_write(jv_copy(record)) != 0)
+			status = write_error();
+		o->written++;
+		ca_ndjson_progress_tick();
+	} else {
+		status = CA_EXIT_OK;
+	}
+	jv_free(record);
+	if (slot->is_task && slot->dir[0] && !o->cfg->keep)
+		ca_file_remove_tree(slot->dir);
+	free(slot);
+	return status;
+}
+
+/* Take one line of input: an error record in its place, or a task that starts. */
+static void take(struct ca_pool *pool, struct ca_ndjson_reader *r, long position, int kind, jv rec)
+{
+	struct slot *slot = ca_xcalloc(1, sizeof *slot);
 	slot->file = ca_ndjson_name(r);
 	slot->line = ca_ndjson_line(r);
-	slot->position = ++pool->read;
-	slot->worker = -1;
+	slot->position = position;
 	if (kind == CA_NDJSON_BAD) {
-		ca_ndjson_warn(r, "%s", jv_string_value(rec));
-		slot->record = ca_ndjson_error_record(slot->file, slot->line, jv_string_value(rec));
-		jv_free(rec);
-		slot->done = 1;
-		pool->status = ca_err_worst(pool->status, CA_EXIT_DATA);
+		ca_pool_put_malformed(pool, r, rec, slot);
 		return;
 	}
-	slot->record = rec;
 	slot->is_task = 1;
-	start_task(pool, slot);
+	ca_pool_put(pool, rec, slot);
 }
 
-/* Collect the workers that ended. */
-static void reap(struct pool *pool)
+/* Stop the tasks still running: they end, and the pool drops what was not written. */
+static void stop_all(struct worker *workers, long n)
 {
-	int st;
-	pid_t pid;
-	while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
-		for (size_t i = pool->head; i < pool->count; i++) {
-			struct slot *slot = &pool->slots[i];
-			if (slot->pid != pid || slot->done)
-				continue;
-			slot->done = 1;
-			slot->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-			pool->busy[slot->worker] = 0;
-			pool->running--;
-		}
-	}
+	pthread_mutex_lock(&stop_lock);
+	stopping = 1;
+	for (long k = 0; k < n; k++)
+		if (workers[k].pid > 0)
+			kill(workers[k].pid, SIGTERM);
+	pthread_mutex_unlock(&stop_lock);
 }
 
 /*
- * Write the finished records at the head, in input order. Not once a
- * signal stopped us: a kill of the whole process group reaches the
- * workers too, and a worker it killed would be written as "crashed", so a
- * rerun would take its task as done (t0700's kill mid-run, 1 run in 3).
+ * Read the records as they come while tasks run: a record is read only
+ * when a worker is free for it; the loop ends at the end of input once
+ * every record left, at a signal or at a write error. Returns the input's
+ * count of records.
  */
-static void emit_finished(struct pool *pool)
+static long read_tasks(struct ca_pool *pool, struct ca_ndjson_reader *r)
 {
-	while (pool->head < pool->count && pool->slots[pool->head].done && !write_failed && !stop_signal) {
-		pool->status = ca_err_worst(pool->status, emit(pool->cfg, &pool->slots[pool->head]));
-		pool->head++;
-	}
-	if (pool->head == pool->count)
-		pool->head = pool->count = 0;
-}
-
-/* Stop the workers still running and drop what was not written. */
-static void stop_all(struct pool *pool)
-{
-	for (size_t i = pool->head; i < pool->count; i++)
-		if (!pool->slots[i].done && pool->slots[i].pid > 0)
-			kill(pool->slots[i].pid, SIGTERM);
-	for (size_t i = pool->head; i < pool->count; i++) {
-		struct slot *slot = &pool->slots[i];
-		while (!slot->done && slot->pid > 0 && waitpid(slot->pid, NULL, 0) < 0 && errno == EINTR)
-			;
-		if (slot->is_task && !pool->cfg->keep)
-			ca_file_remove_tree(slot->dir);
-		jv_free(slot->record);
-	}
-}
-
-static int run_all(const struct config *cfg, int nfiles, char **files)
-{
-	struct pool pool = {.cfg = cfg, .busy = ca_xcalloc((size_t)cfg->jobs, 1)};
-	char dir[PATH_MAX];
-	for (long k = 0; k < cfg->jobs; k++) {
-		worker_dir(cfg, k, dir, sizeof dir);
-		if (ca_paths_mkdirs(dir, 0755) != 0)
-			ca_err_die_sys(CA_EXIT_SYSTEM, "%s", dir);
-	}
-	struct ca_ndjson_reader *r = ca_ndjson_open(nfiles, files);
+	long nread = 0;
 	int input_done = 0;
-	for (;;) {
-		emit_finished(&pool);
-		if (write_failed || stop_signal || (input_done && pool.count == 0))
-			break;
-		int want = !input_done && pool.running < cfg->jobs && pool.count - pool.head < (size_t)cfg->jobs + MAX_WAITING;
+	while (!write_failed && !stop_signal && !(input_done && ca_pool_pending(pool) == 0)) {
+		int want = !input_done && ca_pool_room(pool);
 		if (want && ca_ndjson_ready(r)) {
 			jv rec;
 			int kind = ca_ndjson_next(r, &rec);
 			if (kind == CA_NDJSON_EOF)
 				input_done = 1;
 			else
-				take(&pool, r, kind, rec);
+				take(pool, r, ++nread, kind, rec);
 			continue;
 		}
-		/* Wait for input, a worker's end or a signal. */
+		/* Wait for input, a record's end or a signal. */
 		struct pollfd pfd[2] = {{.fd = wake[0], .events = POLLIN}};
 		nfds_t n = 1;
 		if (want && ca_ndjson_fd(r) >= 0)
@@ -1699,26 +1698,47 @@ static int run_all(const struct config *cfg, int nfiles, char **files)
 		char drain[64];
 		while (read(wake[0], drain, sizeof drain) > 0)
 			;
-		reap(&pool);
 	}
-	int status = ca_err_worst(pool.status, ca_ndjson_status(r));
+	return nread;
+}
+
+static int run_all(const struct config *cfg, int nfiles, char **files)
+{
+	struct worker *workers = ca_xcalloc((size_t)cfg->jobs, sizeof *workers);
+	void **contexts = ca_xcalloc((size_t)cfg->jobs, sizeof *contexts);
+	char dir[PATH_MAX];
+	for (long k = 0; k < cfg->jobs; k++) {
+		worker_dir(cfg, k, dir, sizeof dir);
+		if (ca_paths_mkdirs(dir, 0755) != 0)
+			ca_err_die_sys(CA_EXIT_SYSTEM, "%s", dir);
+		workers[k] = (struct worker){cfg, k, 0};
+		contexts[k] = &workers[k];
+	}
+	struct output out = {cfg, 0};
+	struct ca_pool_config pc = {
+		.workers = (int)cfg->jobs, .contexts = contexts, .work = run_slot, .release = emit,
+		.release_ctx = &out, .changed = pool_changed, .ahead = 0, .max_pending = cfg->jobs + MAX_WAITING,
+	};
+	struct ca_pool *pool = ca_pool_start(&pc);
+	struct ca_ndjson_reader *r = ca_ndjson_open(nfiles, files);
+	long nread = read_tasks(pool, r);
+	if (stop_signal || write_failed)
+		stop_all(workers, cfg->jobs);
+	int status = ca_err_worst(ca_pool_finish(pool), ca_ndjson_status(r));
 	ca_ndjson_close(r);
-	if (stop_signal || write_failed) {
-		stop_all(&pool);
-		if (stop_signal) {
-			ca_err_warn("stopped by signal %d; %ld of the %ld records read were written", (int)stop_signal,
-				pool.read - (long)(pool.count - pool.head), pool.read);
-			status = 128 + stop_signal;
-		}
-	} else {
+	if (stop_signal) {
+		ca_err_warn("stopped by signal %d; %ld of the %ld records read were written", (int)stop_signal,
+			out.written, nread);
+		status = 128 + stop_signal;
+	} else if (!write_failed) {
 		ca_ndjson_progress_done();
 	}
 	for (long k = 0; k < cfg->jobs && !cfg->keep; k++) {
 		worker_dir(cfg, k, dir, sizeof dir);
 		rmdir(dir);
 	}
-	free(pool.slots);
-	free(pool.busy);
+	free(workers);
+	free(contexts);
 	return status;
 }
 
@@ -1830,9 +1850,6 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
-	sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-	sa.sa_handler = note_child;
-	sigaction(SIGCHLD, &sa, NULL);
 	int status = run_all(&cfg, argc - optind, argv + optind);
 	if (made_root && !cfg.keep)
 		ca_file_remove_tree(root);

@@ -6,9 +6,10 @@
  * eager time within bounds on the GPU, and structurally unlike every
  * KernelBench problem. Similarity and the static stochastic-op check are
  * done here in C (lib/pylex); the torch checks run in warm Python workers
- * (lib/py/ca_synth.py worker), -j of them, each task under a wall-clock
- * limit. A worker that crashes or runs out of time is killed with its whole
- * process group and restarted; the task gets the reason, never lost.
+ * (lib/py/ca_synth.py worker, through lib/runner), -j of them, each
+ * owned by a thread of lib/pool, each task under a wall-clock limit. A
+ * worker that crashes or runs out of time is killed with its whole process
+ * group and restarted; the task gets the reason, never lost.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -31,7 +32,10 @@
 #include "opt.h"
 #include "paths.h"
 #include "proc.h"
+#include "pool.h"
 #include "pylex.h"
+#include "runner.h"
+#include "sandbox.h"
 
 extern char **environ;
 
@@ -50,22 +54,16 @@ struct config {
 	size_t ngpus;
 };
 
+/* A torch worker, owned by one thread of the pool. */
 struct worker {
-	struct ca_coproc co;
-	int alive, busy, starting, log_fd, index;
-	long long seq;
-	double started;
+	struct ca_runner run;
+	int up;             /* its hello was read: torch, gpu and cuda say what it has */
+	int log_fd, index;
+	double started;     /* when it was started, for its hello's time limit */
 	char torch[64], gpu[128];
 	int cuda;
 	char **env;
 	char **argv;  /* with --sandbox: the ca-sandbox command line, built once */
-};
-
-struct slot {
-	jv record;   /* the input record (or the error record) */
-	jv filter;   /* the filter object, or jv_null() while pending */
-	int done;
-	int is_error;
 };
 
 static struct config cfg = {
@@ -75,12 +73,12 @@ static struct config cfg = {
 static struct ca_pylex_index *refs;
 static const char *refs_why;  /* why similarity is skipped, when refs is empty */
 static struct worker *workers;
-static struct slot *slots;
-static long long slot_base, slot_count, slot_cap;
-static int exit_status = CA_EXIT_OK;
-static long long accepted, rejected;
-/* Worker starts that failed since the last one that succeeded. */
-static long long start_failures;
+static long long accepted, rejected;  /* counted as written, one thread at a time */
+/* Worker starts that failed since the last one that succeeded, by any thread. */
+static _Atomic long long start_failures;
+/* What the pool is given with a task, as against an error record passed through. */
+static int task_mark;
+#define TASK ((void *)&task_mark)
 /* Seconds a worker may take to say hello (import torch, start CUDA, warm up). */
 #define HELLO_TIMEOUT_S 600
 static char lock_path[PATH_MAX];
@@ -339,13 +337,6 @@ static void tail_of_log(struct worker *w, char *out, size_t n)
 		memmove(out, nl + 1, strlen(nl + 1) + 1);
 }
 
-static void push(char ***v, size_t *n, const char *s)
-{
-	*v = ca_xrealloc(*v, (*n + 2) * sizeof **v);
-	(*v)[(*n)++] = ca_xstrdup(s);
-	(*v)[*n] = NULL;
-}
-
 /*
  * --sandbox: the worker runs in ca-sandbox(1), as ca-verify runs candidates:
  * its own directory (the only writable place besides a private /tmp), no
@@ -355,54 +346,40 @@ static void push(char ***v, size_t *n, const char *s)
  */
 static char **sandbox_argv(struct worker *w, const char *const *cmd)
 {
-	char dir[PATH_MAX + 32], buf[PATH_MAX + 64];
+	static const char *const pass[] = {"LD_LIBRARY_PATH=", "PYTHON", "CUDA_HOME=", "CUDA_VISIBLE_DEVICES=",
+	                                   "NVIDIA_", "CA_SYNTH_", "TORCH", "TRITON_", "OMP_NUM_THREADS=", NULL};
+	char dir[PATH_MAX + 32], lock_dir[PATH_MAX];
 	snprintf(dir, sizeof dir, "%s/w%d", sandbox_root, w->index);
 	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
 		ca_err_warn_sys("%s", dir);
 		return NULL;
 	}
-	char **v = NULL;
-	size_t n = 0;
-	push(&v, &n, sandbox_bin);
-	if (strcmp(cfg.device, "cpu"))
-		push(&v, &n, "--gpu");
-	push(&v, &n, "--dir");
-	push(&v, &n, dir);
-	if (cfg.sandbox_user) {
-		push(&v, &n, "--user");
-		push(&v, &n, cfg.sandbox_user);
-	}
-	push(&v, &n, "--ro");
-	push(&v, &n, ca_paths_pydir());
+	struct ca_sandbox sb;
+	ca_sandbox_init(&sb);
+	sb.gpu = strcmp(cfg.device, "cpu") != 0;
+	sb.dir = dir;
+	if (cfg.sandbox_user)
+		sb.uid = strtoll(cfg.sandbox_user, NULL, 10);  /* checked as an option */
+	const char *ro[] = {ca_paths_pydir(), lock_dir};
+	sb.ro = ro;
+	sb.nro = 1;
 	if (lock_path[0]) {
-		snprintf(buf, sizeof buf, "%s", lock_path);
-		char *slash = strrchr(buf, '/');
-		if (slash && slash != buf)
+		snprintf(lock_dir, sizeof lock_dir, "%s", lock_path);
+		char *slash = strrchr(lock_dir, '/');
+		if (slash && slash != lock_dir)
 			*slash = '\0';
-		push(&v, &n, "--ro");
-		push(&v, &n, buf);
+		sb.nro = 2;
 	}
-	static const char *const pass[] = {"LD_LIBRARY_PATH=", "PYTHON", "CUDA_HOME=", "CUDA_VISIBLE_DEVICES=",
-	                                   "NVIDIA_", "CA_SYNTH_", "TORCH", "TRITON_", "OMP_NUM_THREADS=", NULL};
-	for (char **e = w->env; *e; e++)
-		for (int i = 0; pass[i]; i++)
-			if (!strncmp(*e, pass[i], strlen(pass[i]))) {
-				push(&v, &n, "--env");
-				push(&v, &n, *e);
-				break;
-			}
-	push(&v, &n, "--");
-	for (int i = 0; cmd[i]; i++)
-		push(&v, &n, cmd[i]);
-	return v;
+	return ca_runner_sandboxed(&sb, cmd, w->env, pass);
 }
 
 /*
  * Workers start in parallel and in the background: spawn_worker only
  * launches the interpreter; its hello (after importing torch, starting
- * CUDA and, for GPU runs, warming torch.compile up) is read by wait_any
- * when it comes. So the start-up of all -j workers overlaps, and overlaps
- * whatever feeds ca-filter (ca-crawl | ca-compose).
+ * CUDA and, for GPU runs, warming torch.compile up) is awaited by the
+ * worker's thread when its first task comes. So the start-up of all -j
+ * workers overlaps, and overlaps whatever feeds ca-filter (ca-crawl |
+ * ca-compose).
  */
 static int spawn_worker(struct worker *w)
 {
@@ -434,49 +411,57 @@ static int spawn_worker(struct worker *w)
 	}
 	if (w->log_fd >= 0 && ftruncate(w->log_fd, 0) != 0)
 		ca_err_warn_sys("worker log");
-	ca_coproc_init(&w->co, argv);
-	w->co.proc.env = (const char *const *)w->env;
-	w->co.proc.die_with_parent = 1;
-	if (w->log_fd >= 0) {
-		w->co.proc.err_mode = CA_PROC_FD;
-		w->co.proc.err = w->log_fd;
-	}
-	if (ca_coproc_start_prepared(&w->co) < 0) {
+	ca_runner_init(&w->run);
+	w->run.gone_grace_s = 5;
+	w->up = 0;
+	if (ca_runner_start(&w->run, argv, (const char *const *)w->env, NULL, w->log_fd) < 0) {
 		ca_err_warn_sys("cannot start %s", argv[0]);
 		start_failures++;
 		return -1;
 	}
-	w->starting = 1;
 	w->started = ca_proc_now();
 	return 0;
 }
 
-/* The starting worker has written (or closed its output): read its hello. */
-static void finish_start(struct worker *w, int timed_out)
+/*
+ * Wait for a started worker's hello, in slices so that a signal is seen:
+ * at most HELLO_TIMEOUT_S from its start. 0 when it is up; -1 (told on
+ * stderr, the worker gone) when it is not.
+ */
+static int await_hello(struct worker *w)
 {
-	w->starting = 0;
-	size_t len;
-	char *line = timed_out ? NULL : ca_coproc_read_line(&w->co, 5, &len);
-	if (!line) {
-		char tail[512];
-		if (timed_out)
-			ca_proc_kill(&w->co.proc, SIGKILL);
-		ca_coproc_close(&w->co, 0);
-		tail_of_log(w, tail, sizeof tail);
-		ca_err_warn("torch worker did not start%s: %s", timed_out ? " in time" : "", tail[0] ? tail : "no hello line");
-		start_failures++;
-		return;
+	enum ca_runner_result res;
+	double deadline = w->started + HELLO_TIMEOUT_S;
+	w->run.gone_grace_s = 0;
+	for (;;) {
+		double left = deadline - ca_proc_now();
+		res = ca_runner_hello(&w->run, left < 0 ? 0 : left < 0.25 ? left : 0.25);
+		if (res != CA_RUNNER_TIMEOUT || left <= 0.25 || stop_signal)
+			break;
 	}
-	jv hello = jv_parse_sized(line, (int)len);
-	free(line);
-	jv h = jv_is_valid(hello) ? ca_json_get(hello, "hello") : jv_invalid();
+	if (res == CA_RUNNER_TIMEOUT && stop_signal) {
+		ca_runner_kill(&w->run);  /* not needed any more: no message */
+		return -1;
+	}
+	if (res != CA_RUNNER_OK && res != CA_RUNNER_MALFORMED) {
+		char tail[512];
+		if (res == CA_RUNNER_TIMEOUT)
+			ca_runner_kill(&w->run);
+		ca_runner_close(&w->run, 0);
+		tail_of_log(w, tail, sizeof tail);
+		ca_err_warn("torch worker did not start%s: %s", res == CA_RUNNER_TIMEOUT ? " in time" : "",
+			tail[0] ? tail : "no hello line");
+		start_failures++;
+		return -1;
+	}
+	jv h = res == CA_RUNNER_OK ? ca_json_get(w->run.hello, "hello") : jv_invalid();
 	if (jv_get_kind(h) != JV_KIND_OBJECT) {
 		jv_free(h);
-		jv_free(hello);
-		ca_coproc_close(&w->co, 0);
+		ca_runner_forget(&w->run);
+		ca_runner_close(&w->run, 0);
 		ca_err_warn("torch worker sent no hello");
 		start_failures++;
-		return;
+		return -1;
 	}
 	char *t = ca_json_strdup(h, "torch");
 	char *g = ca_json_strdup(h, "gpu");
@@ -486,56 +471,36 @@ static void finish_start(struct worker *w, int timed_out)
 	free(g);
 	w->cuda = ca_json_bool(h, "cuda") == 1;
 	jv_free(h);
-	jv_free(hello);
-	w->alive = 1;
+	w->up = 1;
+	w->run.gone_grace_s = 5;  /* a checker that closed its output may still be saying why */
 	start_failures = 0;
+	return 0;
+}
+
+/*
+ * The thread's worker up and idle: started again when it died (unless
+ * every start since the last good one, by any thread, failed), its hello
+ * awaited. -1 when it cannot be had, or on a signal.
+ */
+static int worker_up(struct worker *w)
+{
+	while (!stop_signal) {
+		if (w->up && w->run.running)
+			return 0;
+		if (!w->run.running) {
+			if (start_failures > cfg.jobs)
+				return -1;
+			ca_runner_forget(&w->run);
+			if (spawn_worker(w) != 0)
+				continue;
+		}
+		if (await_hello(w) == 0)
+			return 0;
+	}
+	return -1;
 }
 
 /* ---------------------------------------------------------------- results */
-
-static struct slot *slot_at(long long seq)
-{
-	return &slots[seq - slot_base];
-}
-
-static long long new_slot(jv record, int is_error)
-{
-	if (slot_count == slot_cap) {
-		slot_cap = slot_cap ? 2 * slot_cap : 64;
-		slots = ca_xrealloc(slots, (size_t)slot_cap * sizeof *slots);
-	}
-	slots[slot_count] = (struct slot){record, jv_null(), is_error, is_error};
-	return slot_base + slot_count++;
-}
-
-static void flush_done(void)
-{
-	long long k = 0;
-	while (k < slot_count && slots[k].done) {
-		struct slot *s = &slots[k];
-		if (s->is_error) {
-			ca_ndjson_write(s->record);
-			jv_free(s->filter);
-		} else {
-			int ok = ca_json_bool(s->filter, "ok") == 1;
-			if (ok)
-				accepted++;
-			else
-				rejected++;
-			if (ok || !cfg.drop)
-				ca_ndjson_write(jv_object_set(s->record, jv_string("filter"), s->filter));
-			else
-				jv_free(s->record), jv_free(s->filter);
-			ca_ndjson_progress_tick();
-		}
-		k++;
-	}
-	if (k) {
-		memmove(slots, slots + k, (size_t)(slot_count - k) * sizeof *slots);
-		slot_count -= k;
-		slot_base += k;
-	}
-}
 
 static const char *const check_names[] = {"executable", "compile", "deterministic", "non_degenerate", "workload",
                                           "decontaminated", NULL};
@@ -616,10 +581,9 @@ static jv set_check(jv f, const char *name, jv value)
 	return jv_object_set(f, jv_string("checks"), checks);
 }
 
-/* Merge the worker's answer (consumed) into the pending filter of slot s. */
-static void complete(struct slot *s, struct worker *w, jv answer)
+/* Merge the worker's answer (consumed) into the pending filter f; the finished filter. */
+static jv complete(jv f, struct worker *w, jv answer)
 {
-	jv f = s->filter;
 	jv checks = ca_json_get(answer, "checks");
 	if (jv_get_kind(checks) == JV_KIND_OBJECT) {
 		jv_object_foreach(checks, k, v) f = set_check(f, jv_string_value(k), v), jv_free(k);
@@ -690,17 +654,17 @@ static void complete(struct slot *s, struct worker *w, jv answer)
 		f = jv_object_set(f, jv_string("torch"), jv_string(w->torch));
 	}
 	jv_free(answer);
-	s->filter = finish_filter(f);
-	s->done = 1;
+	return finish_filter(f);
 }
 
-/* The worker died or ran out of time on its task: the task gets the reason. */
-static void fail_worker(struct worker *w, int timed_out)
+/*
+ * The worker died (timed_out 0), ran out of time on its task (1) or was
+ * stopped by a signal (2): the task's filter f gets the reason.
+ */
+static jv fail_worker(struct worker *w, jv f, int timed_out)
 {
 	char tail[400], why[600];
-	if (timed_out)
-		ca_proc_kill(&w->co.proc, SIGKILL);
-	int status = ca_coproc_close(&w->co, timed_out ? 0 : 5);
+	int status = timed_out ? ca_runner_kill(&w->run) : ca_runner_close(&w->run, 5);
 	tail_of_log(w, tail, sizeof tail);
 	if (timed_out == 2)
 		snprintf(why, sizeof why, "interrupted: ca-filter was stopped before the checks ended");
@@ -711,180 +675,130 @@ static void fail_worker(struct worker *w, int timed_out)
 		         tail[0] ? ": " : "", tail);
 	else
 		snprintf(why, sizeof why, "crash: the checker exited with status %d%s%s", status, tail[0] ? ": " : "", tail);
-	w->alive = 0;
-	w->busy = 0;
-	struct slot *s = slot_at(w->seq);
-	jv f = add_reason(s->filter, why);
+	w->up = 0;
+	f = add_reason(f, why);
 	f = set_check(f, "executable", jv_false());
 	f = jv_object_set(f, jv_string("torch"), jv_string(w->torch));
-	s->filter = finish_filter(f);
-	s->done = 1;
-}
-
-/* Wait for at least one busy worker to finish (answer, crash or timeout) or one starting worker to say hello. */
-static void wait_any(void)
-{
-	for (;;) {
-		if (stop_signal) {
-			for (long long i = 0; i < cfg.jobs; i++)
-				if (workers[i].busy)
-					fail_worker(&workers[i], 2);
-			return;
-		}
-		struct pollfd pfd[256];
-		int idx[256], n = 0;
-		double now = ca_proc_now(), soonest = -1;
-		for (long long i = 0; i < cfg.jobs && n < 256; i++) {
-			struct worker *w = &workers[i];
-			if (!w->busy && !w->starting)
-				continue;
-			double left = w->started + (w->starting ? HELLO_TIMEOUT_S : cfg.timeout_s) - now;
-			if (left <= 0) {
-				if (w->starting)
-					finish_start(w, 1);
-				else
-					fail_worker(w, 1);
-				return;
-			}
-			if (soonest < 0 || left < soonest)
-				soonest = left;
-			/* bytes already buffered count as readable */
-			pfd[n] = (struct pollfd){.fd = w->co.proc.out, .events = POLLIN};
-			idx[n++] = (int)i;
-		}
-		if (n == 0)
-			return;
-		int r = poll(pfd, (nfds_t)n, (int)(soonest * 1000) + 1);
-		if (r < 0 && errno != EINTR)
-			ca_err_die_sys(CA_EXIT_SYSTEM, "poll");
-		int finished = 0;
-		for (int k = 0; k < n && r > 0; k++) {
-			if (!(pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
-				continue;
-			struct worker *w = &workers[idx[k]];
-			if (w->starting) {
-				finish_start(w, 0);
-				finished = 1;
-				continue;
-			}
-			size_t len;
-			char *line = ca_coproc_read_line(&w->co, 0.05, &len);
-			if (!line) {
-				if (errno == ETIMEDOUT)
-					continue;
-				fail_worker(w, 0);
-				finished = 1;
-				continue;
-			}
-			jv answer = jv_parse_sized(line, (int)len);
-			free(line);
-			w->busy = 0;
-			finished = 1;
-			if (!jv_is_valid(answer)) {
-				jv_free(answer);
-				struct slot *s = slot_at(w->seq);
-				s->filter = finish_filter(add_reason(s->filter, "crash: the checker answered garbage"));
-				s->done = 1;
-				continue;
-			}
-			complete(slot_at(w->seq), w, answer);
-		}
-		if (finished)
-			return;
-	}
+	return finish_filter(f);
 }
 
 /*
- * An idle started worker; dead ones are started again in the background
- * meanwhile. NULL when none is running or starting and starting more is
- * pointless (every start since the last good one failed), or on a signal.
+ * The answer to the task sent, awaited at most --timeout, in slices so
+ * that a signal is seen; the finished filter.
  */
-static struct worker *free_worker(void)
+static jv await_answer(struct worker *w, jv f)
 {
+	double deadline = ca_proc_now() + cfg.timeout_s;
 	for (;;) {
 		if (stop_signal)
-			return NULL;
-		for (long long i = 0; i < cfg.jobs; i++)
-			if (workers[i].alive && !workers[i].busy)
-				return &workers[i];
-		int pending = 0;
-		for (long long i = 0; i < cfg.jobs; i++) {
-			struct worker *w = &workers[i];
-			if (!w->alive && !w->starting && !w->busy && start_failures <= cfg.jobs)
-				spawn_worker(w);
-			pending |= w->busy || w->starting;
-		}
-		if (!pending)
-			return NULL;
-		wait_any();
-		flush_done();
+			return fail_worker(w, f, 2);
+		double left = deadline - ca_proc_now();
+		if (left <= 0)
+			return fail_worker(w, f, 1);
+		jv answer;
+		enum ca_runner_result res = ca_runner_read(&w->run, ca_proc_now() + (left < 0.25 ? left : 0.25), &answer);
+		if (res == CA_RUNNER_TIMEOUT)
+			continue;
+		if (res == CA_RUNNER_GONE || res == CA_RUNNER_TOO_LONG)
+			return fail_worker(w, f, 0);
+		if (res == CA_RUNNER_MALFORMED)
+			return finish_filter(add_reason(f, "crash: the checker answered garbage"));
+		return complete(f, w, answer);
 	}
 }
 
-static void dispatch(long long seq, const char *code)
+/* The request for the torch checks of code. */
+static jv check_request(const char *code, const char *device)
 {
-	struct slot *s;
+	jv req = jv_object();
+	req = jv_object_set(req, jv_string("code"), jv_string(code));
+	req = jv_object_set(req, jv_string("device"), jv_string(device));
+	req = jv_object_set(req, jv_string("compile"), cfg.compile ? jv_true() : jv_false());
+	req = jv_object_set(req, jv_string("seed"), jv_number((double)cfg.seed));
+	req = jv_object_set(req, jv_string("atol"), jv_number(cfg.atol));
+	req = jv_object_set(req, jv_string("rtol"), jv_number(cfg.rtol));
+	req = jv_object_set(req, jv_string("timing"), jv_true());
+	req = jv_object_set(req, jv_string("min_ms"), jv_number(cfg.min_ms));
+	req = jv_object_set(req, jv_string("max_ms"), jv_number(cfg.max_ms));
+	return req;
+}
+
+/*
+ * The torch checks of code on the thread's worker, merged into the
+ * pending filter f; the finished filter. A worker that is gone when the
+ * task is sent is started again once.
+ */
+static jv torch_checks(struct worker *w, jv f, const char *code, int *status)
+{
 	for (int attempt = 0; attempt < 2; attempt++) {
-		struct worker *w = free_worker();
-		if (stop_signal) {
-			s = slot_at(seq);
-			s->filter = finish_filter(add_reason(s->filter, "interrupted: ca-filter was stopped before the checks ended"));
-			s->done = 1;
-			return;
-		}
-		if (!w) {
-			exit_status = ca_err_worst(exit_status, CA_EXIT_SYSTEM);
+		int up = worker_up(w);
+		if (stop_signal)
+			return finish_filter(add_reason(f, "interrupted: ca-filter was stopped before the checks ended"));
+		if (up != 0) {
+			*status = ca_err_worst(*status, CA_EXIT_SYSTEM);
 			break;
 		}
 		const char *device = !strcmp(cfg.device, "auto") ? (w->cuda ? "cuda" : "cpu") : cfg.device;
 		if (!strcmp(device, "cuda") && !w->cuda) {
-			s = slot_at(seq);
-			s->filter = finish_filter(add_reason(s->filter, "device: --device cuda but torch sees no GPU"));
-			s->done = 1;
-			exit_status = ca_err_worst(exit_status, CA_EXIT_SYSTEM);
-			return;
+			*status = ca_err_worst(*status, CA_EXIT_SYSTEM);
+			return finish_filter(add_reason(f, "device: --device cuda but torch sees no GPU"));
 		}
-		jv req = jv_object();
-		req = jv_object_set(req, jv_string("code"), jv_string(code));
-		req = jv_object_set(req, jv_string("device"), jv_string(device));
-		req = jv_object_set(req, jv_string("compile"), cfg.compile ? jv_true() : jv_false());
-		req = jv_object_set(req, jv_string("seed"), jv_number((double)cfg.seed));
-		req = jv_object_set(req, jv_string("atol"), jv_number(cfg.atol));
-		req = jv_object_set(req, jv_string("rtol"), jv_number(cfg.rtol));
-		req = jv_object_set(req, jv_string("timing"), jv_true());
-		req = jv_object_set(req, jv_string("min_ms"), jv_number(cfg.min_ms));
-		req = jv_object_set(req, jv_string("max_ms"), jv_number(cfg.max_ms));
-		jv text = jv_dump_string(req, 0);
-		int wrote = ca_coproc_write(&w->co, jv_string_value(text), (size_t)jv_string_length_bytes(jv_copy(text)));
-		jv_free(text);
-		if (wrote < 0) {
-			ca_coproc_close(&w->co, 0);
-			w->alive = 0;
+		if (ca_runner_send(&w->run, check_request(code, device)) != CA_RUNNER_OK) {
+			w->up = 0;
 			continue;
 		}
-		w->busy = 1;
-		w->seq = seq;
-		w->started = ca_proc_now();
-		return;
+		return await_answer(w, f);
 	}
-	s = slot_at(seq);
-	s->filter = finish_filter(add_reason(s->filter, "crash: no torch worker could be started"));
-	s->done = 1;
+	return finish_filter(add_reason(f, "crash: no torch worker could be started"));
+}
+
+/* The pool's work: a task's torch checks, its filter so far in its "filter" field. */
+static jv check_task(void *context, long index, jv record, void *data, int *status)
+{
+	jv f = ca_json_get(record, "filter");
+	char *code = ca_json_strdup(record, "code");
+	f = torch_checks(context, f, code, status);
+	free(code);
+	return jv_object_set(record, jv_string("filter"), f);
+}
+
+/* The pool's release, in input order: a task counted (and dropped when asked), an error record as it is. */
+static int emit(void *ctx, jv record, int status, void *data)
+{
+	if (data != TASK) {
+		ca_ndjson_write(record);
+		return status;
+	}
+	jv ok = ca_json_path(record, "filter.ok");
+	int accept = jv_get_kind(ok) == JV_KIND_TRUE;
+	jv_free(ok);
+	if (accept)
+		accepted++;
+	else
+		rejected++;
+	if (accept || !cfg.drop)
+		ca_ndjson_write(record);
+	else
+		jv_free(record);
+	ca_ndjson_progress_tick();
+	return status;
 }
 
 /* ---------------------------------------------------------------- records */
 
-static void handle(jv record)
+/*
+ * A task read: the checks done here in C, then the torch checks by the
+ * pool, unless already rejected; in its turn either way.
+ */
+static void handle(struct ca_pool *pool, jv record)
 {
 	jv f = jv_object();
 	char *code = ca_json_strdup(record, "code");
-	long long seq = new_slot(record, 0);
 	if (!code) {
 		ca_ndjson_record_warn("record has no code field");
-		exit_status = ca_err_worst(exit_status, CA_EXIT_DATA);
 		f = set_check(f, "executable", jv_false());
-		slot_at(seq)->filter = finish_filter(add_reason(f, "input: no code field"));
-		slot_at(seq)->done = 1;
+		f = finish_filter(add_reason(f, "input: no code field"));
+		ca_pool_put_done(pool, jv_object_set(record, jv_string("filter"), f), CA_EXIT_DATA, TASK);
 		return;
 	}
 	const char *why;
@@ -928,15 +842,65 @@ static void handle(jv record)
 		}
 		free(fp);
 	}
-	slot_at(seq)->filter = f;
+	free(code);
 	if (rejected_early) {
 		/* Not worth the torch checks; they are marked as not run. */
-		slot_at(seq)->filter = finish_filter(add_skipped(slot_at(seq)->filter, "torch checks: rejected before running"));
-		slot_at(seq)->done = 1;
+		f = finish_filter(add_skipped(f, "torch checks: rejected before running"));
+		ca_pool_put_done(pool, jv_object_set(record, jv_string("filter"), f), CA_EXIT_OK, TASK);
 	} else {
-		dispatch(seq, code);
+		ca_pool_put(pool, jv_object_set(record, jv_string("filter"), f), TASK);
 	}
-	free(code);
+}
+
+/* Every record read goes to the pool, malformed ones as error records; until a signal. The input's status. */
+static int read_tasks(struct ca_pool *pool, int nfiles, char **files)
+{
+	struct ca_ndjson_reader *r = ca_ndjson_open(nfiles, files);
+	jv rec;
+	int kind;
+	while (!stop_signal && (kind = ca_ndjson_next(r, &rec)) != CA_NDJSON_EOF) {
+		if (kind == CA_NDJSON_BAD)
+			ca_pool_put_malformed(pool, r, rec, NULL);
+		else
+			handle(pool, rec);
+	}
+	int status = ca_ndjson_status(r);
+	ca_ndjson_close(r);
+	return status;
+}
+
+/*
+ * End of input to every worker first, then one grace period for all: a
+ * CUDA worker can take seconds to exit, and waiting for them one after
+ * another made -j 8 take half a minute to stop.
+ */
+static void stop_workers(void)
+{
+	for (long long i = 0; i < cfg.jobs; i++)
+		if (workers[i].up && workers[i].run.running && workers[i].run.co.proc.in >= 0) {
+			close(workers[i].run.co.proc.in);
+			workers[i].run.co.proc.in = -1;
+		}
+	double grace_end = ca_proc_now() + 5;
+	for (long long i = 0; i < cfg.jobs; i++) {
+		struct worker *w = &workers[i];
+		if (w->up) {
+			double left = grace_end - ca_proc_now();
+			ca_runner_close(&w->run, left > 0 ? left : 0);
+		} else {
+			/* never needed: no point waiting for its hello */
+			ca_runner_kill(&w->run);
+		}
+		ca_runner_forget(&w->run);
+		if (w->log_fd >= 0)
+			close(w->log_fd);
+		if (w->env) {
+			for (char **e = w->env; *e; e++)
+				free(*e);
+			free(w->env);
+		}
+		ca_sandbox_command_free(w->argv);
+	}
 }
 
 /* --fingerprint: add the similarity measure's token string instead of checking. */
@@ -1071,78 +1035,29 @@ int main(int argc, char **argv)
 	if (lock_fd < 0)
 		lock_path[0] = '\0';
 	workers = ca_xcalloc((size_t)cfg.jobs, sizeof *workers);
+	void **contexts = ca_xcalloc((size_t)cfg.jobs, sizeof *contexts);
 	for (long long i = 0; i < cfg.jobs; i++) {
+		ca_runner_init(&workers[i].run);
 		workers[i].log_fd = -1;
 		workers[i].index = (int)i;
+		contexts[i] = &workers[i];
 	}
 	/* All workers start now, together, while the input is still coming. */
 	for (long long i = 0; i < cfg.jobs; i++)
 		spawn_worker(&workers[i]);
-
-	struct ca_ndjson_reader *r = ca_ndjson_open(argc - optind, argv + optind);
-	jv rec;
-	int kind;
 	struct sigaction sa = {0};
 	sa.sa_handler = on_stop;
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
-	while (!stop_signal && (kind = ca_ndjson_next(r, &rec)) != CA_NDJSON_EOF) {
-		if (kind == CA_NDJSON_BAD) {
-			ca_ndjson_warn(r, "%s", jv_string_value(rec));
-			jv err = ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(rec));
-			jv_free(rec);
-			new_slot(err, 1);
-			exit_status = ca_err_worst(exit_status, CA_EXIT_DATA);
-		} else {
-			handle(rec);
-		}
-		flush_done();
-	}
-	exit_status = ca_err_worst(exit_status, ca_ndjson_status(r));
-	ca_ndjson_close(r);
-	for (;;) {
-		int busy = 0;
-		for (long long i = 0; i < cfg.jobs; i++)
-			busy |= workers[i].busy;
-		if (!busy)
-			break;
-		wait_any();
-		flush_done();
-	}
-	flush_done();
+	/* A task is read when a worker is free for it, as the workers ask. */
+	struct ca_pool_config pc = {.workers = (int)cfg.jobs, .contexts = contexts, .work = check_task, .release = emit};
+	struct ca_pool *pool = ca_pool_start(&pc);
+	int exit_status = read_tasks(pool, argc - optind, argv + optind);
+	exit_status = ca_err_worst(exit_status, ca_pool_finish(pool));
 	ca_ndjson_progress_done();
-	/* End of input to every worker first, then one grace period for all:
-	 * a CUDA worker can take seconds to exit, and waiting for them one
-	 * after another made -j 8 take half a minute to stop. */
-	for (long long i = 0; i < cfg.jobs; i++)
-		if (workers[i].alive && workers[i].co.proc.in >= 0) {
-			close(workers[i].co.proc.in);
-			workers[i].co.proc.in = -1;
-		}
-	double grace_end = ca_proc_now() + 5;
-	for (long long i = 0; i < cfg.jobs; i++) {
-		if (workers[i].alive) {
-			double left = grace_end - ca_proc_now();
-			ca_coproc_close(&workers[i].co, left > 0 ? left : 0);
-		} else if (workers[i].starting) {
-			/* never needed: no point waiting for its hello */
-			ca_proc_kill(&workers[i].co.proc, SIGKILL);
-			ca_coproc_close(&workers[i].co, 0);
-		}
-		if (workers[i].log_fd >= 0)
-			close(workers[i].log_fd);
-		if (workers[i].env) {
-			for (char **e = workers[i].env; *e; e++)
-				free(*e);
-			free(workers[i].env);
-		}
-		if (workers[i].argv) {
-			for (char **a = workers[i].argv; *a; a++)
-				free(*a);
-			free(workers[i].argv);
-		}
-	}
+	stop_workers();
+	free(contexts);
 	if (lock_fd >= 0) {
 		close(lock_fd);
 		if (!(shared_lock && *shared_lock))
@@ -1158,7 +1073,6 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < cfg.ngpus; i++)
 		free(cfg.gpus[i]);
 	free(cfg.gpus);
-	free(slots);
 	if (isatty(2) || progress)
 		ca_err_warn("%lld accepted, %lld rejected", accepted, rejected);
 	return ca_err_finish(exit_status);

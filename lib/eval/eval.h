@@ -4,8 +4,11 @@
  * evaluate_impl.h says where a record goes through evaluate*.c), the
  * builds behind ca-build (build.h; build_impl.h private to build*.c), the
  * tensor files that cross the sandbox (tensor.h), the trusted comparison
- * of outputs (compare.h), kernel tracing (cupti.h) and the agent's tools
- * confined to a workspace (tools.h).
+ * of outputs (compare.h), kernel tracing (cupti.h), the agent's tools
+ * confined to a workspace (tools.h), and the one worker pool (pool.h:
+ * records over N threads, released in input order) and runner protocol
+ * (runner.h: a warm worker process's lines) that ca-verify, ca-profile,
+ * ca-filter and ca-agent share.
  *
  * eval knows lib/core and nothing else; in particular it does not know the
  * policy engine (lib/model), and the model does not know it. See
@@ -21,6 +24,8 @@
 #include "compare.h"
 #include "cupti.h"
 #include "evaluate.h"
+#include "pool.h"
+#include "runner.h"
 #include "tensor.h"
 #include "tools.h"
 

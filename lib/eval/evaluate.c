@@ -302,7 +302,7 @@ jv evaluate_record(struct slot *s, jv record, int *status)
 	memset(&j, 0, sizeof j);
 	j.slot = s;
 	j.result = jv_object();
-	j.cand.hello = jv_invalid();
+	j.cand.run.hello = jv_invalid();
 	j.started = ca_proc_now();
 	j.mark = j.started;
 	j.phases = jv_object();
@@ -352,7 +352,7 @@ jv evaluate_record(struct slot *s, jv record, int *status)
 		worker_stop(&j.cand, 0);
 		ext_save(&j);
 	}
-	if (j.cand.dir[0] || j.cand.running)
+	if (j.cand.dir[0] || j.cand.run.running)
 		candidate_release(s, &j.cand);
 	free(j.seeds);
 	jv_free(j.ship_digests);

@@ -133,8 +133,8 @@ static jv baseline_numbers(const struct ca_eval_config *cfg, jv reply, const str
 static void baseline_key(const struct job *j, const char *mode, char key[65])
 {
 	const struct ca_eval_config *cfg = j->slot->cfg;
-	char *gpu = ca_json_strdup(j->slot->reference.hello, "gpu");
-	char *torch = ca_json_strdup(j->slot->reference.hello, "torch");
+	char *gpu = ca_json_strdup(j->slot->reference.run.hello, "gpu");
+	char *torch = ca_json_strdup(j->slot->reference.run.hello, "torch");
 	char method[128];
 	/* Drawn and shipped inputs are different loops (a draw costs more than a refill): not mixed. */
 	snprintf(method, sizeof method, "%s:%s:%s:%s", mode, !strcmp(mode, "compile") && cfg->compile_mode ? cfg->compile_mode : "default",
@@ -191,7 +191,7 @@ void compile_warm_start(struct job *j, jv code)
 	char key[65], path[PATHLEN], weights[PATHLEN], init[PATHLEN];
 	jv fault = jv_invalid();
 	const char *env = getenv("CA_EVAL_COMPILE_WORKER");
-	if (cfg->mode != CA_EVAL_PROFILE || cfg->no_compile || !jv_is_valid(s->reference.hello) || (env && !strcmp(env, "0")))
+	if (cfg->mode != CA_EVAL_PROFILE || cfg->no_compile || !jv_is_valid(s->reference.run.hello) || (env && !strcmp(env, "0")))
 		return;
 	baseline_key(j, "compile", key);
 	/* Already compiling this task for a record that failed before its baselines: it goes on. */
@@ -213,10 +213,10 @@ void compile_warm_start(struct job *j, jv code)
 	snprintf(init, sizeof init, "%s/compile-init.ten", s->trusted);
 	if (eval_write_file(path, jv_string_value(code), (size_t)jv_string_length_bytes(jv_copy(code))) != 0)
 		return;
-	if (!s->compiler.running) {
+	if (!s->compiler.run.running) {
 		worker_stop(&s->compiler, 0);
 		memset(&s->compiler, 0, sizeof s->compiler);
-		s->compiler.hello = jv_invalid();
+		s->compiler.run.hello = jv_invalid();
 		if (worker_start(s, &s->compiler, 0, &fault) != 0) {
 			jv_free(fault);
 			return;
@@ -269,7 +269,7 @@ static void compile_warm_wait(struct job *j)
 static struct worker *baseline_worker(struct job *j, const char *mode, const char *key)
 {
 	struct slot *s = j->slot;
-	if (!strcmp(mode, "compile") && s->compiler.running && !strcmp(s->warm_key, key))
+	if (!strcmp(mode, "compile") && s->compiler.run.running && !strcmp(s->warm_key, key))
 		return &s->compiler;
 	return &s->reference;
 }

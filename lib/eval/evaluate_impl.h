@@ -4,9 +4,9 @@
  *
  * Where a record goes in ca-verify or ca-profile:
  *   evaluate_stream.c   ca_eval_stream reads the records and queues them to
- *                       a pool of slots, one thread each, and writes the
- *                       results in input order (ca_eval_directory: one
- *                       workspace DIR as a record);
+ *                       the pool (lib/pool), one slot per thread, which
+ *                       writes the results in input order (ca_eval_directory:
+ *                       one workspace DIR as a record);
  *   evaluate.c          evaluate_record: one record through a slot, its
  *                       result's verdict (finish_result) and the exit status;
  *                       the options and the operands (ca_eval_option, ca_eval_run);
@@ -24,7 +24,7 @@
  *                       verdict on the time the worker reports.
  * Underneath: evaluate_slot.c (a slot: its GPU, lock, temporary root, the
  * reference worker and spare candidates; quiet loops), evaluate_worker.c
- * (a worker process, lib/py/ca_runner.py, and its line protocol),
+ * (a worker process, lib/py/ca_runner.py, over lib/runner's line protocol),
  * evaluate_files.c (files in the candidate's directory), and
  * evaluate_serve.c (ca-verify --serve and the commands that connect to it).
  *
@@ -45,27 +45,26 @@
 #include "evaluate.h"
 #include "json.h"
 #include "proc.h"
+#include "runner.h"
 
 enum { PATHLEN = PATH_MAX + 64, MAX_SPARES = 8 };
 
 /* A worker process (lib/py/ca_runner.py): the trusted reference, or a candidate in ca-sandbox. */
 struct worker {
-	struct ca_coproc co;
-	int running;
+	struct ca_runner run;    /* its process; run.hello: the ready line */
 	char log[PATHLEN];
 	char dir[PATHLEN];       /* candidate: its private workspace */
-	jv hello;                /* the ready line */
 	char **argv;
 	char **env;
 	double limit_s;          /* of the request in flight, for messages */
 };
 
-struct pool;
+struct ca_pool;
 
 /* One GPU's (or the CPU's) share of the evaluation: its workers and files. */
 struct slot {
 	const struct ca_eval_config *cfg;
-	struct pool *pool;       /* the stream's records (NULL for a server: more may come) */
+	struct ca_pool *pool;    /* the stream's records (NULL for a server: more may come) */
 	int index;
 	int gpu;                 /* -1 for cpu */
 	char root[PATHLEN];      /* private temp root (0711) */
@@ -83,7 +82,6 @@ struct slot {
 	struct worker compiler;
 	int warm_pending;
 	char warm_key[65];
-	pthread_t thread;
 	int lock_fd;             /* the GPU's lock file (see gpu_lock), -1 on the CPU */
 };
 

@@ -287,8 +287,8 @@ static void ext_prepare(struct job *j)
 	struct ca_sha256 h;
 	ca_sha256_init(&h);
 	ca_sha256_string(&h, "ca-torch-ext-1");
-	char *gpu = ca_json_strdup(s->reference.hello, "gpu");
-	char *torch = ca_json_strdup(s->reference.hello, "torch");
+	char *gpu = ca_json_strdup(s->reference.run.hello, "gpu");
+	char *torch = ca_json_strdup(s->reference.run.hello, "torch");
 	ca_sha256_string(&h, gpu ? gpu : "cpu");
 	ca_sha256_string(&h, torch ? torch : "");
 	free(gpu);
@@ -423,8 +423,8 @@ static int job_load_reference(struct job *j, jv code, const char *weights, const
 	job_phase(j, "task");
 	chmod(weights, 0644);
 	chmod(init, 0644);
-	jv gpu = ca_json_get(s->reference.hello, "gpu");
-	jv torch = ca_json_get(s->reference.hello, "torch");
+	jv gpu = ca_json_get(s->reference.run.hello, "gpu");
+	jv torch = ca_json_get(s->reference.run.hello, "torch");
 	j->result = jv_object_set(j->result, jv_string("device"), jv_string(cfg->device));
 	j->result = jv_object_set(j->result, jv_string("gpu"), jv_get_kind(gpu) == JV_KIND_STRING ? gpu : (jv_free(gpu), jv_null()));
 	/* Which of --gpus ran it (the pool's share per GPU); null on the CPU. */

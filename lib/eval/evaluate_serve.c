@@ -313,18 +313,18 @@ static void serve_refill(struct server *sv)
 		if (!mine)
 			continue;
 		struct slot *s = &sv->slots[i];
-		if (s->reference.running && ca_proc_wait_exit(&s->reference.co.proc, 0))
+		if (s->reference.run.running && ca_proc_wait_exit(&s->reference.run.co.proc, 0))
 			worker_stop(&s->reference, 0);
-		if (!s->reference.running) {
+		if (!s->reference.run.running) {
 			jv fault;
 			worker_stop(&s->reference, 0);
 			memset(&s->reference, 0, sizeof s->reference);
-			s->reference.hello = jv_invalid();
+			s->reference.run.hello = jv_invalid();
 			if (worker_start(s, &s->reference, 0, &fault) != 0)
 				jv_free(fault);
 		}
 		for (int k = 0; k < s->nspares; k++)
-			if (s->spare[k].running && !jv_is_valid(s->spare[k].hello) && ca_proc_wait_exit(&s->spare[k].co.proc, 0))
+			if (s->spare[k].run.running && !jv_is_valid(s->spare[k].run.hello) && ca_proc_wait_exit(&s->spare[k].run.co.proc, 0))
 				worker_stop(&s->spare[k], 0);
 		spare_start(s);
 		pthread_mutex_lock(&sv->lock);

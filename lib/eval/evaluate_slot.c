@@ -195,10 +195,10 @@ static int slot_make(struct slot *s, const struct ca_eval_config *cfg, int index
 	s->cfg = cfg;
 	s->index = index;
 	s->gpu = gpu;
-	s->reference.hello = jv_invalid();
-	s->compiler.hello = jv_invalid();
+	s->reference.run.hello = jv_invalid();
+	s->compiler.run.hello = jv_invalid();
 	for (int i = 0; i < MAX_SPARES; i++)
-		s->spare[i].hello = jv_invalid();
+		s->spare[i].run.hello = jv_invalid();
 	/*
 	 * Spare candidates: one start-up (Python, torch, CUDA: seconds) per
 	 * candidate is the floor of a record's time, so on a GPU two are kept
@@ -263,18 +263,18 @@ int candidate_take(struct slot *s, struct worker *out, jv *fault)
 {
 	for (int i = 0; i < s->nspares; i++) {
 		/* A spare that has died waiting (its sandbox's wall-clock limit) is replaced. */
-		if (s->spare[i].running && !jv_is_valid(s->spare[i].hello) && ca_proc_wait_exit(&s->spare[i].co.proc, 0))
+		if (s->spare[i].run.running && !jv_is_valid(s->spare[i].run.hello) && ca_proc_wait_exit(&s->spare[i].run.co.proc, 0))
 			worker_stop(&s->spare[i], 0);
-		if (!s->spare[i].running)
+		if (!s->spare[i].run.running)
 			continue;
 		*out = s->spare[i];
 		memmove(&s->spare[i], &s->spare[i + 1], (size_t)(MAX_SPARES - 1 - i) * sizeof s->spare[0]);
 		memset(&s->spare[MAX_SPARES - 1], 0, sizeof s->spare[0]);
-		s->spare[MAX_SPARES - 1].hello = jv_invalid();
+		s->spare[MAX_SPARES - 1].run.hello = jv_invalid();
 		return 0;
 	}
 	memset(out, 0, sizeof *out);
-	out->hello = jv_invalid();
+	out->run.hello = jv_invalid();
 	snprintf(out->dir, sizeof out->dir, "%s/ws-%ld", s->root, ++s->serial);
 	if (mkdir_mode(out->dir, 0777) != 0) {
 		*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("system")),
@@ -290,15 +290,15 @@ void spare_start(struct slot *s)
 	for (int i = 0; i < s->nspares; i++) {
 		struct worker *w = &s->spare[i];
 		jv fault = jv_invalid();
-		if (w->running)
+		if (w->run.running)
 			continue;
 		worker_stop(w, 0);
 		memset(w, 0, sizeof *w);
-		w->hello = jv_invalid();
+		w->run.hello = jv_invalid();
 		snprintf(w->dir, sizeof w->dir, "%s/ws-%ld", s->root, ++s->serial);
 		if (mkdir_mode(w->dir, 0777) != 0 || worker_start(s, w, 1, &fault) != 0) {
 			ca_file_remove_tree(w->dir);
-			w->running = 0;
+			w->run.running = 0;
 		}
 		jv_free(fault);
 	}
@@ -315,10 +315,10 @@ void candidate_release(struct slot *s, struct worker *w)
 
 int reference_ready(struct slot *s, jv *fault)
 {
-	if (!s->reference.running) {
+	if (!s->reference.run.running) {
 		worker_stop(&s->reference, 0);
 		memset(&s->reference, 0, sizeof s->reference);
-		s->reference.hello = jv_invalid();
+		s->reference.run.hello = jv_invalid();
 		if (worker_start(s, &s->reference, 0, fault) != 0)
 			return -1;
 	}

@@ -1,10 +1,9 @@
 /*
- * evaluate_stream: the record stream of ca-verify and ca-profile over a
- * pool of slots, one thread each, results written in input order (or as
- * they finish, --unordered); and one workspace DIR as a record.
+ * evaluate_stream: the record stream of ca-verify and ca-profile over the
+ * pool (lib/pool), one slot per thread, results written in input order (or
+ * as they finish, --unordered); and one workspace DIR as a record.
  */
 #include <limits.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,109 +12,69 @@
 #include "err.h"
 #include "evaluate_impl.h"
 #include "ndjson.h"
+#include "pool.h"
 
-struct item {
-	jv in, out;
-	int done;
-	int status;
-	struct item *next;  /* pending list, input order */
-	struct item *nq;    /* work queue */
-};
-
-struct pool {
+/* What the pool's release writes with: the run's options, and whether stdout failed. */
+struct output {
 	const struct ca_eval_config *cfg;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	struct item *queue_head, *queue_tail;  /* waiting for a slot */
-	int queued;
-	int closed;
-	struct item *pending_head, *pending_tail;  /* all not yet written, in input order */
-	int status;
 	int write_failed;
-};
-
-struct thread_arg {
-	struct pool *pool;
-	struct slot *slot;
 };
 
 int more_records(struct slot *s)
 {
-	struct pool *p = s->pool;
-	if (!p)
-		return 1;
-	pthread_mutex_lock(&p->lock);
-	int more = !p->closed || p->queue_head;
-	pthread_mutex_unlock(&p->lock);
-	return more;
+	return s->pool ? ca_pool_more(s->pool) : 1;
 }
 
-static void emit(struct pool *p, struct item *it)
+static jv score(void *context, long index, jv record, void *data, int *status)
 {
-	if (p->cfg->human) {
-		print_human(p->cfg, it->out);
-		jv_free(it->out);
+	return evaluate_record(context, record, status);
+}
+
+static int emit(void *ctx, jv result, int status, void *data)
+{
+	struct output *o = ctx;
+	if (o->cfg->human) {
+		print_human(o->cfg, result);
+		jv_free(result);
 		fflush(stdout);
-	} else if (ca_ndjson_write(it->out) != 0) {
-		p->write_failed = 1;
+	} else if (ca_ndjson_write(result) != 0) {
+		o->write_failed = 1;
 	}
-	it->out = jv_invalid();
-	p->status = ca_err_worst(p->status, it->status);
+	return status;
 }
 
-/* Write what can be written; called with the lock held. */
-static void flush_done(struct pool *p)
+/*
+ * The slots, each with its reference worker and a spare candidate started
+ * now (both take seconds), ready for the pool's threads.
+ */
+static struct slot *slots_open(const struct ca_eval_config *cfg, int nslots)
 {
-	struct item **link = &p->pending_head, *prev = NULL;
-	while (*link) {
-		struct item *it = *link;
-		if (!it->done) {
-			if (!p->cfg->unordered)
-				break;
-			prev = it;
-			link = &it->next;
-			continue;
-		}
-		emit(p, it);
-		*link = it->next;
-		if (p->pending_tail == it)
-			p->pending_tail = prev;
-		free(it);
+	struct slot *slots = ca_xcalloc((size_t)nslots, sizeof *slots);
+	workers_prepare();
+	for (int i = 0; i < nslots; i++) {
+		slot_open(&slots[i], cfg, i);
+		jv fault;
+		if (!cfg->no_gpu_why && worker_start(&slots[i], &slots[i].reference, 0, &fault) != 0)
+			jv_free(fault);
+		if (!cfg->no_gpu_why)
+			spare_start(&slots[i]);
 	}
+	return slots;
 }
 
-static void *slot_thread(void *arg)
+/* Queue every record read to the pool; a malformed line is an error record in its place. */
+static void read_records(struct ca_pool *pool, struct ca_ndjson_reader *r)
 {
-	struct thread_arg *ta = arg;
-	struct pool *p = ta->pool;
 	for (;;) {
-		pthread_mutex_lock(&p->lock);
-		while (!p->queue_head && !p->closed)
-			pthread_cond_wait(&p->cond, &p->lock);
-		struct item *it = p->queue_head;
-		if (!it) {
-			pthread_mutex_unlock(&p->lock);
+		jv rec;
+		int kind = ca_ndjson_next(r, &rec);
+		if (kind == CA_NDJSON_EOF)
 			break;
-		}
-		p->queue_head = it->nq;
-		if (!p->queue_head)
-			p->queue_tail = NULL;
-		p->queued--;
-		pthread_cond_broadcast(&p->cond);
-		pthread_mutex_unlock(&p->lock);
-
-		int status = 0;
-		jv out = evaluate_record(ta->slot, it->in, &status);
-		it->in = jv_invalid();
-
-		pthread_mutex_lock(&p->lock);
-		it->out = out;
-		it->status = status;
-		it->done = 1;
-		pthread_cond_broadcast(&p->cond);
-		pthread_mutex_unlock(&p->lock);
+		if (kind == CA_NDJSON_BAD)
+			ca_pool_put_malformed(pool, r, rec, NULL);
+		else
+			ca_pool_put(pool, rec, NULL);
 	}
-	return NULL;
 }
 
 int ca_eval_stream(const struct ca_eval_config *cfg, int nfiles, char **files)
@@ -136,89 +95,28 @@ int ca_eval_stream(const struct ca_eval_config *cfg, int nfiles, char **files)
 		cfg = &none;
 	}
 	int nslots = cfg->ngpus > 0 ? cfg->ngpus : 1;
-	struct slot *slots = ca_xcalloc((size_t)nslots, sizeof *slots);
-	struct thread_arg *args = ca_xcalloc((size_t)nslots, sizeof *args);
-	struct pool p;
-	memset(&p, 0, sizeof p);
-	p.cfg = cfg;
-	pthread_mutex_init(&p.lock, NULL);
-	pthread_cond_init(&p.cond, NULL);
-	workers_prepare();
-	for (int i = 0; i < nslots; i++) {
-		slot_open(&slots[i], cfg, i);
-		args[i].pool = &p;
-		args[i].slot = &slots[i];
-		slots[i].pool = &p;
-		/* Start the reference worker and a spare candidate now: both take seconds. */
-		jv fault;
-		if (!cfg->no_gpu_why && worker_start(&slots[i], &slots[i].reference, 0, &fault) != 0)
-			jv_free(fault);
-		if (!cfg->no_gpu_why)
-			spare_start(&slots[i]);
-		if (pthread_create(&slots[i].thread, NULL, slot_thread, &args[i]) != 0)
-			ca_err_die_sys(CA_EXIT_SYSTEM, "cannot start a worker thread");
-	}
+	struct slot *slots = slots_open(cfg, nslots);
+	void **contexts = ca_xcalloc((size_t)nslots, sizeof *contexts);
+	for (int i = 0; i < nslots; i++)
+		contexts[i] = &slots[i];
+	struct output out = {cfg, 0};
+	struct ca_pool_config pc = {
+		.workers = nslots, .contexts = contexts, .work = score, .release = emit, .release_ctx = &out,
+		.unordered = cfg->unordered, .ahead = 2 * nslots,
+	};
+	struct ca_pool *pool = ca_pool_start(&pc);
+	for (int i = 0; i < nslots; i++)
+		slots[i].pool = pool;
 	struct ca_ndjson_reader *r = ca_ndjson_open(nfiles, files);
-	int queue_cap = 2 * nslots;
-	for (;;) {
-		jv rec;
-		int kind = ca_ndjson_next(r, &rec);
-		if (kind == CA_NDJSON_EOF)
-			break;
-		struct item *it = ca_xcalloc(1, sizeof *it);
-		it->in = jv_invalid();
-		it->out = jv_invalid();
-		if (kind == CA_NDJSON_BAD) {
-			ca_ndjson_warn(r, "%s", jv_string_value(rec));
-			it->out = ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(rec));
-			jv_free(rec);
-			it->status = CA_EXIT_DATA;
-			it->done = 1;
-		} else {
-			it->in = rec;
-		}
-		pthread_mutex_lock(&p.lock);
-		if (p.pending_tail)
-			p.pending_tail->next = it;
-		else
-			p.pending_head = it;
-		p.pending_tail = it;
-		if (!it->done) {
-			while (p.queued >= queue_cap) {
-				flush_done(&p);
-				if (p.queued >= queue_cap)
-					pthread_cond_wait(&p.cond, &p.lock);
-			}
-			if (p.queue_tail)
-				p.queue_tail->nq = it;
-			else
-				p.queue_head = it;
-			p.queue_tail = it;
-			p.queued++;
-			pthread_cond_broadcast(&p.cond);
-		}
-		flush_done(&p);
-		pthread_mutex_unlock(&p.lock);
-	}
-	pthread_mutex_lock(&p.lock);
-	p.closed = 1;
-	pthread_cond_broadcast(&p.cond);
-	for (;;) {
-		flush_done(&p);
-		if (!p.pending_head)
-			break;
-		pthread_cond_wait(&p.cond, &p.lock);
-	}
-	pthread_mutex_unlock(&p.lock);
-	for (int i = 0; i < nslots; i++) {
-		pthread_join(slots[i].thread, NULL);
+	read_records(pool, r);
+	int status = ca_pool_finish(pool);
+	for (int i = 0; i < nslots; i++)
 		slot_close(&slots[i]);
-	}
-	int status = ca_err_worst(p.status, ca_ndjson_status(r));
+	status = ca_err_worst(status, ca_ndjson_status(r));
 	ca_ndjson_close(r);
 	free(slots);
-	free(args);
-	if (p.write_failed)
+	free(contexts);
+	if (out.write_failed)
 		status = CA_EXIT_SYSTEM;
 	return ca_err_finish(status);
 }

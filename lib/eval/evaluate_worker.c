@@ -3,10 +3,12 @@
  * reference or a candidate inside ca-sandbox: its environment and command
  * line, its start and ready line, the request and reply lines (with the
  * {"timing": ...} lines of a timed loop noted on our clock and answered),
- * and its end, told as a fault {"stage", "error"} when it failed.
+ * and its end, told as a fault {"stage", "error"} when it failed. The
+ * process and its lines are lib/runner's; what they mean here is ours.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +21,8 @@
 #include "json.h"
 #include "paths.h"
 #include "proc.h"
+#include "runner.h"
+#include "sandbox.h"
 
 extern char **environ;
 
@@ -102,6 +106,13 @@ static char **make_env(const struct slot *s, int candidate)
 	return env;
 }
 
+/* A fault of a worker, as a record says it: {"stage", "error"}. */
+static jv fault_of(const char *stage, const char *error)
+{
+	return jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string(stage)),
+		jv_string("error"), jv_string(error));
+}
+
 /*
  * Stop a worker: asked to exit, given grace seconds, then killed; with
  * grace 0 killed at once (nothing of a worker's is kept but its replies,
@@ -109,17 +120,16 @@ static char **make_env(const struct slot *s, int candidate)
  */
 void worker_stop(struct worker *w, double grace)
 {
-	if (w->running) {
-		quiet_done(w->co.proc.out, w->co.proc.pid);
-		if (grace > 0)
-			ca_coproc_write(&w->co, "{\"op\":\"exit\"}", 13);
-		else
-			ca_proc_kill(&w->co.proc, SIGKILL);
-		ca_coproc_close(&w->co, grace);
-		w->running = 0;
+	if (w->run.running) {
+		quiet_done(w->run.co.proc.out, w->run.co.proc.pid);
+		if (grace > 0) {
+			ca_coproc_write(&w->run.co, "{\"op\":\"exit\"}", 13);
+			ca_runner_close(&w->run, grace);
+		} else {
+			ca_runner_kill(&w->run);
+		}
 	}
-	jv_free(w->hello);
-	w->hello = jv_invalid();
+	ca_runner_forget(&w->run);
 	free_strv(w->argv);
 	free_strv(w->env);
 	w->argv = w->env = NULL;
@@ -133,10 +143,9 @@ void worker_stop(struct worker *w, double grace)
  */
 void worker_abandon(struct worker *w)
 {
-	if (w->running) {
-		quiet_done(w->co.proc.out, w->co.proc.pid);
-		ca_coproc_abandon(&w->co);
-		w->running = 0;
+	if (w->run.running) {
+		quiet_done(w->run.co.proc.out, w->run.co.proc.pid);
+		ca_runner_abandon(&w->run);
 	}
 	worker_stop(w, 0);
 }
@@ -152,7 +161,7 @@ static char *describe_exit(struct worker *w, int status, const char **stage)
 	} else if (status == 125) {
 		*stage = "sandbox";
 		snprintf(head, sizeof head, "the sandbox failed to start it (status 125)");
-	} else if (!jv_is_valid(w->hello) && (status == 126 || status == 127)) {
+	} else if (!jv_is_valid(w->run.hello) && (status == 126 || status == 127)) {
 		/* Nothing of the candidate's ran yet: the interpreter itself could not be run. */
 		*stage = "start";
 		snprintf(head, sizeof head, "the Python interpreter (CA_PYTHON) could not be run (status %d); a candidate's "
@@ -171,15 +180,12 @@ static char *describe_exit(struct worker *w, int status, const char **stage)
 	return msg;
 }
 
-/* The worker is gone (EPIPE on write or read): *fault says how it ended. */
+/* The worker is gone (its output closed, reaped by lib/runner): *fault says how it ended. */
 static int worker_gone(struct worker *w, jv *fault)
 {
 	const char *stage = "crash";
-	int status = ca_coproc_close(&w->co, 2);
-	w->running = 0;
-	char *msg = describe_exit(w, status, &stage);
-	*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string(stage)),
-		jv_string("error"), jv_string(msg));
+	char *msg = describe_exit(w, w->run.status, &stage);
+	*fault = fault_of(stage, msg);
 	free(msg);
 	return -1;
 }
@@ -187,27 +193,77 @@ static int worker_gone(struct worker *w, jv *fault)
 /* Send req (consumed) to a worker; -1 with *fault when it is gone. */
 int worker_send(struct worker *w, jv req, jv *fault)
 {
-	if (!w->running) {
+	if (!w->run.running) {
 		jv_free(req);
-		*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("crash")),
-			jv_string("error"), jv_string("worker is not running"));
+		*fault = fault_of("crash", "worker is not running");
 		return -1;
 	}
-	jv dumped = jv_dump_string(req, 0);
-	int rc = ca_coproc_write(&w->co, jv_string_value(dumped), (size_t)jv_string_length_bytes(jv_copy(dumped)));
-	jv_free(dumped);
-	return rc == 0 ? 0 : worker_gone(w, fault);
+	return ca_runner_send(&w->run, req) == CA_RUNNER_OK ? 0 : worker_gone(w, fault);
 }
 
 /* Stop a worker at a fault in its protocol: *fault gets {"stage","error"}; returns -1. */
 static int worker_abort(struct worker *w, const char *stage, const char *error, jv *fault)
 {
-	ca_proc_kill(&w->co.proc, SIGKILL);
-	ca_coproc_close(&w->co, 0);
-	w->running = 0;
-	*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string(stage)),
-		jv_string("error"), jv_string(error));
+	ca_runner_kill(&w->run);
+	*fault = fault_of(stage, error);
 	return -1;
+}
+
+/*
+ * A timed call's seed (or shipped inputs), asked for right before its
+ * draw: given only once the loop started and every call before it ticked
+ * (with its output's digest).
+ */
+static int answer_draw(struct worker *w, struct loop_clock *ours, int wants_seed, jv *fault)
+{
+	if (!(ours->start > 0) || !(wants_seed ? ours->live != NULL : ours->ship) ||
+	    ours->nsent >= ours->nlive || ours->nticks != ours->nsent) {
+		char buf[256];
+		snprintf(buf, sizeof buf, "the worker asked for the %s of timed call %d when it had "
+			"marked %d of its %d timed calls", wants_seed ? "seed" : "inputs",
+			ours->nsent, ours->nticks, ours->nlive);
+		return worker_abort(w, "timing", buf, fault);
+	}
+	jv seed;
+	if (wants_seed) {
+		seed = jv_object_set(jv_object(), jv_string("seed"), jv_number((double)ours->live[ours->nsent++]));
+	} else {
+		char from[PATHLEN], to[PATHLEN];
+		int k = ours->nsent++;
+		snprintf(from, sizeof from, "%s%d.ten", ours->ship_from, k % (ours->nship > 0 ? ours->nship : 1));
+		snprintf(to, sizeof to, "%s%d.ten", ours->ship_to, k);
+		if (reveal_file(from, to) != 0) {
+			char why[256];
+			const char *stage = placing_failed(errno, "a timed call's shipped inputs", why, sizeof why);
+			return worker_abort(w, stage, why, fault);
+		}
+		seed = jv_object_set(jv_object(), jv_string("input"), jv_string(to));
+	}
+	return worker_send(w, seed, fault);
+}
+
+/*
+ * A {"timing": what} line of a timed loop (v borrowed): noted on ours
+ * (which may be NULL), a seed or inputs asked for given, and at the end
+ * the spot checks named when the worker asks. -1 with *fault when the
+ * worker broke the protocol or is gone.
+ */
+static int timing_line(struct worker *w, const char *what, jv v, struct loop_clock *ours, jv *fault)
+{
+	int wants_seed = !strcmp(what, "seed"), wants_input = !strcmp(what, "input");
+	if (ours && (wants_seed || wants_input)) {
+		if (answer_draw(w, ours, wants_seed, fault) != 0)
+			return -1;
+	} else if (ours) {
+		loop_clock_note(ours, what, v);
+	}
+	double askn = 0;
+	if (!strcmp(what, "end") && ca_json_number(v, "ask", &askn) == 1) {
+		/* The worker kept every call's output: name the ones to check now. */
+		jv answer = ours ? loop_clock_choose(ours) : jv_object_set(jv_object(), jv_string("keep"), jv_array());
+		return worker_send(w, answer, fault);
+	}
+	return 0;
 }
 
 /*
@@ -219,96 +275,38 @@ static int worker_abort(struct worker *w, const char *stage, const char *error, 
 int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, struct loop_clock *ours)
 {
 	*reply = jv_invalid();
-	if (!w->running) {
-		*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("crash")),
-			jv_string("error"), jv_string("worker is not running"));
+	if (!w->run.running) {
+		*fault = fault_of("crash", "worker is not running");
 		return -1;
 	}
 	for (;;) {
-		double left = deadline - ca_proc_now();
-		char *line = ca_coproc_read_line(&w->co, left > 0 ? left : 0, NULL);
-		if (!line) {
-			if (errno == ETIMEDOUT) {
-				char buf[128];
-				snprintf(buf, sizeof buf, "no answer within %g s", w->limit_s);
-				return worker_abort(w, "timeout", buf, fault);
-			}
-			if (errno == EMSGSIZE) {
-				return worker_abort(w, "protocol", "reply line too long", fault);
-			}
-			break;
+		jv v;
+		enum ca_runner_result res = ca_runner_read(&w->run, deadline, &v);
+		if (res == CA_RUNNER_TIMEOUT) {
+			char buf[128];
+			snprintf(buf, sizeof buf, "no answer within %g s", w->limit_s);
+			return worker_abort(w, "timeout", buf, fault);
 		}
-		jv v = jv_parse(line);
-		free(line);
-		if (jv_get_kind(v) == JV_KIND_OBJECT) {
-			jv timing = ca_json_get(v, "timing");
-			int is_timing = jv_get_kind(timing) == JV_KIND_STRING;
-			int wants_seed = is_timing && !strcmp(jv_string_value(timing), "seed");
-			int wants_input = is_timing && !strcmp(jv_string_value(timing), "input");
-			if (ours && (wants_seed || wants_input)) {
-				/*
-				 * A timed call's seed (or shipped inputs), asked for right
-				 * before its draw: given only once the loop started and
-				 * every call before it ticked (with its output's digest).
-				 */
-				if (!(ours->start > 0) || !(wants_seed ? ours->live != NULL : ours->ship) ||
-				    ours->nsent >= ours->nlive || ours->nticks != ours->nsent) {
-					char buf[256];
-					snprintf(buf, sizeof buf, "the worker asked for the %s of timed call %d when it had "
-						"marked %d of its %d timed calls", wants_seed ? "seed" : "inputs",
-						ours->nsent, ours->nticks, ours->nlive);
-					jv_free(timing);
-					jv_free(v);
-					return worker_abort(w, "timing", buf, fault);
-				}
-				jv seed;
-				if (wants_seed) {
-					seed = jv_object_set(jv_object(), jv_string("seed"), jv_number((double)ours->live[ours->nsent++]));
-				} else {
-					char from[PATHLEN], to[PATHLEN];
-					int k = ours->nsent++;
-					snprintf(from, sizeof from, "%s%d.ten", ours->ship_from, k % (ours->nship > 0 ? ours->nship : 1));
-					snprintf(to, sizeof to, "%s%d.ten", ours->ship_to, k);
-					if (reveal_file(from, to) != 0) {
-						char why[256];
-						const char *stage = placing_failed(errno, "a timed call's shipped inputs", why, sizeof why);
-						jv_free(timing);
-						jv_free(v);
-						return worker_abort(w, stage, why, fault);
-					}
-					seed = jv_object_set(jv_object(), jv_string("input"), jv_string(to));
-				}
-				if (worker_send(w, seed, fault) != 0) {
-					jv_free(timing);
-					jv_free(v);
-					return -1;
-				}
-			} else if (is_timing && ours) {
-				loop_clock_note(ours, jv_string_value(timing), v);
-			}
-			double askn = 0;
-			int asks = is_timing && !strcmp(jv_string_value(timing), "end") && ca_json_number(v, "ask", &askn) == 1;
+		if (res == CA_RUNNER_TOO_LONG)
+			return worker_abort(w, "protocol", "reply line too long", fault);
+		if (res == CA_RUNNER_GONE)
+			return worker_gone(w, fault);
+		if (res != CA_RUNNER_OK || jv_get_kind(v) != JV_KIND_OBJECT) {
+			jv_free(v);
+			return worker_abort(w, "protocol", "malformed reply from the worker", fault);
+		}
+		jv timing = ca_json_get(v, "timing");
+		if (jv_get_kind(timing) != JV_KIND_STRING) {
 			jv_free(timing);
-			if (asks) {
-				/* The worker kept every call's output: name the ones to check now. */
-				jv answer = ours ? loop_clock_choose(ours)
-						 : jv_object_set(jv_object(), jv_string("keep"), jv_array());
-				if (worker_send(w, answer, fault) != 0) {
-					jv_free(v);
-					return -1;
-				}
-			}
-			if (is_timing) {
-				jv_free(v);
-				continue;
-			}
 			*reply = v;
 			return 0;
 		}
+		int rc = timing_line(w, jv_string_value(timing), v, ours, fault);
+		jv_free(timing);
 		jv_free(v);
-		return worker_abort(w, "protocol", "malformed reply from the worker", fault);
+		if (rc != 0)
+			return -1;
 	}
-	return worker_gone(w, fault);
 }
 
 /* Send req (consumed) and wait for the reply, at most timeout_s. */
@@ -321,137 +319,123 @@ int worker_call(struct worker *w, jv req, double timeout_s, jv *reply, jv *fault
 	return worker_recv(w, ca_proc_now() + timeout_s, reply, fault, ours);
 }
 
-/* Start a worker; the ready line goes to w->hello. -1 with *fault on failure. */
-int worker_start(struct slot *s, struct worker *w, int candidate, jv *fault)
+/*
+ * A candidate's command inside ca-sandbox: its private directory, the
+ * trusted files hidden, the runner and the bytecode cache read-only, a
+ * wall-clock limit beyond every request's, and what the GPU's libraries
+ * need from the environment (the driver's are often found only through
+ * LD_LIBRARY_PATH).
+ */
+static char **sandboxed(const struct slot *s, const struct worker *w, const char *const *cmd)
+{
+	static const char *const pass[] = {"CA_CUPTI_LIB=", "PYTHON", "CA_PYCACHE=", "LD_LIBRARY_PATH=", "NVIDIA_",
+		"CUDA_HOME=", NULL};
+	const struct ca_eval_config *cfg = s->cfg;
+	struct ca_sandbox sb;
+	ca_sandbox_init(&sb);
+	sb.gpu = s->gpu >= 0;
+	sb.dir = w->dir;
+	sb.fsize_mb = cfg->fsize_mb;
+	const char *hide[] = {s->trusted};
+	sb.hide = hide;
+	sb.nhide = 1;
+	if (cfg->sandbox_user)
+		sb.uid = strtoll(cfg->sandbox_user, NULL, 10);  /* checked as an option */
+	sb.nproc = 4096;
+	const char *ro[] = {ca_paths_pydir(), pycache};
+	sb.ro = ro;
+	sb.nro = pycache[0] ? 2 : 1;
+	sb.time_s = nearbyint(cfg->load_timeout_s + (cfg->checks + 4) * cfg->timeout_s + 60);
+	return ca_runner_sandboxed(&sb, cmd, w->env, pass);
+}
+
+/* The worker's command line: the runner, in ca-sandbox for a candidate unless --no-sandbox. -1 with *fault. */
+static int worker_argv(struct slot *s, struct worker *w, int candidate, jv *fault)
 {
 	const struct ca_eval_config *cfg = s->cfg;
-	char runner[PATHLEN], buf[PATHLEN + 64];
-	size_t n = 0;
+	char runner[PATHLEN];
 	snprintf(runner, sizeof runner, "%s/ca_runner.py", ca_paths_pydir());
-	quiet_before_start(s->gpu);
-	w->env = make_env(s, candidate);
-	w->argv = NULL;
-	w->hello = jv_invalid();
+	const char *cmd[] = {ca_paths_python(), "-B", runner, "--role", candidate ? "candidate" : "reference",
+		"--device", cfg->device, NULL};
 	if (candidate && cfg->sandbox) {
 		char sandbox[PATHLEN];
 		snprintf(sandbox, sizeof sandbox, "%s/ca-sandbox", ca_paths_bindir());
 		if (access(sandbox, X_OK) != 0) {
-			*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("sandbox")),
-				jv_string("error"), jv_string("ca-sandbox not found next to this program "
-					"(build it, or pass --no-sandbox to run candidates unconfined)"));
+			*fault = fault_of("sandbox", "ca-sandbox not found next to this program "
+				"(build it, or pass --no-sandbox to run candidates unconfined)");
 			return -1;
 		}
-		w->argv = strv_push(w->argv, &n, sandbox);
-		if (s->gpu >= 0)
-			w->argv = strv_push(w->argv, &n, "--gpu");
-		w->argv = strv_push(w->argv, &n, "--dir");
-		w->argv = strv_push(w->argv, &n, w->dir);
-		snprintf(buf, sizeof buf, "%lld", cfg->fsize_mb);
-		w->argv = strv_push(w->argv, &n, "--fsize");
-		w->argv = strv_push(w->argv, &n, buf);
-		w->argv = strv_push(w->argv, &n, "--hide");
-		w->argv = strv_push(w->argv, &n, s->trusted);
-		if (cfg->sandbox_user) {
-			w->argv = strv_push(w->argv, &n, "--user");
-			w->argv = strv_push(w->argv, &n, cfg->sandbox_user);
-		}
-		w->argv = strv_push(w->argv, &n, "--nproc");
-		w->argv = strv_push(w->argv, &n, "4096");
-		w->argv = strv_push(w->argv, &n, "--ro");
-		w->argv = strv_push(w->argv, &n, ca_paths_pydir());
-		if (pycache[0]) {
-			w->argv = strv_push(w->argv, &n, "--ro");
-			w->argv = strv_push(w->argv, &n, pycache);
-		}
-		snprintf(buf, sizeof buf, "%.0f", cfg->load_timeout_s + (cfg->checks + 4) * cfg->timeout_s + 60);
-		w->argv = strv_push(w->argv, &n, "--time");
-		w->argv = strv_push(w->argv, &n, buf);
-		for (char **e = w->env; *e; e++)
-			/* The driver's libraries are often found only through LD_LIBRARY_PATH. */
-			if (!strncmp(*e, "CA_CUPTI_LIB=", 13) || !strncmp(*e, "PYTHON", 6) || !strncmp(*e, "CA_PYCACHE=", 11) ||
-					!strncmp(*e, "LD_LIBRARY_PATH=", 16) || !strncmp(*e, "NVIDIA_", 7) ||
-					!strncmp(*e, "CUDA_HOME=", 10)) {
-				w->argv = strv_push(w->argv, &n, "--env");
-				w->argv = strv_push(w->argv, &n, *e);
-			}
-		w->argv = strv_push(w->argv, &n, "--");
+		w->argv = sandboxed(s, w, cmd);
+		return 0;
 	}
-	w->argv = strv_push(w->argv, &n, ca_paths_python());
-	w->argv = strv_push(w->argv, &n, "-B");
-	w->argv = strv_push(w->argv, &n, runner);
-	w->argv = strv_push(w->argv, &n, "--role");
-	w->argv = strv_push(w->argv, &n, candidate ? "candidate" : "reference");
-	w->argv = strv_push(w->argv, &n, "--device");
-	w->argv = strv_push(w->argv, &n, cfg->device);
+	size_t n = 0;
+	for (int i = 0; cmd[i]; i++)
+		w->argv = strv_push(w->argv, &n, cmd[i]);
+	return 0;
+}
 
+/* Start a worker; the ready line goes to w->run.hello. -1 with *fault on failure. */
+int worker_start(struct slot *s, struct worker *w, int candidate, jv *fault)
+{
+	char buf[PATHLEN + 64];
+	quiet_before_start(s->gpu);
+	w->env = make_env(s, candidate);
+	w->argv = NULL;
+	ca_runner_init(&w->run);
+	if (worker_argv(s, w, candidate, fault) != 0)
+		return -1;
 	snprintf(w->log, sizeof w->log, "%s/%s-%ld.log", s->root, candidate ? "candidate" : "reference", ++s->serial);
 	int logfd = open(w->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
 	if (logfd < 0) {
-		*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("system")),
-			jv_string("error"), jv_string("cannot create a worker log"));
+		*fault = fault_of("system", "cannot create a worker log");
 		return -1;
 	}
 	fchmod(logfd, 0666);
-	ca_coproc_init(&w->co, (const char *const *)w->argv);
-	w->co.proc.env = (const char *const *)w->env;
-	w->co.proc.cwd = candidate ? w->dir : NULL;
-	w->co.proc.err_mode = CA_PROC_FD;
-	w->co.proc.err = logfd;
-	w->co.proc.die_with_parent = 1;
-	int rc = ca_coproc_start_prepared(&w->co);
+	int rc = ca_runner_start(&w->run, (const char *const *)w->argv, (const char *const *)w->env,
+		candidate ? w->dir : NULL, logfd);
 	int saved = errno;
 	close(logfd);
 	if (rc != 0) {
 		snprintf(buf, sizeof buf, "cannot start %s: %s", w->argv[0], strerror(saved));
-		*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("system")),
-			jv_string("error"), jv_string(buf));
+		*fault = fault_of("system", buf);
 		return -1;
 	}
-	w->running = 1;
-	quiet_started(w->co.proc.out, w->co.proc.pid, s->gpu);
+	quiet_started(w->run.co.proc.out, w->run.co.proc.pid, s->gpu);
 	return 0;
 }
 
 /* Wait for the ready line of a started worker. */
 int worker_ready(struct worker *w, double timeout_s, jv *fault)
 {
-	if (jv_is_valid(w->hello))
+	if (jv_is_valid(w->run.hello))
 		return 0;
-	char *line = w->running ? ca_coproc_read_line(&w->co, timeout_s, NULL) : NULL;
-	if (w->running)
-		quiet_done(w->co.proc.out, w->co.proc.pid);
-	if (!line) {
+	int was_running = w->run.running;
+	int out = w->run.co.proc.out;
+	pid_t pid = w->run.co.proc.pid;
+	enum ca_runner_result res = was_running ? ca_runner_hello(&w->run, timeout_s) : CA_RUNNER_GONE;
+	if (was_running)
+		quiet_done(out, pid);
+	if (res == CA_RUNNER_TIMEOUT) {
+		ca_runner_kill(&w->run);
+		*fault = fault_of("timeout", "the worker did not start in time");
+		return -1;
+	}
+	if (res == CA_RUNNER_GONE || res == CA_RUNNER_TOO_LONG) {
 		const char *stage = "start";
-		char *msg;
-		if (w->running && errno == ETIMEDOUT) {
-			ca_proc_kill(&w->co.proc, SIGKILL);
-			ca_coproc_close(&w->co, 0);
-			msg = ca_xstrdup("the worker did not start in time");
-			stage = "timeout";
-		} else {
-			int status = w->running ? ca_coproc_close(&w->co, 2) : 1;
-			msg = describe_exit(w, status, &stage);
-			if (!strcmp(stage, "crash"))
-				stage = "start";
-		}
-		w->running = 0;
-		*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string(stage)),
-			jv_string("error"), jv_string(msg));
+		int status = !was_running ? 1 : res == CA_RUNNER_GONE ? w->run.status : ca_runner_close(&w->run, 2);
+		char *msg = describe_exit(w, status, &stage);
+		*fault = fault_of(!strcmp(stage, "crash") ? "start" : stage, msg);
 		free(msg);
 		return -1;
 	}
-	jv v = jv_parse(line);
-	free(line);
-	if (jv_get_kind(v) != JV_KIND_OBJECT || ca_json_bool(v, "ready") != 1) {
-		char *err = jv_get_kind(v) == JV_KIND_OBJECT ? ca_json_strdup(v, "error") : NULL;
-		jv_free(v);
-		ca_coproc_close(&w->co, 1);
-		w->running = 0;
-		*fault = jv_object_set(jv_object_set(jv_object(), jv_string("stage"), jv_string("start")),
-			jv_string("error"), jv_string(err ? err : "the worker did not say it was ready"));
+	jv v = w->run.hello;
+	if (res != CA_RUNNER_OK || jv_get_kind(v) != JV_KIND_OBJECT || ca_json_bool(v, "ready") != 1) {
+		char *err = res == CA_RUNNER_OK && jv_get_kind(v) == JV_KIND_OBJECT ? ca_json_strdup(v, "error") : NULL;
+		ca_runner_forget(&w->run);
+		ca_runner_close(&w->run, 1);
+		*fault = fault_of("start", err ? err : "the worker did not say it was ready");
 		free(err);
 		return -1;
 	}
-	w->hello = v;
 	return 0;
 }
