@@ -185,10 +185,11 @@ fi
 
 # 6. The first record of a new task (its baselines and torch.compile's caches of it empty; the
 #    machine otherwise used: bytecode, builds), with the compile worker (see ca-profile(1))
-#    beside the same without it (CA_EVAL_COMPILE_WORKER=0), alternating which goes first; ReLU
+#    beside the same without it (CA_EVAL_COMPILE_WORKER=0), alternating which goes first (each
+#    order a pair: CA_BENCH_NEWTASK_ORDERS="1 0" for one pair); ReLU
 #    (relu_mid) and the matmul, each a process of its own, then both as one stream (the second
 #    new task finds the worker up).
-if want newtask && fits 200 "first record of a new task"; then
+if want newtask && fits 130 "first record of a new task"; then
 	NT=$WORK/nt-cache
 	record sum sum "$ADV/honest/sum" | CA_CACHE=$NT ca-profile --verify $O >/dev/null  # a used machine
 	newtask() { # worker records-file out
@@ -198,7 +199,7 @@ if want newtask && fits 200 "first record of a new task"; then
 	for t in relu_mid matmul; do
 		record "$t" "$t" "$ADV/honest/${t%_mid}" >"$WORK/nt-$t.ndjson"
 		: >"$WORK/nt-$t.json"
-		for order in "1 0" "0 1"; do
+		for order in ${CA_BENCH_NEWTASK_ORDERS:-"1 0" "0 1"}; do
 			for w in $order; do
 				s=$(newtask "$w" "$WORK/nt-$t.ndjson" "$WORK/nt-out.ndjson")
 				jq -c --arg s "$s" --argjson w "$w" '{worker: ($w == 1), wall_s: ($s | tonumber), ok: (.verify.ok and .profile.ok),
