@@ -19,9 +19,8 @@
 #      CUDA-Agent's layout (built by ca-build);
 #   2b. the cost of verify's robustness checks: ca-verify --robust 0 against
 #      the default on the matmul and on a ~70 us ReLU;
-#   6. the first record of a new task (its baselines not cached) with
-#      ca-profile's compile worker and without (CA_EVAL_COMPILE_WORKER=0),
-#      side by side, one task a process and two in one stream;
+#   6. the first record of a new task (its baselines not cached) on a used
+#      machine, one task a process and two in one stream;
 #   4. repeatability: three profiles of the matmul candidate, the spread of
 #      their medians (and of the host clock's, the method before CUDA
 #      events), and ca's candidate time beside the sum of the kernel
@@ -183,42 +182,26 @@ if want flavours && fits 240 "builds per flavour"; then
 		extension_cached: [($x + $y)[] | .verify.extension_cached], target: "load_inline build <= 5 s"}')"
 fi
 
-# 6. The first record of a new task (its baselines and torch.compile's caches of it empty; the
-#    machine otherwise used: bytecode, builds), with the compile worker (see ca-profile(1))
-#    beside the same without it (CA_EVAL_COMPILE_WORKER=0), alternating which goes first (each
-#    order a pair: CA_BENCH_NEWTASK_ORDERS="1 0" for one pair); ReLU
-#    (relu_mid) and the matmul, each a process of its own, then both as one stream (the second
-#    new task finds the worker up).
-if want newtask && fits 130 "first record of a new task"; then
+# 6. The first record of a new task on a used machine: its baselines and torch.compile's
+#    caches of it empty, the rest (bytecode, builds) as a machine that ran before has them;
+#    ReLU (relu_mid) and the matmul, each a process of its own, then both as one stream.
+if want newtask && fits 60 "first record of a new task"; then
 	NT=$WORK/nt-cache
 	record sum sum "$ADV/honest/sum" | CA_CACHE=$NT ca-profile --verify $O >/dev/null  # a used machine
-	newtask() { # worker records-file out
+	newtask() { # records-file out
 		rm -rf "$NT/baselines" "$NT/torch-compile"
-		t0=$(now); CA_CACHE=$NT CA_EVAL_COMPILE_WORKER=$1 ca-profile --verify $O <"$2" >"$3"; since "$t0"
+		t0=$(now); CA_CACHE=$NT ca-profile --verify $O <"$1" >"$2"; since "$t0"
 	}
 	for t in relu_mid matmul; do
 		record "$t" "$t" "$ADV/honest/${t%_mid}" >"$WORK/nt-$t.ndjson"
-		: >"$WORK/nt-$t.json"
-		for order in ${CA_BENCH_NEWTASK_ORDERS:-"1 0" "0 1"}; do
-			for w in $order; do
-				s=$(newtask "$w" "$WORK/nt-$t.ndjson" "$WORK/nt-out.ndjson")
-				jq -c --arg s "$s" --argjson w "$w" '{worker: ($w == 1), wall_s: ($s | tonumber), ok: (.verify.ok and .profile.ok),
-					compile_wait_s: .profile.phases.compile_wait, baselines_s: .profile.phases.baselines}' "$WORK/nt-out.ndjson" >>"$WORK/nt-$t.json"
-			done
-		done
-		emit "$(jq -c -s --arg t "$t" 'def mean: add / length;
-			(map(select(.worker) | .wall_s) | mean) as $on | (map(select(.worker | not) | .wall_s) | mean) as $off |
-			{bench: ("first record of a new task, ca flavour, " + $t), with_worker_s: $on, without_s: $off,
-			ratio: ($off / $on), runs: ., target: "<= 8 s"}' "$WORK/nt-$t.json")"
+		s=$(newtask "$WORK/nt-$t.ndjson" "$WORK/nt-out.ndjson")
+		emit "$(jq -c --arg s "$s" --arg t "$t" '{bench: ("first record of a new task, ca flavour, " + $t), wall_s: ($s | tonumber),
+			ok: (.verify.ok and .profile.ok), baselines_s: .profile.phases.baselines, target: "<= 8 s"}' "$WORK/nt-out.ndjson")"
 	done
 	cat "$WORK/nt-relu_mid.ndjson" "$WORK/nt-matmul.ndjson" >"$WORK/nt-two.ndjson"
-	on=$(newtask 1 "$WORK/nt-two.ndjson" "$WORK/nt-two-on.ndjson")
-	off=$(newtask 0 "$WORK/nt-two.ndjson" "$WORK/nt-two-off.ndjson")
-	emit "$(jq -nc --arg on "$on" --arg off "$off" --slurpfile a "$WORK/nt-two-on.ndjson" --slurpfile b "$WORK/nt-two-off.ndjson" \
-		'{bench: "two new tasks in one stream (ReLU, then the matmul)", with_worker_s: ($on | tonumber), without_s: ($off | tonumber),
-		ratio: (($off | tonumber) / ($on | tonumber)), ok: [($a + $b)[] | (.verify.ok and .profile.ok)],
-		seconds_with: [$a[].profile.seconds], seconds_without: [$b[].profile.seconds],
-		compile_wait_s: [$a[].profile.phases.compile_wait]}')"
+	s=$(newtask "$WORK/nt-two.ndjson" "$WORK/nt-two-out.ndjson")
+	emit "$(jq -c -s --arg s "$s" '{bench: "two new tasks in one stream (ReLU, then the matmul)", wall_s: ($s | tonumber),
+		ok: map(.verify.ok and .profile.ok), seconds: map(.profile.seconds)}' "$WORK/nt-two-out.ndjson")"
 fi
 
 # 2. Verify + profile of the matmul candidate; the first run fills the baseline cache.

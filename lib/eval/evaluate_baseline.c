@@ -144,136 +144,6 @@ static void baseline_key(const struct job *j, const char *mode, char key[65])
 	free(torch);
 }
 
-/* ------------------------------------------------------------------ the compile worker */
-
-/*
- * torch.compile's first call (dynamo, inductor, triton) is most of a new
- * task's first record. So when the record's compile baseline is not
- * cached, a second trusted reference, the slot's compile worker, loads
- * the task and compiles it ("warm") while the build, the loads and the
- * checks run, and the compile baseline is timed in it. Its replies are
- * read before the slot's first timed loop (compile_warm_wait), so it is
- * idle while anything is timed; after its baseline it forgets the task
- * and waits, warm, for the slot's next new task. Any fault of its only
- * stops it: the reference then compiles and times as it did without.
- */
-
-/* The compile worker stopped, its GPU memory (a second copy of the task's model) freed. */
-static void compile_worker_stop(struct slot *s)
-{
-	worker_stop(&s->compiler, 0);
-	s->warm_pending = 0;
-	s->warm_key[0] = '\0';
-}
-
-/*
- * Its baseline timed: the worker forgets the task (its copy of the model
- * and the compiled code freed) and stays up for the slot's next new task,
- * torch.compile's modules imported and its compile workers started
- * (seconds of a first compile); stopped when it cannot.
- */
-static void compile_worker_forget(struct slot *s)
-{
-	jv fault = jv_invalid(), reply = jv_invalid();
-	int ok = worker_call(&s->compiler, set_str(jv_object(), "op", "forget"), 60, &reply, &fault, NULL) == 0 &&
-		ca_json_bool(reply, "ok") == 1;
-	jv_free(fault);
-	jv_free(reply);
-	s->warm_key[0] = '\0';
-	if (!ok)
-		compile_worker_stop(s);
-}
-
-void compile_warm_start(struct job *j, jv code)
-{
-	struct slot *s = j->slot;
-	const struct ca_eval_config *cfg = s->cfg;
-	char key[65], path[PATHLEN], weights[PATHLEN], init[PATHLEN];
-	jv fault = jv_invalid();
-	const char *env = getenv("CA_EVAL_COMPILE_WORKER");
-	if (cfg->mode != CA_EVAL_PROFILE || cfg->no_compile || !jv_is_valid(s->reference.run.hello) || (env && !strcmp(env, "0")))
-		return;
-	baseline_key(j, "compile", key);
-	/* Already compiling this task for a record that failed before its baselines: it goes on. */
-	if (s->warm_pending && !strcmp(s->warm_key, key))
-		return;
-	if (s->warm_pending)  /* compiling a task whose records all failed before their baselines */
-		compile_worker_stop(s);
-	else if (s->warm_key[0])  /* holding one whose baseline was never timed */
-		compile_worker_forget(s);
-	if (!cfg->no_cache) {
-		jv v = baseline_load(key);
-		int cached = jv_is_valid(v);
-		jv_free(v);
-		if (cached)
-			return;
-	}
-	snprintf(path, sizeof path, "%s/compile-model.py", s->trusted);
-	snprintf(weights, sizeof weights, "%s/compile-weights.ten", s->trusted);
-	snprintf(init, sizeof init, "%s/compile-init.ten", s->trusted);
-	if (eval_write_file(path, jv_string_value(code), (size_t)jv_string_length_bytes(jv_copy(code))) != 0)
-		return;
-	if (!s->compiler.run.running) {
-		worker_stop(&s->compiler, 0);
-		memset(&s->compiler, 0, sizeof s->compiler);
-		s->compiler.run.hello = jv_invalid();
-		if (worker_start(s, &s->compiler, 0, &fault) != 0) {
-			jv_free(fault);
-			return;
-		}
-	}
-	/* The reference's seed: the same weights, so the same compiled graph as the reference's would be. */
-	jv task = set_str(set_str(set_str(set_str(jv_object(), "op", "task"), "path", path), "weights_out", weights),
-		"init_out", init);
-	jv warm = set_str(jv_object(), "op", "warm");
-	warm = jv_object_set(warm, jv_string("compile_mode"), cfg->compile_mode ? jv_string(cfg->compile_mode) : jv_null());
-	if (worker_send(&s->compiler, set_num(task, "seed", (double)j->seed), &fault) != 0 ||
-	    worker_send(&s->compiler, set_num(warm, "seed", (double)fresh_seed()), &fault) != 0) {
-		jv_free(fault);
-		compile_worker_stop(s);
-		return;
-	}
-	s->warm_pending = 2;
-	memcpy(s->warm_key, key, sizeof s->warm_key);
-}
-
-/*
- * Before the slot's first timed loop of a record: the compile worker's
- * warm-up finished (its replies read), or the worker stopped. Its time
- * waited is the phase "compile_wait".
- */
-static void compile_warm_wait(struct job *j)
-{
-	struct slot *s = j->slot;
-	const struct ca_eval_config *cfg = s->cfg;
-	if (!s->warm_pending)
-		return;
-	jv fault = jv_invalid(), reply = jv_invalid();
-	int ok = worker_ready(&s->compiler, cfg->load_timeout_s, &fault) == 0;
-	/* As long as the reference's own compile baseline may take (see baseline). */
-	s->compiler.limit_s = cfg->load_timeout_s + 600;
-	double deadline = ca_proc_now() + s->compiler.limit_s;
-	for (; ok && s->warm_pending > 0; s->warm_pending--) {
-		ok = worker_recv(&s->compiler, deadline, &reply, &fault, NULL) == 0 && ca_json_bool(reply, "ok") == 1;
-		jv_free(reply);
-		reply = jv_invalid();
-	}
-	jv_free(fault);
-	s->warm_pending = 0;
-	if (!ok)
-		compile_worker_stop(s);
-	job_phase(j, "compile_wait");
-}
-
-/* Where the record's baseline by mode is timed: the compile worker when it compiled this one. */
-static struct worker *baseline_worker(struct job *j, const char *mode, const char *key)
-{
-	struct slot *s = j->slot;
-	if (!strcmp(mode, "compile") && s->compiler.run.running && !strcmp(s->warm_key, key))
-		return &s->compiler;
-	return &s->reference;
-}
-
 /* Time the reference by mode (eager/compile), from the cache when possible. */
 static int baseline(struct job *j, const char *mode, jv *out, int *cached, int fresh)
 {
@@ -307,21 +177,11 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached, int f
 		live[i] = fresh_seed();
 	jv req = time_request(j, mode, prefix, keep_indices(cfg, j->seed), &ours, live);
 	jv fault;
-	struct worker *w = baseline_worker(j, mode, key);
 	timed_loop_begin(s);
-	int rc = worker_call(w, req, cfg->timeout_s * 10 + (strcmp(mode, "compile") ? 0 : 600), &reply, &fault, &ours);
+	int rc = worker_call(&s->reference, req, cfg->timeout_s * 10 + (strcmp(mode, "compile") ? 0 : 600), &reply, &fault, &ours);
 	timed_loop_end(s);
 	free(live);
 	ship_unreveal(j);
-	if (w == &s->compiler && (rc != 0 || ca_json_bool(reply, "ok") != 1)) {
-		/* The compile worker's fault is not the task's: the reference times it, as without one. */
-		loop_clock_free(&ours);
-		jv_free(rc != 0 ? fault : reply);
-		compile_worker_stop(s);
-		return baseline(j, mode, out, cached, fresh);
-	}
-	if (w == &s->compiler)  /* its work is done: its memory is not kept beside the candidate's loop */
-		compile_worker_forget(s);
 	if (rc != 0) {
 		loop_clock_free(&ours);
 		reference_failed(j, fault);
@@ -365,7 +225,6 @@ int profile_baselines(struct job *j, struct loop_overhead *overhead)
 	const struct ca_eval_config *cfg = j->slot->cfg;
 	jv eager, compiled = jv_null();
 	int eager_cached = 0, compile_cached = 0;
-	compile_warm_wait(j);
 	if (baseline(j, "eager", &eager, &eager_cached, 0) != 0)
 		return -1;
 	if (!cfg->no_compile && baseline(j, "compile", &compiled, &compile_cached, 0) != 0) {

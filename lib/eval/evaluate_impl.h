@@ -73,15 +73,6 @@ struct slot {
 	struct worker spare[MAX_SPARES];  /* candidate workers started ahead, oldest first */
 	int nspares;             /* how many to keep started */
 	long serial;
-	/*
-	 * The compile worker (evaluate_baseline.c): a second reference that
-	 * compiles a task whose compile baseline is not cached while the
-	 * record's build and checks run; warm_pending counts its replies not
-	 * yet read, warm_key is the baseline it compiled for ("" for none).
-	 */
-	struct worker compiler;
-	int warm_pending;
-	char warm_key[65];
 	int lock_fd;             /* the GPU's lock file (see gpu_lock), -1 on the CPU */
 };
 
@@ -261,7 +252,6 @@ void ship_unreveal(const struct job *j);
 
 /* evaluate_baseline.c */
 int profile_baselines(struct job *j, struct loop_overhead *overhead);
-void compile_warm_start(struct job *j, jv code);
 int fresh_overhead(struct job *j, struct loop_overhead *overhead);
 
 /* evaluate_stream.c: whether the slot's stream may still bring records (always for a server's). */

@@ -505,23 +505,6 @@ int job_prepare(struct job *j, jv record)
 		jv_free(cand);
 		return -1;
 	}
-	/*
-	 * ca-profile: the reference up now (its start overlaps the
-	 * candidate's), so that the compile worker can start on a task whose
-	 * compile baseline is not cached and compile it beside the build and
-	 * the checks.
-	 */
-	if (cfg->mode == CA_EVAL_PROFILE && !cfg->no_compile) {
-		if (reference_ready(s, &fault) != 0) {
-			job_fault(j, fault, "reference worker: ");
-			j->result = set_str(j->result, "stage", "reference");
-			jv_free(code);
-			jv_free(cand);
-			return -1;
-		}
-		job_phase(j, "reference_start");
-		compile_warm_start(j, code);
-	}
 	snprintf(j->io, sizeof j->io, "%s/.ca-io", j->cand.dir);
 	int rc = job_workspace(j, cand);
 	jv_free(cand);

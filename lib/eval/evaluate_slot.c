@@ -196,7 +196,6 @@ static int slot_make(struct slot *s, const struct ca_eval_config *cfg, int index
 	s->index = index;
 	s->gpu = gpu;
 	s->reference.run.hello = jv_invalid();
-	s->compiler.run.hello = jv_invalid();
 	for (int i = 0; i < MAX_SPARES; i++)
 		s->spare[i].run.hello = jv_invalid();
 	/*
@@ -251,7 +250,6 @@ void slot_close(struct slot *s)
 	for (int i = 0; i < MAX_SPARES; i++)
 		worker_abandon(&s->spare[i]);
 	worker_abandon(&s->reference);
-	worker_abandon(&s->compiler);
 	if (s->lock_fd >= 0)
 		close(s->lock_fd);
 	if (s->root[0])

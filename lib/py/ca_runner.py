@@ -138,17 +138,6 @@ Requests (paths are files; tensor files are described in lib/eval/tensor.h):
       "loop_s", "digests"
       (one per call drawn from seeds, one per set loaded from files) and,
       with trace, "kernels" (over the timed calls only).
-  {"op": "warm", "seed": S, "compile_mode": M|null}
-      reference: torch.compile the model loaded by "task" (as "time"
-      does for "compile", with the same mode) and call it once on the
-      inputs drawn under S, so that a later "time" in mode "compile"
-      finds it compiled. Sent to a second reference (the compile worker)
-      while the record's build and checks run. Reply adds "seconds".
-  {"op": "forget"}
-      reference: drop the model and its compiled form (torch._dynamo's
-      caches reset, the device's cached memory freed), so a compile
-      worker kept between tasks holds no task's memory beside a
-      candidate's loop.
   {"op": "digests", "seeds": [S...]}
       reference: draw the inputs under each seed, one set at a time, as
       "time" and "inputs" do, without running the model. Reply adds
@@ -969,26 +958,6 @@ class Worker:
             reply.update({"out_usable": ok, "out_unusable_why": why, "out_rms": rms})
         return reply
 
-    def op_warm(self, req):
-        t = self.torch
-        cm = req.get("compile_mode")
-        start = _perf()
-        self.compiled = t.compile(self.model, mode=None if cm in (None, "default") else cm)
-        self._forward(self.compiled, self.make_inputs(int(req.get("seed", 0))))
-        self.sync()
-        return {"seconds": _perf() - start}
-
-    def op_forget(self, req):
-        t = self.torch
-        self.model = self.compiled = None
-        if "torch._dynamo" in sys.modules:
-            t._dynamo.reset()
-        import gc
-        gc.collect()
-        if self.device == "cuda":
-            t.cuda.empty_cache()
-        return {}
-
     def op_time(self, req):
         _warm_done()
         t = self.torch
@@ -1776,8 +1745,7 @@ def main():
         if args.role == "reference":
             _warm_robust("cuda")
     ops = {"task": worker.op_task, "inputs": worker.op_inputs, "candidate": worker.op_candidate,
-           "run": worker.op_run, "time": worker.op_time, "digests": worker.op_digests, "warm": worker.op_warm,
-           "forget": worker.op_forget,
+           "run": worker.op_run, "time": worker.op_time, "digests": worker.op_digests,
            "resize": worker.op_resize}
     for line in sys.stdin:
         if not line.strip():
@@ -1797,7 +1765,7 @@ def main():
         if fn is None:
             _send({"ok": False, "stage": "protocol", "error": "unknown op %r" % op})
             continue
-        if args.role == "candidate" and op in ("task", "inputs", "digests", "warm", "forget"):
+        if args.role == "candidate" and op in ("task", "inputs", "digests"):
             _send({"ok": False, "stage": "protocol", "error": "op %r is for the reference role" % op})
             continue
         try:
