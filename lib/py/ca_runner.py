@@ -156,6 +156,8 @@ import sys
 import time
 import traceback
 
+import ca_clock
+
 _perf = time.perf_counter
 _proto = None
 # CUDA event methods, bound when the worker starts, before any task or candidate
@@ -673,9 +675,7 @@ class Worker:
             _ev_record = torch.cuda.Event.record
             _ev_sync = torch.cuda.Event.synchronize
             _ev_elapsed = torch.cuda.Event.elapsed_time
-            props = torch.cuda.get_device_properties(0)
-            l2 = getattr(props, "L2_cache_size", 50 << 20) or (50 << 20)
-            self.flush_buffer = torch.empty(max(2 * l2, 64 << 20) // 4, dtype=torch.int32, device=self.dev)
+            self.flush_buffer = ca_clock.flush_buffer(torch, self.dev)
         if role == "candidate":
             _refuse_compile()
 
@@ -1257,12 +1257,7 @@ def _without(kernels, flush, iters):
     return sorted(out, key=lambda k: -k["total_us"])
 
 
-def _median(values):
-    s = sorted(values)
-    if not s:
-        return 0.0
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+_median = ca_clock.median
 
 
 # Most bytes of timed outputs kept for checks chosen after the loop (all

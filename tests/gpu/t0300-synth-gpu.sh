@@ -28,4 +28,16 @@ expect_success '--sandbox: workers in ca-sandbox still compile and time on the G
 	ca-filter -j 2 --device cuda --sandbox --min-ms 0 --max-ms 1e9 <t >f &&
 	[ "$(jq -se "map(select(.filter.checks.executable == true and (.filter.checks.compile | type) == \"boolean\"
 		and (.filter.eager_ms | type) == \"number\")) | length" f)" -eq 2 ]'
+# relu_mid's 16 MB input and output fit in the H200's L2 together: timed
+# on the same inputs without a flush, the filter judges a time below the
+# one the reward divides by (lib/py/ca_clock.py).
+expect_success 'the workload check times the eager model as ca-profile times its baseline' '
+	jq -nc --rawfile code "$TESTS_DIR/adversarial/tasks/relu_mid.py" "{id: \"relu_mid\", source: \"test\", code: \$code}" |
+		ca-filter -j 1 --device cuda --no-compile --min-ms 0 --max-ms 1e9 >f &&
+	cp -R "$TESTS_DIR/adversarial/honest/relu" "$TRASH_BASE/relu" &&
+	jq -nc --rawfile code "$TESTS_DIR/adversarial/tasks/relu_mid.py" --arg dir "$TRASH_BASE/relu" \
+		"{id: \"relu\", code: \$code, candidate: {dir: \$dir}, verify: {ok: true}}" |
+		CA_CACHE=$TRASH_BASE/cache ca-profile --no-compile --iters 20 >p &&
+	jq -nc --slurpfile f f --slurpfile p p "{filter_us: (\$f[0].filter.eager_ms * 1000), profile_us: \$p[0].profile.eager_us}" | sed "s/^/# /" &&
+	jq -e -n --slurpfile f f --slurpfile p p "(\$f[0].filter.eager_ms * 1000 / \$p[0].profile.eager_us) as \$r | \$r > 0.75 and \$r < 1.33"'
 test_done
