@@ -613,12 +613,15 @@ static void report(const struct plan *pl)
 {
 	static const char *const names[] = {"preprocess", "cudafe++", "cicc", "ptxas", "dependencies", "other"};
 	const char *verbose = getenv("CA_NVCC_VERBOSE");
-	if (!verbose || !*verbose)
-		return;
-	for (size_t i = 0; i < pl->n; i++)
-		if (pl->v[i].state == DONE)
+	for (size_t i = 0; verbose && *verbose && i < pl->n; i++) {
+		const struct step *s = &pl->v[i];
+		const char *name = names[s->kind];
+		if (s->kind == OTHER && s->nwords)  /* fatbinary, the host compiler */
+			name = strrchr(s->words[0], '/') ? strrchr(s->words[0], '/') + 1 : s->words[0];
+		if (s->state == DONE)
 			ca_err_warn("step %zu%s %s: %.2f s, status %d", i, i < pl->parallel ? " (side by side)" : "",
-				names[pl->v[i].kind], pl->v[i].proc.wall_s, pl->v[i].status);
+				name, s->proc.wall_s, s->status);
+	}
 }
 
 static void plan_free(struct plan *pl)
