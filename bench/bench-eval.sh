@@ -19,17 +19,19 @@
 #      CUDA-Agent's layout (built by ca-build);
 #   2b. the cost of verify's robustness checks: ca-verify --robust 0 against
 #      the default on the matmul and on a ~70 us ReLU;
+#   5b. nvcc against ca-nvcc on a load_inline unit (torch/extension.h, the
+#      flags of torch's ninja build), side by side with their phase times;
 #   6. the first record of a new task (its baselines not cached) on a used
 #      machine, one task a process and two in one stream;
 #   4. repeatability: three profiles of the matmul candidate, the spread of
 #      their medians (and of the host clock's, the method before CUDA
 #      events), and ca's candidate time beside the sum of the kernel
 #      durations CUPTI saw and, when ncu is there, Nsight Compute's.
-# The steps run in the order 1, 3, 5, 6, 2, 4 (the ratio first), the stream last.
+# The steps run in the order 1, 3, 5, 5b, 6, 2, 4 (the ratio first), the stream last.
 # Results: one JSON object per measurement on stdout and in $CA_BENCH_OUT/bench-eval.ndjson.
 # CA_BENCH_BUDGET (seconds, default 600) bounds the whole run: steps that
 # would not fit are skipped and say so; CA_BENCH_SKIP names sections to
-# leave out (ratio, layouts, flavours, newtask, single, robust, server, repeat, stream, ncu).
+# leave out (ratio, layouts, flavours, nvcc, newtask, single, robust, server, repeat, stream, ncu).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 : "${CA_BIN:=$ROOT/bin}"
@@ -57,7 +59,7 @@ fits() {
 	return 1
 }
 emit() { echo "$1" | tee -a "$RESULTS"; }
-# want SECTION: not named in $CA_BENCH_SKIP (ratio, layouts, flavours, newtask, single, robust, server, repeat, stream, ncu).
+# want SECTION: not named in $CA_BENCH_SKIP (ratio, layouts, flavours, nvcc, newtask, single, robust, server, repeat, stream, ncu).
 want() { case " ${CA_BENCH_SKIP:-} " in *" $1 "*) return 1 ;; esac; return 0; }
 record() { # id task dir
 	jq -nc --arg id "$1" --rawfile code "$ADV/tasks/$2.py" --arg dir "$3" \
@@ -180,6 +182,44 @@ if want flavours && fits 240 "builds per flavour"; then
 		anchor_import_wall_s: ($wk | tonumber), ca_verify_profile_cold_s: ($k1 | tonumber), ca_verify_profile_again_s: ($k2 | tonumber),
 		ratio_cold: (($wk | tonumber) / ($k1 | tonumber)), ok: [($x + $y)[] | (.verify.ok and .profile.ok)],
 		extension_cached: [($x + $y)[] | .verify.extension_cached], target: "load_inline build <= 5 s"}')"
+fi
+
+# 5b. nvcc against ca-nvcc on the kernelbench flavour's load_inline unit (torch/extension.h): its
+#     import with load_inline through ca-nvcc (PYTORCH_NVCC, cold; section 5's anchor is the same
+#     import through nvcc), then the unit alone with the flags torch's ninja gave it, nvcc and
+#     ca-nvcc in turn, twice each; the phase times of each (nvcc --time, CA_NVCC_VERBOSE), and
+#     whether the objects and dependency files agree (nvcc's temporary file name masked).
+if want nvcc && fits 400 "nvcc vs ca-nvcc"; then
+	NV=$WORK/nv
+	mkdir -p "$NV"
+	t0=$(now); (cd "$ADV/flavours/kernelbench" && TORCH_EXTENSIONS_DIR=$NV/te PYTORCH_NVCC=$CA_BIN/ca-nvcc \
+		"$PY" -c 'import model_new' >/dev/null 2>>"$OUTDIR/nvcc.err"); wi=$(since "$t0")
+	ninja=$(ls "$NV"/te/*/build.ninja 2>/dev/null | head -n 1)
+	real=$("$PY" -c 'from torch.utils.cpp_extension import _join_cuda_home as j; print(j("bin", "nvcc"))' 2>/dev/null)
+	flags=$(sed -n 's/^cuda_cflags = //p' "$ninja" 2>/dev/null) post=$(sed -n 's/^cuda_post_cflags = //p' "$ninja" 2>/dev/null)
+	src=$(dirname "${ninja:-.}")/cuda.cu
+	ns= cs=
+	for r in 1 2; do
+		t0=$(now); (cd "$NV" && sh -c "\"$real\" --time n$r.csv -MD -MF n$r.o.d $flags -c \"$src\" -o n$r.o $post") >>"$OUTDIR/nvcc.err" 2>&1
+		ns="$ns${ns:+,}$(since "$t0")"
+		t0=$(now); (cd "$NV" && CA_NVCC_REAL=$real CA_NVCC_VERBOSE=1 sh -c "ca-nvcc -MD -MF c$r.o.d $flags -c \"$src\" -o c$r.o $post") 2>"$NV/c$r.err"
+		cs="$cs${cs:+,}$(since "$t0")"
+	done
+	mask() { sed 's/tmpxft_[0-9a-f]\{8\}_[0-9a-f]\{8\}/tmpxft_XXXXXXXX_XXXXXXXX/g' "$1"; }
+	same_o=false same_d=false
+	[ -s "$NV/n1.o" ] && mask "$NV/n1.o" >"$NV/n.masked" && mask "$NV/c1.o" >"$NV/c.masked" && cmp -s "$NV/n.masked" "$NV/c.masked" && same_o=true
+	[ -s "$NV/n1.o.d" ] && sed 's/^n1\.o :/c1.o :/' "$NV/n1.o.d" | cmp -s - "$NV/c1.o.d" && same_d=true
+	awk -F' , ' 'NR > 1 && $7 != "" { gsub(/^ +| +$/, "", $2); print $2 "\t" $7 / 1000 }' "$NV/n1.csv" >"$NV/n.phases" 2>/dev/null
+	sed -n 's/^ca-nvcc: step [0-9]* \(([^)]*) \)\{0,1\}\([^:]*\): \([0-9.]*\) s.*/\2\t\3/p' "$NV/c1.err" >"$NV/c.phases"
+	emit "$(jq -nc --arg wi "$wi" --arg ns "$ns" --arg cs "$cs" --argjson so "$same_o" --argjson sd "$same_d" \
+		--rawfile np "$NV/n.phases" --rawfile cp "$NV/c.phases" --arg said "$(grep -v '^ca-nvcc: step' "$NV/c1.err" | tail -n 3)" \
+		'def phases(t): [t | split("\n")[] | select(length > 0) | split("\t") | {phase: .[0], s: (.[1] | tonumber)}];
+		($ns | split(",") | map(tonumber)) as $n | ($cs | split(",") | map(tonumber)) as $c |
+		{bench: "nvcc vs ca-nvcc, load_inline unit (kernelbench flavour, torch/extension.h, torch ninja flags)",
+		nvcc_s: $n, ca_nvcc_s: $c, speedup: (if ($c | min) > 0 then ($n | min) / ($c | min) else null end),
+		load_inline_import_through_ca_nvcc_s: ($wi | tonumber), same_object: $so, same_dependency_file: $sd,
+		nvcc_phases_s: phases($np), ca_nvcc_phases_s: phases($cp), ca_nvcc_said: $said,
+		target: "nvcc ~66 s -> ca-nvcc ~45 s"}')"
 fi
 
 # 6. The first record of a new task on a used machine: its baselines and torch.compile's

@@ -5,7 +5,7 @@
 # ship) is counted as skipped. Examples run in a scratch directory where
 # examples/ and data/ are the repository's.
 . "$(dirname "$0")/test-lib.sh"
-pages="ca-reward.1 ca-gae.1 ca-stats.1 ca.7 ca-records.5 ca-agent.1 ca-best.1 ca-rft-filter.1 ca-logprob.1 ca-sample.1 ca-ppo-step.1 ca-value-step.1 ca-sft-step.1 ca-toy.1 ca-train.1 ca-sandbox.1 ca-build.1 ca-rollout.1 ca-eval.1 ca-synth.1 ca-plot.1 ca-verify.1 ca-profile.1 ca-crawl.1 ca-compose.1 ca-filter.1 ca-dataset-stats.1 ca-launch.1"
+pages="ca-reward.1 ca-gae.1 ca-stats.1 ca.7 ca-records.5 ca-agent.1 ca-best.1 ca-rft-filter.1 ca-logprob.1 ca-sample.1 ca-ppo-step.1 ca-value-step.1 ca-sft-step.1 ca-toy.1 ca-train.1 ca-sandbox.1 ca-build.1 ca-rollout.1 ca-eval.1 ca-synth.1 ca-plot.1 ca-verify.1 ca-profile.1 ca-crawl.1 ca-compose.1 ca-filter.1 ca-dataset-stats.1 ca-launch.1 ca-nvcc.1"
 
 if ! command -v mandoc >/dev/null 2>&1; then
 	skip 'man pages' 'mandoc is not installed (make deps)'

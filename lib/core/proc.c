@@ -330,15 +330,21 @@ fail_pipes:
 	return -1;
 }
 
+/* Has the child exited (not yet reaped)? */
+static int exited_now(const struct ca_proc *p)
+{
+	siginfo_t info;
+	memset(&info, 0, sizeof info);
+	return waitid(P_PID, (id_t)p->pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == p->pid;
+}
+
 int ca_proc_wait_exit(struct ca_proc *p, double timeout_s)
 {
 	if (p->pid <= 0)
 		return 1;
 	double deadline = ca_proc_now() + timeout_s;
 	for (;;) {
-		siginfo_t info;
-		memset(&info, 0, sizeof info);
-		if (waitid(P_PID, (id_t)p->pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == p->pid)
+		if (exited_now(p))
 			return 1;
 		double left = deadline - ca_proc_now();
 		if (timeout_s >= 0 && left <= 0)
@@ -353,6 +359,43 @@ int ca_proc_wait_exit(struct ca_proc *p, double timeout_s)
 			nanosleep(&ts, NULL);
 		}
 	}
+}
+
+int ca_proc_wait_any(struct ca_proc *const *procs, size_t n, double timeout_s)
+{
+	struct pollfd *pfd = ca_xcalloc(n ? n : 1, sizeof *pfd);
+	double deadline = ca_proc_now() + timeout_s;
+	int found = -1, interrupted = 0;
+	for (;;) {
+		size_t npoll = 0, started = 0;
+		int all_pidfd = 1;
+		for (size_t i = 0; i < n && found < 0; i++) {
+			if (procs[i]->pid <= 0)
+				continue;
+			started++;
+			if (exited_now(procs[i]))
+				found = (int)i;
+			else if (procs[i]->pidfd >= 0)
+				pfd[npoll++] = (struct pollfd){.fd = procs[i]->pidfd, .events = POLLIN};
+			else
+				all_pidfd = 0;
+		}
+		double left = deadline - ca_proc_now();
+		if (found >= 0 || !started || (timeout_s >= 0 && left <= 0))
+			break;
+		/* Without a pidfd for every child, look again every 2 ms. */
+		int ms = timeout_s < 0 ? -1 : (int)(left * 1000) + 1;
+		if (!all_pidfd && (ms < 0 || ms > 2))
+			ms = 2;
+		if (poll(pfd, npoll, ms) < 0 && errno == EINTR) {
+			interrupted = 1;
+			break;
+		}
+	}
+	free(pfd);
+	if (interrupted)
+		errno = EINTR;
+	return found;
 }
 
 void ca_proc_kill(struct ca_proc *p, int sig)

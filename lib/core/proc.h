@@ -87,6 +87,14 @@ int ca_proc_finish(struct ca_proc *p);
 /* Wait at most timeout_s (< 0: forever) without killing: 1 exited (finish reaps it), 0 still running. */
 int ca_proc_wait_exit(struct ca_proc *p, double timeout_s);
 
+/*
+ * Wait at most timeout_s (< 0: forever) until one of the n children has
+ * exited, without killing or reaping: its index (finish reaps it), or -1
+ * when none exited in time or a signal came (errno EINTR). Entries not
+ * started (pid 0) are passed over; with none started it returns -1 at once.
+ */
+int ca_proc_wait_any(struct ca_proc *const *procs, size_t n, double timeout_s);
+
 /* Send sig to the child's process group (or to the child alone without new_group). */
 void ca_proc_kill(struct ca_proc *p, int sig);
 

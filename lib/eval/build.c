@@ -1174,6 +1174,33 @@ static int want_pch(struct build *b)
 	return b->pch && place_pch(b) == 0;
 }
 
+/*
+ * A .cu unit that includes torch's headers compiles through ca-nvcc
+ * (cudafe++ and cicc side by side, the object nvcc's: ca-nvcc(1)), told
+ * which nvcc we chose, unless CA_NVCC_PARALLEL=0 or the sandbox's user
+ * could not run it. Done after the unit's key is taken, so the key is the
+ * same either way.
+ */
+static void through_ca_nvcc(struct build *b, struct step *s)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	const char *parallel = getenv("CA_NVCC_PARALLEL");
+	snprintf(path, sizeof path, "%s/ca-nvcc", ca_paths_bindir());
+	if ((parallel && strcmp(parallel, "0") == 0) || access(path, X_OK) != 0 || strncmp(path, "/tmp/", 5) == 0)
+		return;
+	if (geteuid() == 0 && !b->opt->no_sandbox && !(world_readable(path) && stat(path, &st) == 0 && (st.st_mode & S_IXOTH)))
+		return;
+	struct argv_list a = {0};
+	argv_add(&a, "env");
+	argv_add(&a, "CA_NVCC_REAL=%s", b->nvcc);
+	argv_add(&a, "%s", path);
+	for (size_t i = 1; i < s->argv.n; i++)
+		argv_add(&a, "%s", s->argv.v[i]);
+	argv_free(&s->argv);
+	s->argv = a;
+}
+
 /* One step per unit (or one nvcc -shared for a single .cu of the ca flavour); cached units are fetched. */
 static void plan_steps(struct build *b)
 {
@@ -1228,6 +1255,8 @@ static void plan_steps(struct build *b)
 		snprintf(path, sizeof path, "%s/%s", b->build, s->object);
 		s->cached = unit_fetch(b->cache, s->key, path) == 0;
 		b->res->units_cached += s->cached;
+		if (cu && !s->cached && unit_includes_torch(&b->src, i))
+			through_ca_nvcc(b, s);
 		if (!s->cached)
 			snprintf(s->log_path, sizeof s->log_path, "%s.log.%zu", b->build, b->nsteps);
 		unit_of[b->nsteps++] = i;

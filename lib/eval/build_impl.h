@@ -85,6 +85,13 @@ void unit_store(const char *cache, const char *key, const char *path);
 int unit_starts_with_torch(const struct sources *src, size_t unit);
 
 /*
+ * Does source number unit name torch's headers (torch/, ATen/ or c10/
+ * anywhere in its text; included headers not followed)? Such a .cu is
+ * slow enough to nvcc for ca-nvcc to pay.
+ */
+int unit_includes_torch(const struct sources *src, size_t unit);
+
+/*
  * Does a workspace file stand where the compiler would find one of the
  * headers behind torch/extension.h (a path that exists below one of dirs,
  * taken from the workspace root or from kernels/), or lack an extension

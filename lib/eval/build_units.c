@@ -343,6 +343,12 @@ int unit_starts_with_torch(const struct sources *src, size_t unit)
 	return starts_with_torch(src, unit, 0);
 }
 
+int unit_includes_torch(const struct sources *src, size_t unit)
+{
+	const char *text = src->v[unit].data;
+	return strstr(text, "torch/") || strstr(text, "ATen/") || strstr(text, "c10/");
+}
+
 int sources_shadow_headers(const struct sources *src, const char *const *dirs, size_t ndirs)
 {
 	for (size_t i = 0; i < src->n; i++) {

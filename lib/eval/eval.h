@@ -2,8 +2,9 @@
  * eval: the face of lib/eval, the environment a candidate kernel meets:
  * ca-verify and ca-profile's engine (evaluate.h; the private
  * evaluate_impl.h says where a record goes through evaluate*.c), the
- * builds behind ca-build (build.h; build_impl.h private to build*.c), the
- * tensor files that cross the sandbox (tensor.h), the trusted comparison
+ * builds behind ca-build (build.h; build_impl.h private to build*.c),
+ * nvcc's compile with its host and device halves side by side behind
+ * ca-nvcc (nvcc.h), the tensor files that cross the sandbox (tensor.h), the trusted comparison
  * of outputs (compare.h), kernel tracing (cupti.h), the agent's tools
  * confined to a workspace (tools.h), and the one worker pool (pool.h:
  * records over N threads, released in input order) and runner protocol
@@ -24,6 +25,7 @@
 #include "compare.h"
 #include "cupti.h"
 #include "evaluate.h"
+#include "nvcc.h"
 #include "pool.h"
 #include "runner.h"
 #include "tensor.h"

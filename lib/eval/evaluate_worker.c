@@ -83,7 +83,7 @@ static char **make_env(const struct slot *s, int candidate)
 	for (char **e = environ; *e; e++)
 		if (strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) && strncmp(*e, "CA_CUPTI_LIB=", 13) &&
 				strncmp(*e, "CA_KERNELS_LIB=", 15) && strncmp(*e, "PYTHONPYCACHEPREFIX=", 20) &&
-				strncmp(*e, "CA_PYCACHE=", 11))
+				strncmp(*e, "CA_PYCACHE=", 11) && strncmp(*e, "CA_NVCC=", 8))
 			env = strv_push(env, &n, *e);
 	if (s->gpu >= 0) {
 		snprintf(buf, sizeof buf, "CUDA_VISIBLE_DEVICES=%d", s->gpu);
@@ -93,6 +93,14 @@ static char **make_env(const struct slot *s, int candidate)
 	if (access(buf, R_OK) == 0) {
 		char val[PATHLEN + 16];
 		snprintf(val, sizeof val, "CA_CUPTI_LIB=%s", buf);
+		env = strv_push(env, &n, val);
+	}
+	/* A candidate's torch extension builds compile through ca-nvcc (see ca-nvcc(1)), unless CA_NVCC_PARALLEL=0. */
+	const char *parallel = getenv("CA_NVCC_PARALLEL");
+	snprintf(buf, sizeof buf, "%s/ca-nvcc", ca_paths_bindir());
+	if (candidate && access(buf, X_OK) == 0 && !(parallel && strcmp(parallel, "0") == 0)) {
+		char val[PATHLEN + 16];
+		snprintf(val, sizeof val, "CA_NVCC=%s", buf);
 		env = strv_push(env, &n, val);
 	}
 	env = strv_push(env, &n, "PYTHONDONTWRITEBYTECODE=1");
@@ -329,7 +337,7 @@ int worker_call(struct worker *w, jv req, double timeout_s, jv *reply, jv *fault
 static char **sandboxed(const struct slot *s, const struct worker *w, const char *const *cmd)
 {
 	static const char *const pass[] = {"CA_CUPTI_LIB=", "PYTHON", "CA_PYCACHE=", "LD_LIBRARY_PATH=", "NVIDIA_",
-		"CUDA_HOME=", NULL};
+		"CUDA_HOME=", "CA_NVCC=", NULL};
 	const struct ca_eval_config *cfg = s->cfg;
 	struct ca_sandbox sb;
 	ca_sandbox_init(&sb);

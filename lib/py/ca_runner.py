@@ -54,7 +54,8 @@ Requests (paths are files; tensor files are described in lib/eval/tensor.h):
       candidate: import the task's module from task (for get_inputs
       only), import ModelNew from P (its directory first on sys.path,
       $CA_KERNELS_LIB set to kernels_lib, torch extensions built in
-      /tmp/ca-ext-K seeded from and copied back to ext_dir), build
+      /tmp/ca-ext-K seeded from and copied back to ext_dir, through
+      ca-nvcc when the parent names it in $CA_NVCC), build
       ModelNew(*init), load the
       reference's weights strictly; a mismatch lists the keys.
   {"op": "resize", "sizes": {NAME: N, ...} | null, "seed": S, "probe_seed": S,
@@ -832,6 +833,7 @@ class Worker:
                 _copy_entries(ext[0], ext[1])
             os.makedirs(ext[1], exist_ok=True)
             os.environ["TORCH_EXTENSIONS_DIR"] = ext[1]
+            _use_ca_nvcc()
         if req.get("task"):
             # The task's module, for its get_inputs() only: inputs are drawn here.
             self.task = self._import(req["task"], "ca_task")
@@ -1468,6 +1470,23 @@ def _tree_bytes(parts):
     """Bytes of the tensors among an output's entries (_leaves)."""
     import torch
     return sum(v.numel() * v.element_size() for _, v in parts if isinstance(v, torch.Tensor))
+
+
+def _use_ca_nvcc():
+    """torch's extension builds compile through ca-nvcc (ca-nvcc(1): nvcc's
+    objects, cudafe++ and cicc side by side) when the parent named it in
+    $CA_NVCC and we may run it; it runs the nvcc torch would have run.
+    A PYTORCH_NVCC of the candidate's own is left alone."""
+    nvcc = os.environ.get("CA_NVCC")
+    if not nvcc or "PYTORCH_NVCC" in os.environ or not os.access(nvcc, os.X_OK):
+        return
+    try:
+        from torch.utils import cpp_extension
+        real = cpp_extension._join_cuda_home("bin", "nvcc")
+    except Exception:
+        return
+    os.environ.setdefault("CA_NVCC_REAL", real)
+    os.environ["PYTORCH_NVCC"] = nvcc
 
 
 def _copy_entries(src, dst):
