@@ -1748,7 +1748,6 @@ int main(int argc, char **argv)
 		case 'B': cfg.build_cmd = optarg; break;
 		case 'C': cfg.command_time = ca_opt_double("--command-time", optarg, 1, 86400); break;
 		case 'E': cfg.eval_time = ca_opt_double("--eval-time", optarg, 1, 86400); break;
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case 'j': cfg.jobs = ca_opt_long("-j", optarg, 1, 4096); break;
 		case 'k': cfg.keep = 1; break;
 		case 'X': cfg.max_context = ca_opt_long("--max-context", optarg, 0, 1LL << 40); break;
@@ -1759,14 +1758,12 @@ int main(int argc, char **argv)
 		case 'p': cfg.policy = optarg; break;
 		case 'Q': cfg.policy_time = ca_opt_double("--policy-time", optarg, 1, 86400); break;
 		case 'R': cfg.profile_cmd = optarg; break;
-		case 'P': ca_ndjson_set_progress(1); break;
 		case 'S': cfg.sandbox = optarg; break;
 		case 's': cfg.skill = optarg; break;
-		case 'u': ca_ndjson_set_unbuffered(1); break;
 		case 'U': cfg.unconfined = 1; break;
 		case 'V': cfg.verify_cmd = optarg; break;
 		case 'w': cfg.workdir = optarg; break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	if (!cfg.policy) {

@@ -202,7 +202,6 @@ int main(int argc, char **argv)
 			free(v);
 			break;
 		}
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case 'L': llm = optarg; break;
 		case 'M': max_mb = ca_opt_double("--max-tensor-mb", optarg, 1, 1e9); break;
 		case 'n': count = ca_opt_long("-n", optarg, 0, 100000000); break;
@@ -210,8 +209,7 @@ int main(int argc, char **argv)
 		case 's': seed = ca_opt_long("--seed", optarg, 0, (long long)1 << 62); break;
 		case 't': target_ms = ca_opt_double("--target-ms", optarg, 1e-6, 1e6); break;
 		case 'T': llm_timeout = ca_opt_double("--llm-timeout", optarg, 0.001, 1e6); break;
-		case 'u': ca_ndjson_set_unbuffered(1); break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	size_t nops = ca_synth_op_count();

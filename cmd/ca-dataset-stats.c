@@ -123,10 +123,9 @@ int main(int argc, char **argv)
 	ca_err_init(argv[0]);
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case 'j': as_json = 1; break;
 		case 'p': plot_file = optarg; break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	struct counts sources = {0}, reasons = {0}, nearest = {0};

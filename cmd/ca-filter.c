@@ -987,7 +987,6 @@ int main(int argc, char **argv)
 				ca_opt_bad_usage();
 			}
 			break;
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case 'j': cfg.jobs = ca_opt_long("-j", optarg, 1, 256); break;
 		case 'm': cfg.min_ms = ca_opt_double("--min-ms", optarg, 0, 1e9); break;
 		case 'P': ca_ndjson_set_progress(1), progress = 1; break;
@@ -995,9 +994,8 @@ int main(int argc, char **argv)
 		case 's': cfg.seed = ca_opt_long("--seed", optarg, 0, (long long)1 << 31); break;
 		case 'S': cfg.max_sim = ca_opt_double("--max-sim", optarg, 0, 1); break;
 		case 't': cfg.timeout_s = ca_opt_double("--timeout", optarg, 0.001, 1e7); break;
-		case 'u': ca_ndjson_set_unbuffered(1); break;
 		case 'X': cfg.max_ms = ca_opt_double("--max-ms", optarg, 0, 1e9); break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	if (fingerprint_only)

@@ -238,11 +238,8 @@ int main(int argc, char **argv)
 		case 'b': s.batch_tokens = ca_opt_long("--batch-tokens", optarg, 1, 1L << 30); break;
 		case 'd': device = ca_device_parse("--device", optarg); break;
 		case 'e': s.entropy = 1; break;
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case 'm': dir = optarg; break;
-		case 'P': ca_ndjson_set_progress(1); break;
-		case 'u': ca_ndjson_set_unbuffered(1); break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	if (!dir) {

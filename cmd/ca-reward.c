@@ -171,11 +171,8 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "hu", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'c': cfg.continuous = 1; break;
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
-		case 'P': ca_ndjson_set_progress(1); break;
 		case 't': cfg.threshold = ca_opt_double("--threshold", optarg, 0, 1e9); break;
-		case 'u': ca_ndjson_set_unbuffered(1); break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	static const char *const reads[] = {"verify", "profile"};

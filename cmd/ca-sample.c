@@ -842,12 +842,10 @@ int main(int argc, char **argv)
 		case 'b': cfg.batch = (int)ca_opt_long("--batch", optarg, 1, 1 << 16); break;
 		case 'd': cfg.device = ca_device_parse("--device", optarg); break;
 		case 'f': cfg.fp32 = 1; break;
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case 'i': idle_s = ca_opt_double("--idle", optarg, 0, 1e9); break;
 		case 'l': cfg.slots = (int)ca_opt_long("--slots", optarg, 1, 1 << 12); break;
 		case 'm': dir = optarg; break;
 		case 'n': cfg.max_tokens = (int)ca_opt_long("--max-tokens", optarg, 0, 1 << 24); break;
-		case 'P': ca_ndjson_set_progress(1); break;
 		case 'p': cfg.top_p = ca_opt_double("--top-p", optarg, 1e-9, 1); break;
 		case 'R': max_request = ca_opt_long("--max-request", optarg, 1024, (long long)1 << 30); break;
 		case 'r': cfg.token_record = 1; break;
@@ -864,8 +862,7 @@ int main(int argc, char **argv)
 				cfg.eos[cfg.neos++] = (int)ca_opt_long("--stop-token", optarg, 0, INT_MAX);
 			break;
 		case 't': cfg.temperature = ca_opt_double("--temperature", optarg, 0, 100); break;
-		case 'u': ca_ndjson_set_unbuffered(1); break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	if (cfg.batch == 0)   /* the CPU generates one record at a time anyway */

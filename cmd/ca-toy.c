@@ -297,10 +297,8 @@ int main(int argc, char **argv)
 		case OPT_HIDDEN: o.hidden = 8 * (int)(ca_opt_long("--hidden", optarg, 8, 4096) / 8); break;
 		case OPT_LAYERS: o.layers = (int)ca_opt_long("--layers", optarg, 1, 64); break;
 		case OPT_SEED: o.seed = (uint64_t)ca_opt_long("--seed", optarg, 0, (1LL << 62)); break;
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case 'n': n = ca_opt_long("-n", optarg, 0, 1L << 40); break;
-		case 'u': ca_ndjson_set_unbuffered(1); break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	if (strcmp(verb, "init") == 0) {

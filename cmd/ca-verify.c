@@ -13,7 +13,6 @@
 
 #include "err.h"
 #include "evaluate.h"
-#include "ndjson.h"
 #include "opt.h"
 
 static const char usage_text[] =
@@ -48,18 +47,8 @@ int main(int argc, char **argv)
 		{NULL, 0, NULL, 0},
 	};
 	struct ca_eval_config cfg;
-	int c, index = 0;
 	ca_err_init(argv[0]);
 	ca_eval_defaults(&cfg, CA_EVAL_VERIFY);
-	while ((c = getopt_long(argc, argv, "Hhuv", longopts, &index)) != -1) {
-		switch (c) {
-		case 'H': cfg.human = 1; break;
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
-		case 'u': ca_ndjson_set_unbuffered(1); break;
-		case 'v': cfg.verbose = 1; break;
-		case '?': fputs(usage_text, stderr); ca_opt_bad_usage();
-		default: ca_eval_option(&cfg, longopts[index].name, optarg);
-		}
-	}
+	ca_eval_options(&cfg, argc, argv, longopts, usage_text);
 	return ca_eval_run(&cfg, argc - optind, argv + optind, usage_text);
 }

@@ -73,6 +73,16 @@ void ca_eval_defaults(struct ca_eval_config *cfg, enum ca_eval_mode mode);
 int ca_eval_option(struct ca_eval_config *cfg, const char *name, const char *value);
 
 /*
+ * The command line of ca-verify or ca-profile into cfg, with the
+ * command's longopts (the options it takes): -H, -v and the common
+ * options (ca_opt_common) by their letters, every other long option by
+ * name through ca_eval_option. The operands start at optind.
+ */
+struct option;
+void ca_eval_options(struct ca_eval_config *cfg, int argc, char **argv, const struct option *longopts,
+	const char *usage);
+
+/*
  * What the operands ask for, once the options are in cfg: with --serve
  * (cfg->serve) a server, which takes none; a directory as the only
  * operand, that workspace ad hoc; else the files of records (none:
