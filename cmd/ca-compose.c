@@ -220,15 +220,8 @@ int main(int argc, char **argv)
 	if (use_seeds) {
 		struct ca_ndjson_reader *r = ca_ndjson_open(argc - optind, argv + optind);
 		jv rec;
-		int kind;
 		size_t nseeds = 0;
-		while ((kind = ca_ndjson_next(r, &rec)) != CA_NDJSON_EOF) {
-			if (kind == CA_NDJSON_BAD) {
-				ca_ndjson_warn(r, "%s", jv_string_value(rec));
-				jv_free(rec);
-				status = CA_EXIT_DATA;
-				continue;
-			}
+		while (ca_ndjson_next_valid(r, &rec, &status) != CA_NDJSON_EOF) {
 			jv seed_obj = ca_json_get(rec, "seed");
 			if (jv_get_kind(seed_obj) == JV_KIND_OBJECT) {
 				nseeds++;

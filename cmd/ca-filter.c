@@ -111,13 +111,7 @@ static void load_references(void)
 	char *files[] = {path};
 	struct ca_ndjson_reader *r = ca_ndjson_open(1, files);
 	jv rec;
-	int kind;
-	while ((kind = ca_ndjson_next(r, &rec)) != CA_NDJSON_EOF) {
-		if (kind == CA_NDJSON_BAD) {
-			ca_ndjson_warn(r, "%s", jv_string_value(rec));
-			jv_free(rec);
-			continue;
-		}
+	while (ca_ndjson_next_valid(r, &rec, NULL) != CA_NDJSON_EOF) {
 		char name[512];
 		double level, num;
 		char *id = ca_json_strdup(rec, "id");
