@@ -1,10 +1,12 @@
 /* json: see json.h. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "err.h"
+#include "file.h"
 #include "json.h"
 
 jv ca_json_get(jv obj, const char *key)
@@ -12,6 +14,24 @@ jv ca_json_get(jv obj, const char *key)
 	if (jv_get_kind(obj) != JV_KIND_OBJECT)
 		return jv_invalid();
 	jv v = jv_object_get(jv_copy(obj), jv_string(key));
+	return v;
+}
+
+jv ca_json_read_object(const char *path, char *why, size_t size)
+{
+	size_t len;
+	char *text = ca_file_read(path, 0, 0, &len);
+	if (!text) {
+		ca_err_why(why, size, "%s: %s", path, strerror(errno));
+		return jv_invalid();
+	}
+	jv v = jv_parse_sized(text, (int)len);
+	free(text);
+	if (jv_get_kind(v) != JV_KIND_OBJECT) {
+		jv_free(v);
+		ca_err_why(why, size, "%s: not a JSON object", path);
+		return jv_invalid();
+	}
 	return v;
 }
 

@@ -10,6 +10,7 @@
 
 #include "err.h"
 #include "file.h"
+#include "json.h"
 #include "model.h"
 #include "model_impl.h"
 #include "nn.h"
@@ -296,19 +297,9 @@ struct ca_model *ca_model_load(const char *dir, char why[CA_MODEL_WHY])
 {
 	char path[PATH_MAX];
 	snprintf(path, sizeof path, "%s/config.json", dir);
-	size_t len;
-	char *text = ca_file_read(path, 0, 0, &len);
-	if (!text) {
-		ca_err_why(why, CA_MODEL_WHY, "%s: %s", path, strerror(errno));
+	jv cfg = ca_json_read_object(path, why, CA_MODEL_WHY);
+	if (!jv_is_valid(cfg))
 		return NULL;
-	}
-	jv cfg = jv_parse_sized(text, (int)len);
-	free(text);
-	if (jv_get_kind(cfg) != JV_KIND_OBJECT) {
-		jv_free(cfg);
-		ca_err_why(why, CA_MODEL_WHY, "%s: not a JSON object", path);
-		return NULL;
-	}
 	struct ca_model *m = ca_xcalloc(1, sizeof *m);
 	m->config_json = cfg;
 	m->source_dir = ca_xstrdup(dir);

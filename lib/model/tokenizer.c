@@ -1,5 +1,4 @@
 /* tokenizer: see tokenizer.h. */
-#include <errno.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -8,7 +7,7 @@
 #include <sys/stat.h>
 
 #include "err.h"
-#include "file.h"
+#include "json.h"
 #include "tokenizer.h"
 #include "tokenizer_nfc.h"
 #include "tokenizer_unicode.h"
@@ -746,19 +745,9 @@ struct ca_tokenizer *ca_tokenizer_load(const char *path, char why[CA_TOKENIZER_W
 		snprintf(file, sizeof file, "%s/tokenizer.json", path);
 	else
 		snprintf(file, sizeof file, "%s", path);
-	size_t len;
-	char *text = ca_file_read(file, 0, 0, &len);
-	if (!text) {
-		ca_err_why(why, CA_TOKENIZER_WHY, "%s: %s", file, strerror(errno));
+	jv root = ca_json_read_object(file, why, CA_TOKENIZER_WHY);
+	if (!jv_is_valid(root))
 		return NULL;
-	}
-	jv root = jv_parse_sized(text, (int)len);
-	free(text);
-	if (jv_get_kind(root) != JV_KIND_OBJECT) {
-		jv_free(root);
-		ca_err_why(why, CA_TOKENIZER_WHY, "%s: not a JSON object", file);
-		return NULL;
-	}
 	struct ca_tokenizer *t = ca_xcalloc(1, sizeof *t);
 	jv model = jv_object_get(jv_copy(root), jv_string("model"));
 	jv vocab = jv_invalid(), merges = jv_invalid(), added = jv_invalid();
