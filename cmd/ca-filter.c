@@ -542,27 +542,20 @@ static jv finish_filter(jv f)
 	return out;
 }
 
-static jv add_reason(jv f, const char *reason)
+/* text appended to f's array key, which is made when f has none. */
+static jv append_text(jv f, const char *key, const char *text)
 {
-	jv reasons = ca_json_get(f, "reasons");
-	if (jv_get_kind(reasons) != JV_KIND_ARRAY) {
-		jv_free(reasons);
-		reasons = jv_array();
+	jv list = ca_json_get(f, key);
+	if (jv_get_kind(list) != JV_KIND_ARRAY) {
+		jv_free(list);
+		list = jv_array();
 	}
-	reasons = jv_array_append(reasons, jv_string(reason));
-	return jv_object_set(f, jv_string("reasons"), reasons);
+	list = jv_array_append(list, jv_string(text));
+	return jv_object_set(f, jv_string(key), list);
 }
 
-static jv add_skipped(jv f, const char *what)
-{
-	jv skipped = ca_json_get(f, "skipped");
-	if (jv_get_kind(skipped) != JV_KIND_ARRAY) {
-		jv_free(skipped);
-		skipped = jv_array();
-	}
-	skipped = jv_array_append(skipped, jv_string(what));
-	return jv_object_set(f, jv_string("skipped"), skipped);
-}
+static jv add_reason(jv f, const char *reason) { return append_text(f, "reasons", reason); }
+static jv add_skipped(jv f, const char *what) { return append_text(f, "skipped", what); }
 
 static jv set_check(jv f, const char *name, jv value)
 {
