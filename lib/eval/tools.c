@@ -85,21 +85,27 @@ static void sb_add(struct sb *b, const char *s, size_t n)
 
 static void sb_puts(struct sb *b, const char *s) { sb_add(b, s, strlen(s)); }
 
+static void sb_vprintf(struct sb *b, const char *fmt, va_list ap)
+{
+	va_list again;
+	va_copy(again, ap);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	if (n >= 0) {
+		char *tmp = ca_xmalloc((size_t)n + 1);
+		vsnprintf(tmp, (size_t)n + 1, fmt, again);
+		sb_add(b, tmp, (size_t)n);
+		free(tmp);
+	}
+	va_end(again);
+}
+
 __attribute__((format(printf, 2, 3)))
 static void sb_printf(struct sb *b, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	int n = vsnprintf(NULL, 0, fmt, ap);
+	sb_vprintf(b, fmt, ap);
 	va_end(ap);
-	if (n < 0)
-		return;
-	char *tmp = ca_xmalloc((size_t)n + 1);
-	va_start(ap, fmt);
-	vsnprintf(tmp, (size_t)n + 1, fmt, ap);
-	va_end(ap);
-	sb_add(b, tmp, (size_t)n);
-	free(tmp);
 }
 
 static char *sb_take(struct sb *b)
@@ -109,43 +115,25 @@ static char *sb_take(struct sb *b)
 	return b->d;
 }
 
-static char *error_observation(int *is_error, int kind, const char *fmt, va_list ap)
+/*
+ * An error observation, "error: " and the message, with *is_error set to
+ * its kind: fail for a call that failed (CA_TOOLS_FAILED), invalid for a
+ * call that broke the tool's schema (CA_TOOLS_INVALID).
+ */
+__attribute__((format(printf, 3, 4)))
+static char *error_observation(int *is_error, int kind, const char *fmt, ...)
 {
 	struct sb b = {0};
-	va_list again;
-	va_copy(again, ap);
 	sb_puts(&b, "error: ");
-	int n = vsnprintf(NULL, 0, fmt, ap);
-	char *tmp = ca_xmalloc((size_t)(n > 0 ? n : 0) + 1);
-	vsnprintf(tmp, (size_t)(n > 0 ? n : 0) + 1, fmt, again);
-	va_end(again);
-	sb_puts(&b, tmp);
-	free(tmp);
+	va_list ap;
+	va_start(ap, fmt);
+	sb_vprintf(&b, fmt, ap);
+	va_end(ap);
 	*is_error = kind;
 	return sb_take(&b);
 }
-
-/* A call that failed (CA_TOOLS_FAILED). */
-__attribute__((format(printf, 2, 3)))
-static char *fail(int *is_error, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	char *r = error_observation(is_error, CA_TOOLS_FAILED, fmt, ap);
-	va_end(ap);
-	return r;
-}
-
-/* A call that broke the tool's schema (CA_TOOLS_INVALID). */
-__attribute__((format(printf, 2, 3)))
-static char *invalid(int *is_error, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	char *r = error_observation(is_error, CA_TOOLS_INVALID, fmt, ap);
-	va_end(ap);
-	return r;
-}
+#define fail(is_error, ...) error_observation(is_error, CA_TOOLS_FAILED, __VA_ARGS__)
+#define invalid(is_error, ...) error_observation(is_error, CA_TOOLS_INVALID, __VA_ARGS__)
 
 /*
  * Shorten an output of which text[0, len) is what we hold: gap bytes that
