@@ -52,11 +52,8 @@ char *ca_file_read(const char *path, int flags, size_t max, size_t *len)
 	return buf;
 }
 
-int ca_file_write(const char *path, const void *data, size_t len, int mode)
+int ca_file_write_fd(int fd, const void *data, size_t len)
 {
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
-	if (fd < 0)
-		return -1;
 	const char *p = data;
 	size_t done = 0;
 	while (done < len) {
@@ -64,14 +61,21 @@ int ca_file_write(const char *path, const void *data, size_t len, int mode)
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0) {
-			int e = w < 0 ? errno : EIO;
-			close(fd);
-			errno = e;
+			if (w == 0)
+				errno = EIO;
 			return -1;
 		}
 		done += (size_t)w;
 	}
-	if (fchmod(fd, (mode_t)mode) != 0) {
+	return 0;
+}
+
+int ca_file_write(const char *path, const void *data, size_t len, int mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+	if (fd < 0)
+		return -1;
+	if (ca_file_write_fd(fd, data, len) != 0 || fchmod(fd, (mode_t)mode) != 0) {
 		int e = errno;
 		close(fd);
 		errno = e;

@@ -25,6 +25,11 @@ char *ca_file_read(const char *path, int flags, size_t max, size_t *len);
  * 0, or -1 with errno set.
  */
 int ca_file_write(const char *path, const void *data, size_t len, int mode);
+/*
+ * All of data[0..len) to the open descriptor fd, again after a signal or a
+ * short write. 0, or -1 with errno set (EIO for a write that wrote nothing).
+ */
+int ca_file_write_fd(int fd, const void *data, size_t len);
 
 /*
  * Remove path and everything below it, depth first, never following a

@@ -15,6 +15,7 @@
 #include <fnmatch.h>
 
 #include "err.h"
+#include "file.h"
 #include "json.h"
 #include "opt.h"
 #include "paths.h"
@@ -392,17 +393,10 @@ static int write_file(const struct ca_tools *t, const char *abs, const char *dat
 		*why = open_error(errno);
 		return -1;
 	}
-	size_t done = 0;
-	while (done < len) {
-		ssize_t w = write(fd, data + done, len - done);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0) {
-			*why = strerror(errno);
-			close(fd);
-			return -1;
-		}
-		done += (size_t)w;
+	if (ca_file_write_fd(fd, data, len) != 0) {
+		*why = strerror(errno);
+		close(fd);
+		return -1;
 	}
 	if (close(fd) != 0) {
 		*why = strerror(errno);
