@@ -1167,21 +1167,6 @@ static size_t pread_all(int fd, char *into, size_t n, off_t offset)
 	return got;
 }
 
-static struct job *find_job(struct ca_tools *t, jv args, char **error, int *is_error)
-{
-	double id;
-	int r = arg_number(args, "id", &id);
-	if (r <= 0) {
-		*error = invalid(is_error, "needs the numeric argument \"id\" of a background command");
-		return NULL;
-	}
-	for (size_t i = 0; i < t->njobs; i++)
-		if (t->jobs[i]->id == (int)id)
-			return t->jobs[i];
-	*error = fail(is_error, "no background command with id %d", (int)id);
-	return NULL;
-}
-
 static void job_poll(struct ca_tools *t, struct job *job)
 {
 	if (job->finished)
@@ -1197,13 +1182,30 @@ static void job_poll(struct ca_tools *t, struct job *job)
 	}
 }
 
+/* The background command args name by its id, polled so that its state is current. */
+static struct job *find_job(struct ca_tools *t, jv args, char **error, int *is_error)
+{
+	double id;
+	int r = arg_number(args, "id", &id);
+	if (r <= 0) {
+		*error = invalid(is_error, "needs the numeric argument \"id\" of a background command");
+		return NULL;
+	}
+	for (size_t i = 0; i < t->njobs; i++)
+		if (t->jobs[i]->id == (int)id) {
+			job_poll(t, t->jobs[i]);
+			return t->jobs[i];
+		}
+	*error = fail(is_error, "no background command with id %d", (int)id);
+	return NULL;
+}
+
 static char *tool_bash_output(struct ca_tools *t, jv args, int *is_error)
 {
 	char *error;
 	struct job *job = find_job(t, args, &error, is_error);
 	if (!job)
 		return error;
-	job_poll(t, job);
 	/* The new output's head and its real tail, however much came. */
 	struct ca_buf news = {.keep_tail = 1};
 	int fd = open(job->log_path, O_RDONLY | O_CLOEXEC);
@@ -1241,7 +1243,6 @@ static char *tool_kill_bash(struct ca_tools *t, jv args, int *is_error)
 	struct job *job = find_job(t, args, &error, is_error);
 	if (!job)
 		return error;
-	job_poll(t, job);
 	struct sb b = {0};
 	if (job->finished) {
 		sb_printf(&b, "background command %d had already finished with status %d", job->id, job->status);
