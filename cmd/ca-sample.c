@@ -117,24 +117,15 @@ static jv sample_error(struct pending *p, const char *message, int *status)
 	return out;
 }
 
-static int *int_array(jv a, int *n, const char **why)
+static int *prompt_tokens(jv a, int *n, const char **why)
 {
-	if (jv_get_kind(a) != JV_KIND_ARRAY || jv_array_length(jv_copy(a)) == 0) {
-		*why = "prompt_tokens must be a non-empty array";
+	int *out;
+	*n = ca_json_int_array(a, INT_MAX, &out);
+	if (*n == 0)
+		free(out);
+	if (*n <= 0) {
+		*why = *n == -2 ? "prompt_tokens must hold non-negative integers" : "prompt_tokens must be a non-empty array";
 		return NULL;
-	}
-	*n = jv_array_length(jv_copy(a));
-	int *out = ca_xmalloc(sizeof(int) * (size_t)*n);
-	for (int i = 0; i < *n; i++) {
-		jv x = jv_array_get(jv_copy(a), i);
-		double v = jv_get_kind(x) == JV_KIND_NUMBER ? jv_number_value(x) : -1;
-		jv_free(x);
-		if (!(v >= 0 && v < INT_MAX) || v != floor(v)) {
-			free(out);
-			*why = "prompt_tokens must hold non-negative integers";
-			return NULL;
-		}
-		out[i] = (int)v;
 	}
 	return out;
 }
@@ -157,7 +148,7 @@ static void prepare(struct config *cfg, struct pending *p)
 	jv text = ca_json_get(p->record, "prompt");
 	jv messages = ca_json_get(p->record, "messages");
 	if (jv_is_valid(pt)) {
-		p->prompt = int_array(pt, &p->n, &p->bad);
+		p->prompt = prompt_tokens(pt, &p->n, &p->bad);
 	} else if (jv_get_kind(text) == JV_KIND_STRING || jv_get_kind(messages) == JV_KIND_ARRAY) {
 		if (!cfg->tok) {
 			p->bad = cfg->tok_why;

@@ -17,6 +17,27 @@ jv ca_json_get(jv obj, const char *key)
 	return v;
 }
 
+int ca_json_int_array(jv a, double max, int **items)
+{
+	*items = NULL;
+	if (jv_get_kind(a) != JV_KIND_ARRAY)
+		return -1;
+	int n = jv_array_length(jv_copy(a));
+	int *x = ca_xmalloc(sizeof(int) * (size_t)(n ? n : 1));
+	for (int i = 0; i < n; i++) {
+		jv e = jv_array_get(jv_copy(a), i);
+		double v = jv_get_kind(e) == JV_KIND_NUMBER ? jv_number_value(e) : -1;
+		jv_free(e);
+		if (!(v >= 0 && v < max) || v != floor(v)) {
+			free(x);
+			return -2;
+		}
+		x[i] = (int)v;
+	}
+	*items = x;
+	return n;
+}
+
 jv ca_json_read_object(const char *path, char *why, size_t size)
 {
 	size_t len;

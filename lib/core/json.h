@@ -26,6 +26,13 @@ char *ca_json_strdup(jv obj, const char *key);
 /* jv number, or null when x is not finite (JSON has no NaN/Inf). */
 jv ca_json_num_or_null(double x);
 /*
+ * The items of the array a (borrowed) when all are integers in [0, max),
+ * such as token ids: their count, with *items a new array the caller frees
+ * (allocated even for none); -1 when a is not an array, -2 when an item
+ * is no such integer (*items NULL either way).
+ */
+int ca_json_int_array(jv a, double max, int **items);
+/*
  * The JSON object a whole file holds (config.json, tokenizer.json), or
  * jv_invalid() with the reason in why[0..size): "PATH: strerror" when it
  * cannot be read, "PATH: not a JSON object" when it holds anything else.
