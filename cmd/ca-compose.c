@@ -98,30 +98,32 @@ static char *extract_code(const char *reply)
 	return code;
 }
 
+/* The items of the task's array key, ", " between them, into buf (cut to fit): names as they are, sizes as integers. */
+static void join_items(jv task, const char *key, char *buf, size_t size)
+{
+	size_t used = 0;
+	buf[0] = '\0';
+	jv list = ca_json_get(task, key);
+	for (int i = 0; i < jv_array_length(jv_copy(list)); i++) {
+		jv item = jv_array_get(jv_copy(list), i);
+		const char *sep = i ? ", " : "";
+		if (jv_get_kind(item) == JV_KIND_STRING)
+			used += (size_t)snprintf(buf + used, size - used, "%s%s", sep, jv_string_value(item));
+		else
+			used += (size_t)snprintf(buf + used, size - used, "%s%.0f", sep, jv_number_value(item));
+		if (used >= size)
+			used = size - 1;
+		jv_free(item);
+	}
+	jv_free(list);
+}
+
 static char *ask_llm(const char *cmd, double timeout_s, jv task, const char **why)
 {
 	static char message[256];
-	char ops[1024] = "", shape[256] = "";
-	size_t used = 0;
-	jv list = ca_json_get(task, "ops");
-	for (int i = 0; i < jv_array_length(jv_copy(list)); i++) {
-		jv name = jv_array_get(jv_copy(list), i);
-		used += (size_t)snprintf(ops + used, sizeof ops - used, "%s%s", i ? ", " : "", jv_string_value(name));
-		if (used >= sizeof ops)
-			used = sizeof ops - 1;
-		jv_free(name);
-	}
-	jv_free(list);
-	used = 0;
-	jv in = ca_json_get(task, "input_shape");
-	for (int i = 0; i < jv_array_length(jv_copy(in)); i++) {
-		jv d = jv_array_get(jv_copy(in), i);
-		used += (size_t)snprintf(shape + used, sizeof shape - used, "%s%.0f", i ? ", " : "", jv_number_value(d));
-		if (used >= sizeof shape)
-			used = sizeof shape - 1;
-		jv_free(d);
-	}
-	jv_free(in);
+	char ops[1024], shape[256];
+	join_items(task, "ops", ops, sizeof ops);
+	join_items(task, "input_shape", shape, sizeof shape);
 	size_t n = sizeof prompt_text + strlen(ops) + strlen(shape);
 	char *prompt = ca_xmalloc(n);
 	snprintf(prompt, n, prompt_text, ops, shape);
