@@ -123,17 +123,11 @@ int ca_st_to_f32(const struct ca_st_tensor *t, float *out)
 		memcpy(out, p, (size_t)t->numel * 4);
 		return 0;
 	case CA_ST_BF16:
-		for (int64_t i = 0; i < t->numel; i++) {
-			uint16_t h;
-			memcpy(&h, p + 2 * i, 2);
-			out[i] = ca_st_bf16_to_f32(h);
-		}
-		return 0;
 	case CA_ST_F16:
 		for (int64_t i = 0; i < t->numel; i++) {
 			uint16_t h;
 			memcpy(&h, p + 2 * i, 2);
-			out[i] = ca_st_f16_to_f32(h);
+			out[i] = t->dtype == CA_ST_BF16 ? ca_st_bf16_to_f32(h) : ca_st_f16_to_f32(h);
 		}
 		return 0;
 	case CA_ST_F64:
