@@ -48,18 +48,29 @@ static size_t other_dtype_size(const char *name)
 	return 0;
 }
 
-float ca_st_bf16_to_f32(uint16_t h)
+/* An fp32 from its bits and back (memcpy: no aliasing trouble). */
+static float from_bits(uint32_t u)
 {
-	uint32_t u = (uint32_t)h << 16;
 	float f;
 	memcpy(&f, &u, 4);
 	return f;
 }
 
-uint16_t ca_st_f32_to_bf16(float f)
+static uint32_t to_bits(float f)
 {
 	uint32_t u;
 	memcpy(&u, &f, 4);
+	return u;
+}
+
+float ca_st_bf16_to_f32(uint16_t h)
+{
+	return from_bits((uint32_t)h << 16);
+}
+
+uint16_t ca_st_f32_to_bf16(float f)
+{
+	uint32_t u = to_bits(f);
 	if ((u & 0x7fffffffu) > 0x7f800000u)
 		return (uint16_t)((u >> 16) | 0x40);  /* quiet NaN */
 	u += 0x7fffu + ((u >> 16) & 1);
@@ -83,15 +94,12 @@ float ca_st_f16_to_f32(uint16_t h)
 	} else {
 		u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
 	}
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
+	return from_bits(u);
 }
 
 uint16_t ca_st_f32_to_f16(float f)
 {
-	uint32_t u;
-	memcpy(&u, &f, 4);
+	uint32_t u = to_bits(f);
 	uint32_t sign = (u >> 16) & 0x8000;
 	int32_t exp = (int32_t)((u >> 23) & 0xff) - 127 + 15;
 	uint32_t mant = u & 0x7fffff;
