@@ -554,6 +554,22 @@ static jv append_text(jv f, const char *key, const char *text)
 	return jv_object_set(f, jv_string(key), list);
 }
 
+/* Each string of the array key of answer (borrowed) appended to f's. */
+static jv append_texts(jv f, jv answer, const char *key)
+{
+	jv list = ca_json_get(answer, key);
+	if (jv_get_kind(list) == JV_KIND_ARRAY) {
+		jv_array_foreach(list, i, text)
+		{
+			if (jv_get_kind(text) == JV_KIND_STRING)
+				f = append_text(f, key, jv_string_value(text));
+			jv_free(text);
+		}
+	}
+	jv_free(list);
+	return f;
+}
+
 static jv add_reason(jv f, const char *reason) { return append_text(f, "reasons", reason); }
 static jv add_skipped(jv f, const char *what) { return append_text(f, "skipped", what); }
 
@@ -578,25 +594,9 @@ static jv complete(jv f, struct worker *w, jv answer)
 	jv_free(checks);
 	jv reasons = ca_json_get(answer, "reasons");
 	int answered_reasons = jv_get_kind(reasons) == JV_KIND_ARRAY && jv_array_length(jv_copy(reasons)) > 0;
-	if (jv_get_kind(reasons) == JV_KIND_ARRAY) {
-		jv_array_foreach(reasons, i, r)
-		{
-			if (jv_get_kind(r) == JV_KIND_STRING)
-				f = add_reason(f, jv_string_value(r));
-			jv_free(r);
-		}
-	}
 	jv_free(reasons);
-	jv skipped = ca_json_get(answer, "skipped");
-	if (jv_get_kind(skipped) == JV_KIND_ARRAY) {
-		jv_array_foreach(skipped, i, what)
-		{
-			if (jv_get_kind(what) == JV_KIND_STRING)
-				f = add_skipped(f, jv_string_value(what));
-			jv_free(what);
-		}
-	}
-	jv_free(skipped);
+	f = append_texts(f, answer, "reasons");
+	f = append_texts(f, answer, "skipped");
 	double eager, compiled;
 	int has_eager = ca_json_number(answer, "eager_ms", &eager) == 1;
 	f = jv_object_set(f, jv_string("eager_ms"), has_eager ? jv_number(round(eager * 1e4) / 1e4) : jv_null());
