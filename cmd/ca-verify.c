@@ -23,27 +23,10 @@ static const char usage_text[] =
 
 int main(int argc, char **argv)
 {
-	/* The long options without a short one go to ca_eval_option by name; their vals only tell them apart. */
+	/* The options both evaluators take (evaluate.h), then this one's own. */
 	static const struct option longopts[] = {
-		{"allow-torch", no_argument, NULL, 'A'},
-		{"arch", required_argument, NULL, 'a'},
-		{"atol", required_argument, NULL, 't'},
-		{"build-cache", required_argument, NULL, 'B'},
+		CA_EVAL_LONGOPTS,
 		{"checks", required_argument, NULL, 'c'},
-		{"device", required_argument, NULL, 'd'},
-		{"gpus", required_argument, NULL, 'g'},
-		{"help", no_argument, NULL, 'h'},
-		{"no-sandbox", no_argument, NULL, 'S'},
-		{"robust", required_argument, NULL, 'R'},
-		{"rtol", required_argument, NULL, 'r'},
-		{"sandbox-user", required_argument, NULL, 'Y'},
-		{"seed", required_argument, NULL, 's'},
-		{"serve", required_argument, NULL, 'E'},
-		{"shapes", required_argument, NULL, 'z'},
-		{"timeout", required_argument, NULL, 'T'},
-		{"unbuffered", no_argument, NULL, 'u'},
-		{"unordered", no_argument, NULL, 'U'},
-		{"verbose", no_argument, NULL, 'v'},
 		{NULL, 0, NULL, 0},
 	};
 	struct ca_eval_config cfg;
