@@ -506,6 +506,23 @@ static const double exact_pow10[] = {
 	1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 };
 
+/*
+ * The digits at *p onto the mantissa, *p moved past them: how many there
+ * were, or -1 once more than 15 are significant (no longer exact).
+ */
+static int read_digits(const char **p, unsigned long long *mantissa, int *digits)
+{
+	int n = 0;
+	for (; is_digit(**p); (*p)++, n++) {
+		if (*mantissa || **p != '0')
+			(*digits)++;
+		*mantissa = *mantissa * 10 + (unsigned)(**p - '0');
+		if (*digits > 15)
+			return -1;
+	}
+	return n;
+}
+
 double ca_json_strtod(const char *text, char **end)
 {
 	/*
@@ -520,29 +537,14 @@ double ca_json_strtod(const char *text, char **end)
 		negative = 1;
 		p++;
 	}
-	if (!is_digit(*p))
+	if (!is_digit(*p) || read_digits(&p, &mantissa, &digits) < 0)
 		return strtod(text, end);
-	while (is_digit(*p)) {
-		if (mantissa || *p != '0')
-			digits++;
-		mantissa = mantissa * 10 + (unsigned)(*p - '0');
-		p++;
-		if (digits > 15)
-			return strtod(text, end);
-	}
 	if (*p == '.') {
 		p++;
-		if (!is_digit(*p))
+		int n = is_digit(*p) ? read_digits(&p, &mantissa, &digits) : -1;
+		if (n < 0)
 			return strtod(text, end);
-		while (is_digit(*p)) {
-			if (mantissa || *p != '0')
-				digits++;
-			mantissa = mantissa * 10 + (unsigned)(*p - '0');
-			scale--;
-			p++;
-			if (digits > 15)
-				return strtod(text, end);
-		}
+		scale = -n;
 	}
 	if (*p == 'e' || *p == 'E')
 		return strtod(text, end);
