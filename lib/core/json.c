@@ -346,6 +346,21 @@ static int scan_value(struct scanner *s)
 	}
 }
 
+/*
+ * Past the '{' that opens an object and the white space after it: 1 when
+ * a member follows, 0 when '}' does (an empty object), -1 when the text
+ * opens no object.
+ */
+static int open_object(struct scanner *s)
+{
+	scan_space(s);
+	if (s->p >= s->end || *s->p != '{')
+		return -1;
+	s->p++;
+	scan_space(s);
+	return s->p < s->end && *s->p == '}' ? 0 : 1;
+}
+
 int ca_json_scan_object(const char *text, size_t len, const char *const *keys, size_t nkeys,
 	struct ca_json_span *spans, size_t *close)
 {
@@ -353,12 +368,10 @@ int ca_json_scan_object(const char *text, size_t len, const char *const *keys, s
 	int escaped;
 	for (size_t i = 0; i < nkeys; i++)
 		spans[i] = (struct ca_json_span){NULL, 0};
-	scan_space(&s);
-	if (s.p >= s.end || *s.p != '{')
+	int any = open_object(&s);
+	if (any < 0)
 		return -1;
-	s.p++;
-	scan_space(&s);
-	if (s.p < s.end && *s.p == '}')
+	if (any == 0)
 		goto closed;
 	for (;;) {
 		const char *key = s.p + 1;
@@ -453,13 +466,9 @@ long ca_json_members(const char *text, size_t len, struct ca_json_member **membe
 {
 	struct scanner s = {text, text + len, 1, 1};
 	long n = 0;
-	scan_space(&s);
-	if (s.p >= s.end || *s.p != '{')
-		return -1;
-	s.p++;
-	scan_space(&s);
-	if (s.p < s.end && *s.p == '}')
-		return 0;
+	int any = open_object(&s);
+	if (any <= 0)
+		return any;
 	for (;;) {
 		if ((size_t)n == *cap)
 			*members = ca_xrealloc(*members, (*cap = *cap ? 2 * *cap : 32) * sizeof **members);
