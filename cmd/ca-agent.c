@@ -76,41 +76,6 @@ static jv obj_get(jv obj, const char *key)
 	return v;
 }
 
-/* Copy the template tree src into dst (regular files and directories only). */
-static int copy_tree(const char *src, const char *dst)
-{
-	if (ca_paths_mkdirs(dst, 0755) != 0)
-		return -1;
-	DIR *d = opendir(src);
-	if (!d)
-		return errno == ENOENT ? 0 : -1;
-	struct dirent *e;
-	int rc = 0;
-	while ((e = readdir(d)) && rc == 0) {
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-			continue;
-		char s[PATH_MAX], t[PATH_MAX];
-		snprintf(s, sizeof s, "%s/%s", src, e->d_name);
-		snprintf(t, sizeof t, "%s/%s", dst, e->d_name);
-		struct stat st;
-		if (lstat(s, &st) != 0)
-			continue;
-		if (S_ISDIR(st.st_mode)) {
-			rc = copy_tree(s, t);
-		} else if (S_ISREG(st.st_mode)) {
-			size_t len;
-			char *text = ca_file_read(s, 0, 0, &len);
-			if (!text)
-				rc = -1;
-			else
-				rc = ca_file_write(t, text, len, (st.st_mode & 0111) ? 0755 : 0644);
-			free(text);
-		}
-	}
-	closedir(d);
-	return rc;
-}
-
 /* Resolve a helper program: next to this binary first, then PATH. */
 static const char *helper(const char *name)
 {
@@ -1138,7 +1103,10 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 		size_t len;
 		skill_text = ca_file_read(path, 0, 0, &len);
 		snprintf(path, sizeof path, "%s/workdir", cfg->skill);
-		if (!skill_text || copy_tree(path, s.ws) != 0 || ca_paths_mkdirs(s.state, 0700) != 0) {
+		/* The template's links stay behind; a skill without workdir/ starts the workspace empty. */
+		int copied = ca_file_copy_tree(path, s.ws, CA_FILE_SKIP_LINKS) == 0 ||
+			(errno == ENOENT && ca_paths_mkdirs(s.ws, 0755) == 0);
+		if (!skill_text || !copied || ca_paths_mkdirs(s.state, 0700) != 0) {
 			stop = "setup_error";
 			detail = ca_xstrdup("cannot prepare the workspace from the skill directory");
 		} else {
@@ -1780,7 +1748,6 @@ int main(int argc, char **argv)
 		case 'B': cfg.build_cmd = optarg; break;
 		case 'C': cfg.command_time = ca_opt_double("--command-time", optarg, 1, 86400); break;
 		case 'E': cfg.eval_time = ca_opt_double("--eval-time", optarg, 1, 86400); break;
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case 'j': cfg.jobs = ca_opt_long("-j", optarg, 1, 4096); break;
 		case 'k': cfg.keep = 1; break;
 		case 'X': cfg.max_context = ca_opt_long("--max-context", optarg, 0, 1LL << 40); break;
@@ -1791,14 +1758,12 @@ int main(int argc, char **argv)
 		case 'p': cfg.policy = optarg; break;
 		case 'Q': cfg.policy_time = ca_opt_double("--policy-time", optarg, 1, 86400); break;
 		case 'R': cfg.profile_cmd = optarg; break;
-		case 'P': ca_ndjson_set_progress(1); break;
 		case 'S': cfg.sandbox = optarg; break;
 		case 's': cfg.skill = optarg; break;
-		case 'u': ca_ndjson_set_unbuffered(1); break;
 		case 'U': cfg.unconfined = 1; break;
 		case 'V': cfg.verify_cmd = optarg; break;
 		case 'w': cfg.workdir = optarg; break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	if (!cfg.policy) {

@@ -434,11 +434,8 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "hu", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'x': explode = 1; break;
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
-		case 'P': ca_ndjson_set_progress(1); break;
 		case 't': trajectories = optarg; break;
-		case 'u': ca_ndjson_set_unbuffered(1); break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	if (explode && trajectories) {

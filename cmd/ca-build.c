@@ -59,10 +59,9 @@ int main(int argc, char **argv)
 			break;
 		case 'F': opt.fsize_mb = ca_opt_long("--fsize", optarg, 1, 1 << 20); break;
 		case 'H': human = 1; break;
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case 'm': opt.mem_mb = ca_opt_long("--mem", optarg, 1, 1 << 20); break;
 		case 't': opt.time_s = ca_opt_double("--time", optarg, 0.001, 1 << 20); break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	if (argc - optind != 1) {

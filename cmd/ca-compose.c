@@ -98,30 +98,32 @@ static char *extract_code(const char *reply)
 	return code;
 }
 
+/* The items of the task's array key, ", " between them, into buf (cut to fit): names as they are, sizes as integers. */
+static void join_items(jv task, const char *key, char *buf, size_t size)
+{
+	size_t used = 0;
+	buf[0] = '\0';
+	jv list = ca_json_get(task, key);
+	for (int i = 0; i < jv_array_length(jv_copy(list)); i++) {
+		jv item = jv_array_get(jv_copy(list), i);
+		const char *sep = i ? ", " : "";
+		if (jv_get_kind(item) == JV_KIND_STRING)
+			used += (size_t)snprintf(buf + used, size - used, "%s%s", sep, jv_string_value(item));
+		else
+			used += (size_t)snprintf(buf + used, size - used, "%s%.0f", sep, jv_number_value(item));
+		if (used >= size)
+			used = size - 1;
+		jv_free(item);
+	}
+	jv_free(list);
+}
+
 static char *ask_llm(const char *cmd, double timeout_s, jv task, const char **why)
 {
 	static char message[256];
-	char ops[1024] = "", shape[256] = "";
-	size_t used = 0;
-	jv list = ca_json_get(task, "ops");
-	for (int i = 0; i < jv_array_length(jv_copy(list)); i++) {
-		jv name = jv_array_get(jv_copy(list), i);
-		used += (size_t)snprintf(ops + used, sizeof ops - used, "%s%s", i ? ", " : "", jv_string_value(name));
-		if (used >= sizeof ops)
-			used = sizeof ops - 1;
-		jv_free(name);
-	}
-	jv_free(list);
-	used = 0;
-	jv in = ca_json_get(task, "input_shape");
-	for (int i = 0; i < jv_array_length(jv_copy(in)); i++) {
-		jv d = jv_array_get(jv_copy(in), i);
-		used += (size_t)snprintf(shape + used, sizeof shape - used, "%s%.0f", i ? ", " : "", jv_number_value(d));
-		if (used >= sizeof shape)
-			used = sizeof shape - 1;
-		jv_free(d);
-	}
-	jv_free(in);
+	char ops[1024], shape[256];
+	join_items(task, "ops", ops, sizeof ops);
+	join_items(task, "input_shape", shape, sizeof shape);
 	size_t n = sizeof prompt_text + strlen(ops) + strlen(shape);
 	char *prompt = ca_xmalloc(n);
 	snprintf(prompt, n, prompt_text, ops, shape);
@@ -202,7 +204,6 @@ int main(int argc, char **argv)
 			free(v);
 			break;
 		}
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case 'L': llm = optarg; break;
 		case 'M': max_mb = ca_opt_double("--max-tensor-mb", optarg, 1, 1e9); break;
 		case 'n': count = ca_opt_long("-n", optarg, 0, 100000000); break;
@@ -210,8 +211,7 @@ int main(int argc, char **argv)
 		case 's': seed = ca_opt_long("--seed", optarg, 0, (long long)1 << 62); break;
 		case 't': target_ms = ca_opt_double("--target-ms", optarg, 1e-6, 1e6); break;
 		case 'T': llm_timeout = ca_opt_double("--llm-timeout", optarg, 0.001, 1e6); break;
-		case 'u': ca_ndjson_set_unbuffered(1); break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	size_t nops = ca_synth_op_count();
@@ -222,15 +222,8 @@ int main(int argc, char **argv)
 	if (use_seeds) {
 		struct ca_ndjson_reader *r = ca_ndjson_open(argc - optind, argv + optind);
 		jv rec;
-		int kind;
 		size_t nseeds = 0;
-		while ((kind = ca_ndjson_next(r, &rec)) != CA_NDJSON_EOF) {
-			if (kind == CA_NDJSON_BAD) {
-				ca_ndjson_warn(r, "%s", jv_string_value(rec));
-				jv_free(rec);
-				status = CA_EXIT_DATA;
-				continue;
-			}
+		while (ca_ndjson_next_valid(r, &rec, &status) != CA_NDJSON_EOF) {
 			jv seed_obj = ca_json_get(rec, "seed");
 			if (jv_get_kind(seed_obj) == JV_KIND_OBJECT) {
 				nseeds++;

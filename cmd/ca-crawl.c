@@ -45,12 +45,10 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'f': families = optarg; break;
 		case 'F': no_functions = 1; break;
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case 'j': jobs = ca_opt_long("-j", optarg, 1, 64); break;
 		case 't': timeout_s = ca_opt_double("--timeout", optarg, 0.001, 1e7); break;
 		case 'T': no_transformers = 1; break;
-		case 'u': ca_ndjson_set_unbuffered(1); break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	if (optind != argc) {

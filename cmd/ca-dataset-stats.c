@@ -123,10 +123,9 @@ int main(int argc, char **argv)
 	ca_err_init(argv[0]);
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case 'j': as_json = 1; break;
 		case 'p': plot_file = optarg; break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	struct counts sources = {0}, reasons = {0}, nearest = {0};
@@ -137,14 +136,7 @@ int main(int argc, char **argv)
 	int status = CA_EXIT_OK;
 	struct ca_ndjson_reader *r = ca_ndjson_open(argc - optind, argv + optind);
 	jv rec;
-	int kind;
-	while ((kind = ca_ndjson_next(r, &rec)) != CA_NDJSON_EOF) {
-		if (kind == CA_NDJSON_BAD) {
-			ca_ndjson_warn(r, "%s", jv_string_value(rec));
-			jv_free(rec);
-			status = CA_EXIT_DATA;
-			continue;
-		}
+	while (ca_ndjson_next_valid(r, &rec, &status) != CA_NDJSON_EOF) {
 		total++;
 		jv err = ca_json_get(rec, "error");
 		int is_error = jv_is_valid(err);

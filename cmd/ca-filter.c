@@ -111,13 +111,7 @@ static void load_references(void)
 	char *files[] = {path};
 	struct ca_ndjson_reader *r = ca_ndjson_open(1, files);
 	jv rec;
-	int kind;
-	while ((kind = ca_ndjson_next(r, &rec)) != CA_NDJSON_EOF) {
-		if (kind == CA_NDJSON_BAD) {
-			ca_ndjson_warn(r, "%s", jv_string_value(rec));
-			jv_free(rec);
-			continue;
-		}
+	while (ca_ndjson_next_valid(r, &rec, NULL) != CA_NDJSON_EOF) {
 		char name[512];
 		double level, num;
 		char *id = ca_json_strdup(rec, "id");
@@ -548,27 +542,36 @@ static jv finish_filter(jv f)
 	return out;
 }
 
-static jv add_reason(jv f, const char *reason)
+/* text appended to f's array key, which is made when f has none. */
+static jv append_text(jv f, const char *key, const char *text)
 {
-	jv reasons = ca_json_get(f, "reasons");
-	if (jv_get_kind(reasons) != JV_KIND_ARRAY) {
-		jv_free(reasons);
-		reasons = jv_array();
+	jv list = ca_json_get(f, key);
+	if (jv_get_kind(list) != JV_KIND_ARRAY) {
+		jv_free(list);
+		list = jv_array();
 	}
-	reasons = jv_array_append(reasons, jv_string(reason));
-	return jv_object_set(f, jv_string("reasons"), reasons);
+	list = jv_array_append(list, jv_string(text));
+	return jv_object_set(f, jv_string(key), list);
 }
 
-static jv add_skipped(jv f, const char *what)
+/* Each string of the array key of answer (borrowed) appended to f's. */
+static jv append_texts(jv f, jv answer, const char *key)
 {
-	jv skipped = ca_json_get(f, "skipped");
-	if (jv_get_kind(skipped) != JV_KIND_ARRAY) {
-		jv_free(skipped);
-		skipped = jv_array();
+	jv list = ca_json_get(answer, key);
+	if (jv_get_kind(list) == JV_KIND_ARRAY) {
+		jv_array_foreach(list, i, text)
+		{
+			if (jv_get_kind(text) == JV_KIND_STRING)
+				f = append_text(f, key, jv_string_value(text));
+			jv_free(text);
+		}
 	}
-	skipped = jv_array_append(skipped, jv_string(what));
-	return jv_object_set(f, jv_string("skipped"), skipped);
+	jv_free(list);
+	return f;
 }
+
+static jv add_reason(jv f, const char *reason) { return append_text(f, "reasons", reason); }
+static jv add_skipped(jv f, const char *what) { return append_text(f, "skipped", what); }
 
 static jv set_check(jv f, const char *name, jv value)
 {
@@ -591,25 +594,9 @@ static jv complete(jv f, struct worker *w, jv answer)
 	jv_free(checks);
 	jv reasons = ca_json_get(answer, "reasons");
 	int answered_reasons = jv_get_kind(reasons) == JV_KIND_ARRAY && jv_array_length(jv_copy(reasons)) > 0;
-	if (jv_get_kind(reasons) == JV_KIND_ARRAY) {
-		jv_array_foreach(reasons, i, r)
-		{
-			if (jv_get_kind(r) == JV_KIND_STRING)
-				f = add_reason(f, jv_string_value(r));
-			jv_free(r);
-		}
-	}
 	jv_free(reasons);
-	jv skipped = ca_json_get(answer, "skipped");
-	if (jv_get_kind(skipped) == JV_KIND_ARRAY) {
-		jv_array_foreach(skipped, i, what)
-		{
-			if (jv_get_kind(what) == JV_KIND_STRING)
-				f = add_skipped(f, jv_string_value(what));
-			jv_free(what);
-		}
-	}
-	jv_free(skipped);
+	f = append_texts(f, answer, "reasons");
+	f = append_texts(f, answer, "skipped");
 	double eager, compiled;
 	int has_eager = ca_json_number(answer, "eager_ms", &eager) == 1;
 	f = jv_object_set(f, jv_string("eager_ms"), has_eager ? jv_number(round(eager * 1e4) / 1e4) : jv_null());
@@ -987,7 +974,6 @@ int main(int argc, char **argv)
 				ca_opt_bad_usage();
 			}
 			break;
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case 'j': cfg.jobs = ca_opt_long("-j", optarg, 1, 256); break;
 		case 'm': cfg.min_ms = ca_opt_double("--min-ms", optarg, 0, 1e9); break;
 		case 'P': ca_ndjson_set_progress(1), progress = 1; break;
@@ -995,9 +981,8 @@ int main(int argc, char **argv)
 		case 's': cfg.seed = ca_opt_long("--seed", optarg, 0, (long long)1 << 31); break;
 		case 'S': cfg.max_sim = ca_opt_double("--max-sim", optarg, 0, 1); break;
 		case 't': cfg.timeout_s = ca_opt_double("--timeout", optarg, 0.001, 1e7); break;
-		case 'u': ca_ndjson_set_unbuffered(1); break;
 		case 'X': cfg.max_ms = ca_opt_double("--max-ms", optarg, 0, 1e9); break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	if (fingerprint_only)

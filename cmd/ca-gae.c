@@ -341,13 +341,10 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "hu", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'g': cfg.gamma = ca_opt_double("--gamma", optarg, 0, 1); break;
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case 'j': cfg.jv_only = 1; break;
 		case 'l': cfg.lambda = ca_opt_double("--lambda", optarg, 0, 1); break;
-		case 'P': ca_ndjson_set_progress(1); break;
-		case 'u': ca_ndjson_set_unbuffered(1); break;
 		case 'w': cfg.whiten = 1; break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 

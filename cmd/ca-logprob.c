@@ -14,7 +14,7 @@
  * it: null for log-probs and entropy, 0 for the value.
  */
 #include <getopt.h>
-#include <math.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,31 +53,16 @@ struct state {
 static int *parse_tokens(jv record, int *n, const char **why)
 {
 	jv toks = ca_json_get(record, "tokens");
-	if (jv_get_kind(toks) != JV_KIND_ARRAY) {
-		jv_free(toks);
-		*why = "record has no tokens array";
-		return NULL;
-	}
-	int len = jv_array_length(jv_copy(toks));
-	if (len == 0) {
-		jv_free(toks);
-		*why = "tokens array is empty";
-		return NULL;
-	}
-	int *out = ca_xmalloc(sizeof(int) * (size_t)len);
-	for (int i = 0; i < len; i++) {
-		jv t = jv_array_get(jv_copy(toks), i);
-		double x = jv_get_kind(t) == JV_KIND_NUMBER ? jv_number_value(t) : -1;
-		jv_free(t);
-		if (!(x >= 0 && x < 2147483647.0) || x != floor(x)) {
-			jv_free(toks);
-			free(out);
-			*why = "tokens must be non-negative integers";
-			return NULL;
-		}
-		out[i] = (int)x;
-	}
+	int *out;
+	int len = ca_json_int_array(toks, INT_MAX, &out);
 	jv_free(toks);
+	if (len == 0)
+		free(out);
+	if (len <= 0) {
+		*why = len == -1 ? "record has no tokens array" : len == 0 ? "tokens array is empty" :
+			"tokens must be non-negative integers";
+		return NULL;
+	}
 	*n = len;
 	return out;
 }
@@ -238,11 +223,8 @@ int main(int argc, char **argv)
 		case 'b': s.batch_tokens = ca_opt_long("--batch-tokens", optarg, 1, 1L << 30); break;
 		case 'd': device = ca_device_parse("--device", optarg); break;
 		case 'e': s.entropy = 1; break;
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case 'm': dir = optarg; break;
-		case 'P': ca_ndjson_set_progress(1); break;
-		case 'u': ca_ndjson_set_unbuffered(1); break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	if (!dir) {

@@ -212,8 +212,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		case OPT_WHITEN: cfg.whiten = 1; break;
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	ca_train_opts_check(&cfg.train, usage_text, argc - optind);

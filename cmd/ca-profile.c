@@ -13,7 +13,6 @@
 
 #include "err.h"
 #include "evaluate.h"
-#include "ndjson.h"
 #include "opt.h"
 
 static const char usage_text[] =
@@ -25,50 +24,23 @@ static const char usage_text[] =
 
 int main(int argc, char **argv)
 {
-	/* The long options without a short one go to ca_eval_option by name; their vals only tell them apart. */
+	/* The options both evaluators take (evaluate.h), then this one's own. */
 	static const struct option longopts[] = {
-		{"allow-torch", no_argument, NULL, 'A'},
-		{"arch", required_argument, NULL, 'a'},
-		{"atol", required_argument, NULL, 't'},
-		{"build-cache", required_argument, NULL, 'B'},
+		CA_EVAL_LONGOPTS,
 		{"compile-mode", required_argument, NULL, 'm'},
-		{"device", required_argument, NULL, 'd'},
-		{"gpus", required_argument, NULL, 'g'},
-		{"help", no_argument, NULL, 'h'},
 		{"iters", required_argument, NULL, 'i'},
 		{"keep", required_argument, NULL, 'k'},
 		{"no-cache", no_argument, NULL, 'C'},
 		{"no-compile", no_argument, NULL, 'N'},
-		{"no-sandbox", no_argument, NULL, 'S'},
-		{"robust", required_argument, NULL, 'R'},
-		{"rtol", required_argument, NULL, 'r'},
-		{"sandbox-user", required_argument, NULL, 'Y'},
-		{"seed", required_argument, NULL, 's'},
-		{"serve", required_argument, NULL, 'E'},
 		{"sets", required_argument, NULL, 'e'},
-		{"shapes", required_argument, NULL, 'z'},
-		{"timeout", required_argument, NULL, 'T'},
 		{"top", required_argument, NULL, 'o'},
-		{"unbuffered", no_argument, NULL, 'u'},
-		{"unordered", no_argument, NULL, 'U'},
-		{"verbose", no_argument, NULL, 'v'},
 		{"verify", no_argument, NULL, 'V'},
 		{"warmup", required_argument, NULL, 'w'},
 		{NULL, 0, NULL, 0},
 	};
 	struct ca_eval_config cfg;
-	int c, index = 0;
 	ca_err_init(argv[0]);
 	ca_eval_defaults(&cfg, CA_EVAL_PROFILE);
-	while ((c = getopt_long(argc, argv, "Hhuv", longopts, &index)) != -1) {
-		switch (c) {
-		case 'H': cfg.human = 1; break;
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
-		case 'u': ca_ndjson_set_unbuffered(1); break;
-		case 'v': cfg.verbose = 1; break;
-		case '?': fputs(usage_text, stderr); ca_opt_bad_usage();
-		default: ca_eval_option(&cfg, longopts[index].name, optarg);
-		}
-	}
+	ca_eval_options(&cfg, argc, argv, longopts, usage_text);
 	return ca_eval_run(&cfg, argc - optind, argv + optind, usage_text);
 }

@@ -116,6 +116,24 @@ static jv speed_reward(jv profile, const struct config *cfg, int *status)
 }
 
 /*
+ * The reward when one evaluator object (borrowed) settles it: the
+ * candidate caught (-1), its evaluator failed (null), the object absent
+ * (absent says so) or unusable; jv_invalid() when the candidate passed.
+ */
+static jv stage_reward(jv result, const char *what, const char *absent, int *status)
+{
+	const char *why = NULL;
+	if (jv_get_kind(result) != JV_KIND_OBJECT)
+		return reward_error(absent, status);
+	switch (verdict(result, what, &why)) {
+	case 1: return jv_invalid();
+	case 0: return no_speed(jv_number(-1), reason_of(what, result), 0);
+	case 2: return no_speed(jv_null(), reason_of(what, result), 1);
+	default: return reward_error(why, status);
+	}
+}
+
+/*
  * The reward object of a record (borrowed). The reward follows the
  * evaluator's whole verdict: a candidate caught by verify or by profile
  * gets -1, and no time is read from a profile that did not pass.
@@ -124,27 +142,10 @@ static jv reward_of(jv record, void *ctx, int *status)
 {
 	const struct config *cfg = ctx;
 	jv verify = ca_json_get(record, "verify"), profile = ca_json_get(record, "profile");
-	const char *why = NULL;
-	jv r;
-	int v = jv_get_kind(verify) == JV_KIND_OBJECT ? verdict(verify, "verify", &why) : -1;
-	int p = v == 1 && jv_get_kind(profile) == JV_KIND_OBJECT ? verdict(profile, "profile", &why) : -1;
-	if (jv_get_kind(verify) != JV_KIND_OBJECT)
-		r = reward_error("no verify object in record", status);
-	else if (v < 0)
-		r = reward_error(why, status);
-	else if (v == 2)
-		r = no_speed(jv_null(), reason_of("verify", verify), 1);
-	else if (v == 0)
-		r = no_speed(jv_number(-1), reason_of("verify", verify), 0);
-	else if (jv_get_kind(profile) != JV_KIND_OBJECT)
-		r = reward_error("correct candidate without a profile object", status);
-	else if (p < 0)
-		r = reward_error(why, status);
-	else if (p == 2)
-		r = no_speed(jv_null(), reason_of("profile", profile), 1);
-	else if (p == 0)
-		r = no_speed(jv_number(-1), reason_of("profile", profile), 0);
-	else
+	jv r = stage_reward(verify, "verify", "no verify object in record", status);
+	if (!jv_is_valid(r))
+		r = stage_reward(profile, "profile", "correct candidate without a profile object", status);
+	if (!jv_is_valid(r))
 		r = speed_reward(profile, cfg, status);
 	jv_free(verify);
 	jv_free(profile);
@@ -171,11 +172,8 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "hu", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'c': cfg.continuous = 1; break;
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
-		case 'P': ca_ndjson_set_progress(1); break;
 		case 't': cfg.threshold = ca_opt_double("--threshold", optarg, 0, 1e9); break;
-		case 'u': ca_ndjson_set_unbuffered(1); break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	static const char *const reads[] = {"verify", "profile"};

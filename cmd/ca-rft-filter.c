@@ -368,13 +368,11 @@ int main(int argc, char **argv)
 	ca_err_init(argv[0]);
 	while ((c = getopt_long(argc, argv, "hu", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case 'k': cfg.keep_marked = 1; break;
 		case 'i': cfg.max_invalid = ca_opt_long("--max-invalid", optarg, 0, 1LL << 40); break;
 		case 'l': cfg.max_loop = ca_opt_long("--max-loop", optarg, 1, 1LL << 40); break;
 		case 'r': cfg.max_repeats = ca_opt_long("--max-repeats", optarg, 1, 1LL << 40); break;
 		case 'm': cfg.min_reward = ca_opt_double("--min-reward", optarg, -1e9, 1e9); break;
-		case 'P': ca_ndjson_set_progress(1); break;
 		case 'd': cfg.require_done = 1; break;
 		case 't': {
 			char why[CA_TOKENIZER_WHY];
@@ -387,8 +385,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		}
-		case 'u': ca_ndjson_set_unbuffered(1); break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	int status = ca_ndjson_map(argc - optind, argv + optind, filter_one, &cfg);

@@ -117,24 +117,15 @@ static jv sample_error(struct pending *p, const char *message, int *status)
 	return out;
 }
 
-static int *int_array(jv a, int *n, const char **why)
+static int *prompt_tokens(jv a, int *n, const char **why)
 {
-	if (jv_get_kind(a) != JV_KIND_ARRAY || jv_array_length(jv_copy(a)) == 0) {
-		*why = "prompt_tokens must be a non-empty array";
+	int *out;
+	*n = ca_json_int_array(a, INT_MAX, &out);
+	if (*n == 0)
+		free(out);
+	if (*n <= 0) {
+		*why = *n == -2 ? "prompt_tokens must hold non-negative integers" : "prompt_tokens must be a non-empty array";
 		return NULL;
-	}
-	*n = jv_array_length(jv_copy(a));
-	int *out = ca_xmalloc(sizeof(int) * (size_t)*n);
-	for (int i = 0; i < *n; i++) {
-		jv x = jv_array_get(jv_copy(a), i);
-		double v = jv_get_kind(x) == JV_KIND_NUMBER ? jv_number_value(x) : -1;
-		jv_free(x);
-		if (!(v >= 0 && v < INT_MAX) || v != floor(v)) {
-			free(out);
-			*why = "prompt_tokens must hold non-negative integers";
-			return NULL;
-		}
-		out[i] = (int)v;
 	}
 	return out;
 }
@@ -157,7 +148,7 @@ static void prepare(struct config *cfg, struct pending *p)
 	jv text = ca_json_get(p->record, "prompt");
 	jv messages = ca_json_get(p->record, "messages");
 	if (jv_is_valid(pt)) {
-		p->prompt = int_array(pt, &p->n, &p->bad);
+		p->prompt = prompt_tokens(pt, &p->n, &p->bad);
 	} else if (jv_get_kind(text) == JV_KIND_STRING || jv_get_kind(messages) == JV_KIND_ARRAY) {
 		if (!cfg->tok) {
 			p->bad = cfg->tok_why;
@@ -842,12 +833,10 @@ int main(int argc, char **argv)
 		case 'b': cfg.batch = (int)ca_opt_long("--batch", optarg, 1, 1 << 16); break;
 		case 'd': cfg.device = ca_device_parse("--device", optarg); break;
 		case 'f': cfg.fp32 = 1; break;
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case 'i': idle_s = ca_opt_double("--idle", optarg, 0, 1e9); break;
 		case 'l': cfg.slots = (int)ca_opt_long("--slots", optarg, 1, 1 << 12); break;
 		case 'm': dir = optarg; break;
 		case 'n': cfg.max_tokens = (int)ca_opt_long("--max-tokens", optarg, 0, 1 << 24); break;
-		case 'P': ca_ndjson_set_progress(1); break;
 		case 'p': cfg.top_p = ca_opt_double("--top-p", optarg, 1e-9, 1); break;
 		case 'R': max_request = ca_opt_long("--max-request", optarg, 1024, (long long)1 << 30); break;
 		case 'r': cfg.token_record = 1; break;
@@ -864,8 +853,7 @@ int main(int argc, char **argv)
 				cfg.eos[cfg.neos++] = (int)ca_opt_long("--stop-token", optarg, 0, INT_MAX);
 			break;
 		case 't': cfg.temperature = ca_opt_double("--temperature", optarg, 0, 100); break;
-		case 'u': ca_ndjson_set_unbuffered(1); break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	if (cfg.batch == 0)   /* the CPU generates one record at a time anyway */

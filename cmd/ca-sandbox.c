@@ -80,7 +80,6 @@ int main(int argc, char **argv)
 			break;
 		case O_FSIZE: cfg.fsize_mb = ca_opt_long("--fsize", optarg, 1, 1LL << 30); break;
 		case O_GPU: cfg.gpu = 1; break;
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case O_HIDE: add(&cfg.hide, &cfg.nhide, optarg); break;
 		case O_MEM: cfg.mem_mb = ca_opt_long("--mem", optarg, 1, 1LL << 30); break;
 		case O_NOFILE: cfg.nofile = ca_opt_long("--nofile", optarg, 4, 1 << 20); break;
@@ -89,7 +88,7 @@ int main(int argc, char **argv)
 		case O_RO: add(&cfg.ro, &cfg.nro, optarg); break;
 		case O_TIME: cfg.time_s = ca_opt_double("--time", optarg, 0.001, 1e9); break;
 		case O_USER: cfg.uid = ca_opt_long("--user", optarg, 1, 4294967294LL); break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	if (optind >= argc) {

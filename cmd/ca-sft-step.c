@@ -78,8 +78,7 @@ int main(int argc, char **argv)
 		if (ca_train_opt(&o, c, optarg))
 			continue;
 		switch (c) {
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	ca_train_opts_check(&o, usage_text, argc - optind);

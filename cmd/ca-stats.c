@@ -352,10 +352,9 @@ int main(int argc, char **argv)
 			cfg.by[cfg.nby++] = optarg;
 			break;
 		case 'f': cfg.faster_than = ca_opt_double("--faster-than", optarg, 0, 1e12); break;
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case 'p': p_list = optarg; break;
 		case 't': cfg.table = 1; break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	parse_p_list(&cfg, p_list);

@@ -158,25 +158,11 @@ static int cmd_prompts(long n, uint64_t seed)
 static int *int_array(jv record, const char *key, int *n)
 {
 	jv a = ca_json_get(record, key);
-	if (jv_get_kind(a) != JV_KIND_ARRAY) {
-		jv_free(a);
-		return NULL;
-	}
-	int len = jv_array_length(jv_copy(a));
-	int *x = ca_xmalloc(sizeof(int) * (size_t)(len ? len : 1));
-	for (int i = 0; i < len; i++) {
-		jv e = jv_array_get(jv_copy(a), i);
-		double v = jv_get_kind(e) == JV_KIND_NUMBER ? jv_number_value(e) : -1;
-		jv_free(e);
-		if (!(v >= 0 && v < 1e9) || v != floor(v)) {
-			free(x);
-			jv_free(a);
-			return NULL;
-		}
-		x[i] = (int)v;
-	}
+	int *x;
+	int len = ca_json_int_array(a, 1e9, &x);
 	jv_free(a);
-	*n = len;
+	if (len >= 0)
+		*n = len;
 	return x;
 }
 
@@ -297,10 +283,8 @@ int main(int argc, char **argv)
 		case OPT_HIDDEN: o.hidden = 8 * (int)(ca_opt_long("--hidden", optarg, 8, 4096) / 8); break;
 		case OPT_LAYERS: o.layers = (int)ca_opt_long("--layers", optarg, 1, 64); break;
 		case OPT_SEED: o.seed = (uint64_t)ca_opt_long("--seed", optarg, 0, (1LL << 62)); break;
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
 		case 'n': n = ca_opt_long("-n", optarg, 0, 1L << 40); break;
-		case 'u': ca_ndjson_set_unbuffered(1); break;
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	if (strcmp(verb, "init") == 0) {

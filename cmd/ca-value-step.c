@@ -123,8 +123,7 @@ int main(int argc, char **argv)
 			continue;
 		switch (c) {
 		case OPT_CLIP: t.clip = ca_opt_double("--clip-value", optarg, 0, 1e30); break;
-		case 'h': fputs(usage_text, stdout); return ca_err_finish(CA_EXIT_OK);
-		default: fputs(usage_text, stderr); ca_opt_bad_usage();
+		default: ca_opt_common(c, usage_text);
 		}
 	}
 	ca_train_opts_check(&o, usage_text, argc - optind);

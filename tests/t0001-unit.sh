@@ -7,4 +7,5 @@ for m in err json rl opt dist; do
 done
 expect_success 'lib/ndjson unit tests' 'test-ndjson "$TRASH"'
 expect_success 'lib/paths unit tests' 'test-paths "$TRASH"'
+expect_success 'lib/file unit tests' 'test-file "$TRASH"'
 test_done

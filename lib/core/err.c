@@ -108,6 +108,14 @@ void ca_err_die_sys(int status, const char *fmt, ...)
 	die_now(status);
 }
 
+void ca_err_why(char *why, size_t size, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, size, fmt, ap);
+	va_end(ap);
+}
+
 void *ca_xmalloc(size_t n)
 {
 	void *p = malloc(n ? n : 1);

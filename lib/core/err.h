@@ -32,6 +32,13 @@ noreturn void ca_err_die(int status, const char *fmt, ...) __attribute__((format
 noreturn void ca_err_die_sys(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /*
+ * A library call that reports a failure instead of dying writes its reason
+ * into the caller's buffer of size bytes (why[CA_MODEL_WHY], why[CA_ST_WHY],
+ * ...): lowercase, no trailing period, truncated to fit.
+ */
+void ca_err_why(char *why, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/*
  * A resident server (a step command's --serve) answers a failed request
  * and goes on to the next: while a catcher is set, ca_err_die and
  * ca_err_die_sys write their message as always, keep it for

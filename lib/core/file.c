@@ -1,15 +1,18 @@
 /* file: whole-file reads and writes, whole trees removed and copied; see file.h. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "err.h"
 #include "file.h"
+#include "paths.h"
 #include "proc.h"
 
 char *ca_file_read(const char *path, int flags, size_t max, size_t *len)
@@ -49,11 +52,8 @@ char *ca_file_read(const char *path, int flags, size_t max, size_t *len)
 	return buf;
 }
 
-int ca_file_write(const char *path, const void *data, size_t len, int mode)
+int ca_file_write_fd(int fd, const void *data, size_t len)
 {
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
-	if (fd < 0)
-		return -1;
 	const char *p = data;
 	size_t done = 0;
 	while (done < len) {
@@ -61,14 +61,21 @@ int ca_file_write(const char *path, const void *data, size_t len, int mode)
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0) {
-			int e = w < 0 ? errno : EIO;
-			close(fd);
-			errno = e;
+			if (w == 0)
+				errno = EIO;
 			return -1;
 		}
 		done += (size_t)w;
 	}
-	if (fchmod(fd, (mode_t)mode) != 0) {
+	return 0;
+}
+
+int ca_file_write(const char *path, const void *data, size_t len, int mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+	if (fd < 0)
+		return -1;
+	if (ca_file_write_fd(fd, data, len) != 0 || fchmod(fd, (mode_t)mode) != 0) {
 		int e = errno;
 		close(fd);
 		errno = e;
@@ -89,8 +96,44 @@ void ca_file_remove_tree(const char *path)
 	nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* CA_FILE_SKIP_LINKS: the tree's directories and regular files, nothing else. */
+static int copy_regular_tree(const char *src, const char *dst)
+{
+	DIR *d = opendir(src);
+	if (!d)
+		return -1;
+	if (ca_paths_mkdirs(dst, 0755) != 0) {
+		closedir(d);
+		return -1;
+	}
+	struct dirent *e;
+	int rc = 0;
+	while (rc == 0 && (e = readdir(d))) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		char from[PATH_MAX], to[PATH_MAX];
+		snprintf(from, sizeof from, "%s/%s", src, e->d_name);
+		snprintf(to, sizeof to, "%s/%s", dst, e->d_name);
+		struct stat st;
+		if (lstat(from, &st) != 0)
+			continue;
+		if (S_ISDIR(st.st_mode)) {
+			rc = copy_regular_tree(from, to);
+		} else if (S_ISREG(st.st_mode)) {
+			size_t len;
+			char *data = ca_file_read(from, CA_FILE_NOFOLLOW, 0, &len);
+			rc = data ? ca_file_write(to, data, len, (st.st_mode & 0111) ? 0755 : 0644) : -1;
+			free(data);
+		}
+	}
+	closedir(d);
+	return rc;
+}
+
 int ca_file_copy_tree(const char *src, const char *dst, int flags)
 {
+	if (flags & CA_FILE_SKIP_LINKS)
+		return copy_regular_tree(src, dst);
 	char from[PATH_MAX + 64];
 	snprintf(from, sizeof from, "%s/.", src);
 	const char *argv[7] = {"cp", "-R", "-P"};

@@ -25,6 +25,11 @@ char *ca_file_read(const char *path, int flags, size_t max, size_t *len);
  * 0, or -1 with errno set.
  */
 int ca_file_write(const char *path, const void *data, size_t len, int mode);
+/*
+ * All of data[0..len) to the open descriptor fd, again after a signal or a
+ * short write. 0, or -1 with errno set (EIO for a write that wrote nothing).
+ */
+int ca_file_write_fd(int fd, const void *data, size_t len);
 
 /*
  * Remove path and everything below it, depth first, never following a
@@ -35,12 +40,24 @@ void ca_file_remove_tree(const char *path);
 
 /* ca_file_copy_tree: timestamps kept (build trees whose tools decide what to rebuild by them). */
 #define CA_FILE_KEEP_TIMES 1
+/*
+ * ca_file_copy_tree: directories and regular files only (a template tree
+ * such as the skill's workdir/, or the Python headers a build copies in:
+ * what a link names must not come along).
+ */
+#define CA_FILE_SKIP_LINKS 2
 
 /*
  * Copy what is below the directory src into the directory dst, with
  * cp -R -P: a symbolic link is copied as a link, never followed; modes
  * as cp gives them. flags: 0 or CA_FILE_KEEP_TIMES. 0, or -1 when cp
  * failed or ran past 120 s.
+ *
+ * With CA_FILE_SKIP_LINKS (alone) the copy is made here instead: dst and
+ * the directories below it are made as needed, a regular file is copied
+ * with mode 0755 when it had an execute bit and 0644 otherwise, and
+ * symbolic links and special files are left out. 0, or -1 with errno set
+ * (ENOENT when src does not exist).
  */
 int ca_file_copy_tree(const char *src, const char *dst, int flags);
 

@@ -1,10 +1,12 @@
 /* json: see json.h. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "err.h"
+#include "file.h"
 #include "json.h"
 
 jv ca_json_get(jv obj, const char *key)
@@ -12,6 +14,45 @@ jv ca_json_get(jv obj, const char *key)
 	if (jv_get_kind(obj) != JV_KIND_OBJECT)
 		return jv_invalid();
 	jv v = jv_object_get(jv_copy(obj), jv_string(key));
+	return v;
+}
+
+int ca_json_int_array(jv a, double max, int **items)
+{
+	*items = NULL;
+	if (jv_get_kind(a) != JV_KIND_ARRAY)
+		return -1;
+	int n = jv_array_length(jv_copy(a));
+	int *x = ca_xmalloc(sizeof(int) * (size_t)(n ? n : 1));
+	for (int i = 0; i < n; i++) {
+		jv e = jv_array_get(jv_copy(a), i);
+		double v = jv_get_kind(e) == JV_KIND_NUMBER ? jv_number_value(e) : -1;
+		jv_free(e);
+		if (!(v >= 0 && v < max) || v != floor(v)) {
+			free(x);
+			return -2;
+		}
+		x[i] = (int)v;
+	}
+	*items = x;
+	return n;
+}
+
+jv ca_json_read_object(const char *path, char *why, size_t size)
+{
+	size_t len;
+	char *text = ca_file_read(path, 0, 0, &len);
+	if (!text) {
+		ca_err_why(why, size, "%s: %s", path, strerror(errno));
+		return jv_invalid();
+	}
+	jv v = jv_parse_sized(text, (int)len);
+	free(text);
+	if (jv_get_kind(v) != JV_KIND_OBJECT) {
+		jv_free(v);
+		ca_err_why(why, size, "%s: not a JSON object", path);
+		return jv_invalid();
+	}
 	return v;
 }
 
@@ -305,6 +346,21 @@ static int scan_value(struct scanner *s)
 	}
 }
 
+/*
+ * Past the '{' that opens an object and the white space after it: 1 when
+ * a member follows, 0 when '}' does (an empty object), -1 when the text
+ * opens no object.
+ */
+static int open_object(struct scanner *s)
+{
+	scan_space(s);
+	if (s->p >= s->end || *s->p != '{')
+		return -1;
+	s->p++;
+	scan_space(s);
+	return s->p < s->end && *s->p == '}' ? 0 : 1;
+}
+
 int ca_json_scan_object(const char *text, size_t len, const char *const *keys, size_t nkeys,
 	struct ca_json_span *spans, size_t *close)
 {
@@ -312,12 +368,10 @@ int ca_json_scan_object(const char *text, size_t len, const char *const *keys, s
 	int escaped;
 	for (size_t i = 0; i < nkeys; i++)
 		spans[i] = (struct ca_json_span){NULL, 0};
-	scan_space(&s);
-	if (s.p >= s.end || *s.p != '{')
+	int any = open_object(&s);
+	if (any < 0)
 		return -1;
-	s.p++;
-	scan_space(&s);
-	if (s.p < s.end && *s.p == '}')
+	if (any == 0)
 		goto closed;
 	for (;;) {
 		const char *key = s.p + 1;
@@ -412,13 +466,9 @@ long ca_json_members(const char *text, size_t len, struct ca_json_member **membe
 {
 	struct scanner s = {text, text + len, 1, 1};
 	long n = 0;
-	scan_space(&s);
-	if (s.p >= s.end || *s.p != '{')
-		return -1;
-	s.p++;
-	scan_space(&s);
-	if (s.p < s.end && *s.p == '}')
-		return 0;
+	int any = open_object(&s);
+	if (any <= 0)
+		return any;
 	for (;;) {
 		if ((size_t)n == *cap)
 			*members = ca_xrealloc(*members, (*cap = *cap ? 2 * *cap : 32) * sizeof **members);
@@ -465,6 +515,23 @@ static const double exact_pow10[] = {
 	1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 };
 
+/*
+ * The digits at *p onto the mantissa, *p moved past them: how many there
+ * were, or -1 once more than 15 are significant (no longer exact).
+ */
+static int read_digits(const char **p, unsigned long long *mantissa, int *digits)
+{
+	int n = 0;
+	for (; is_digit(**p); (*p)++, n++) {
+		if (*mantissa || **p != '0')
+			(*digits)++;
+		*mantissa = *mantissa * 10 + (unsigned)(**p - '0');
+		if (*digits > 15)
+			return -1;
+	}
+	return n;
+}
+
 double ca_json_strtod(const char *text, char **end)
 {
 	/*
@@ -479,29 +546,14 @@ double ca_json_strtod(const char *text, char **end)
 		negative = 1;
 		p++;
 	}
-	if (!is_digit(*p))
+	if (!is_digit(*p) || read_digits(&p, &mantissa, &digits) < 0)
 		return strtod(text, end);
-	while (is_digit(*p)) {
-		if (mantissa || *p != '0')
-			digits++;
-		mantissa = mantissa * 10 + (unsigned)(*p - '0');
-		p++;
-		if (digits > 15)
-			return strtod(text, end);
-	}
 	if (*p == '.') {
 		p++;
-		if (!is_digit(*p))
+		int n = is_digit(*p) ? read_digits(&p, &mantissa, &digits) : -1;
+		if (n < 0)
 			return strtod(text, end);
-		while (is_digit(*p)) {
-			if (mantissa || *p != '0')
-				digits++;
-			mantissa = mantissa * 10 + (unsigned)(*p - '0');
-			scale--;
-			p++;
-			if (digits > 15)
-				return strtod(text, end);
-		}
+		scale = -n;
 	}
 	if (*p == 'e' || *p == 'E')
 		return strtod(text, end);

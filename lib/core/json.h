@@ -6,6 +6,8 @@
 #ifndef CA_JSON_H
 #define CA_JSON_H
 
+#include <stddef.h>
+
 #include <jv.h>
 
 /* Value at a dotted path ("verify.ok", "group.level"), or jv_null() when absent. Borrows obj. */
@@ -23,6 +25,19 @@ int ca_json_bool(jv obj, const char *key);
 char *ca_json_strdup(jv obj, const char *key);
 /* jv number, or null when x is not finite (JSON has no NaN/Inf). */
 jv ca_json_num_or_null(double x);
+/*
+ * The items of the array a (borrowed) when all are integers in [0, max),
+ * such as token ids: their count, with *items a new array the caller frees
+ * (allocated even for none); -1 when a is not an array, -2 when an item
+ * is no such integer (*items NULL either way).
+ */
+int ca_json_int_array(jv a, double max, int **items);
+/*
+ * The JSON object a whole file holds (config.json, tokenizer.json), or
+ * jv_invalid() with the reason in why[0..size): "PATH: strerror" when it
+ * cannot be read, "PATH: not a JSON object" when it holds anything else.
+ */
+jv ca_json_read_object(const char *path, char *why, size_t size);
 
 /*
  * The fast path over raw record text, for commands that touch a few

@@ -405,6 +405,18 @@ int ca_ndjson_next(struct ca_ndjson_reader *r, jv *out)
 	return ca_ndjson_parse(text, len, out);
 }
 
+int ca_ndjson_next_valid(struct ca_ndjson_reader *r, jv *out, int *status)
+{
+	int kind;
+	while ((kind = ca_ndjson_next(r, out)) == CA_NDJSON_BAD) {
+		ca_ndjson_warn(r, "%s", jv_string_value(*out));
+		jv_free(*out);
+		if (status)
+			*status = ca_err_worst(*status, CA_EXIT_DATA);
+	}
+	return kind;
+}
+
 const char *ca_ndjson_name(const struct ca_ndjson_reader *r) { return r->name ? r->name : "stdin"; }
 long ca_ndjson_line(const struct ca_ndjson_reader *r) { return r->line; }
 int ca_ndjson_status(const struct ca_ndjson_reader *r) { return r->status; }

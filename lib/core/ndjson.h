@@ -41,6 +41,14 @@ enum {
 /* Read the next non-empty line. */
 int ca_ndjson_next(struct ca_ndjson_reader *r, jv *out);
 /*
+ * For a command that reads records without writing them back (a summary,
+ * a set of references): the next record (CA_NDJSON_RECORD) or
+ * CA_NDJSON_EOF, a malformed line on the way reported ("ca-NAME:
+ * FILE:LINE: reason") and passed over, raising *status to CA_EXIT_DATA
+ * (NULL: the line is only reported).
+ */
+int ca_ndjson_next_valid(struct ca_ndjson_reader *r, jv *out, int *status);
+/*
  * The same in two steps, for commands with a fast path over the raw text:
  * the next non-empty line (CA_NDJSON_RECORD or CA_NDJSON_EOF; *text is
  * NUL-terminated and valid until the next call; CA_NDJSON_BAD for a line

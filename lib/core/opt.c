@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "ndjson.h"
 #include "opt.h"
 
 int ca_parse_double(const char *text, double *out, const char **why)
@@ -93,4 +94,14 @@ void ca_opt_bad_usage(void)
 {
 	fprintf(stderr, "Try '%s --help' for more information.\n", ca_err_prog());
 	exit(CA_EXIT_USAGE);
+}
+
+void ca_opt_common(int c, const char *usage)
+{
+	switch (c) {
+	case 'h': fputs(usage, stdout); exit(ca_err_finish(CA_EXIT_OK));
+	case 'P': ca_ndjson_set_progress(1); break;
+	case 'u': ca_ndjson_set_unbuffered(1); break;
+	default: fputs(usage, stderr); ca_opt_bad_usage();
+	}
 }

@@ -1,5 +1,6 @@
 /*
- * opt: checked parsing of numbers and lists from the command line.
+ * opt: checked parsing of numbers and lists from the command line, and
+ * the options every command takes alike.
  *
  * Every numeric option goes through these; none uses atoi. On a bad
  * value they print "ca-NAME: --opt: reason" and exit with CA_EXIT_USAGE.
@@ -9,6 +10,20 @@
 
 #include <stddef.h>
 #include <stdnoreturn.h>
+
+/*
+ * The common options (ca(7)): -h, --help writes the usage on stdout and
+ * exits 0; --progress and -u, --unbuffered set the record stream's
+ * (ndjson). A command lists those it takes in its long options as
+ * {"help", no_argument, NULL, 'h'}, {"progress", no_argument, NULL, 'P'}
+ * and {"unbuffered", no_argument, NULL, 'u'}, and ends its getopt_long
+ * switch with
+ *     default: ca_opt_common(c, usage_text);
+ * which handles them, and answers anything else getopt_long returns (an
+ * unknown option, a missing argument) with the usage on stderr and
+ * CA_EXIT_USAGE.
+ */
+void ca_opt_common(int c, const char *usage);
 
 /* Parse a finite double in [min, max]. */
 double ca_opt_double(const char *option, const char *text, double min, double max);

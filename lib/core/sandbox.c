@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "file.h"
 #include "paths.h"
 #include "proc.h"
 #include "sandbox.h"
@@ -693,12 +694,6 @@ static int chown_entry(const char *path, const struct stat *st, int flag, struct
 	return lchown(path, chown_uid, chown_gid) == 0 ? 0 : -1;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st; (void)ftw;
-	return flag == FTW_DP ? rmdir(path) : unlink(path);
-}
-
 static const char *getenv_or(const char *name, const char *fallback)
 {
 	const char *v = getenv(name);
@@ -1116,7 +1111,7 @@ int ca_sandbox_run(const struct ca_sandbox *cfg, const char *const *argv, struct
 	jv_free(notes);
 
 	if (tmpdir_made[0])
-		nftw(tmpdir_made, remove_entry, 32, FTW_DEPTH | FTW_PHYS);
+		ca_file_remove_tree(tmpdir_made);
 	free_strings(pl.envp);
 	free_strings(pl.hidden);
 	free_strings(pl.readonly);

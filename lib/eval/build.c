@@ -616,29 +616,6 @@ static int world_readable(const char *path)
 	return stat(path, &st) == 0 && (st.st_mode & S_IROTH);
 }
 
-static int copy_tree(const char *from, const char *to)
-{
-	DIR *d = opendir(from);
-	struct dirent *e;
-	if (!d)
-		return -1;
-	ca_paths_mkdirs(to, 0755);
-	int r = 0;
-	while (r == 0 && (e = readdir(d))) {
-		char a[PATH_MAX], b[PATH_MAX];
-		struct stat st;
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-			continue;
-		snprintf(a, sizeof a, "%s/%s", from, e->d_name);
-		snprintf(b, sizeof b, "%s/%s", to, e->d_name);
-		if (stat(a, &st) != 0)
-			continue;
-		r = S_ISDIR(st.st_mode) ? copy_tree(a, b) : copy_file(a, b, 0644);
-	}
-	closedir(d);
-	return r;
-}
-
 /* Each string of array (consumed), prefixed, onto out. */
 static int jv_strings(jv array, struct argv_list *out, const char *prefix)
 {
@@ -979,7 +956,7 @@ static int make_private_dir(struct build *b, char *dir, size_t size, const char 
 			continue;
 		jv pyinc = jv_object_get(jv_copy(b->torch), jv_string("pyinclude"));
 		snprintf(path, sizeof path, "%s/pyinclude", dir);
-		int r = copy_tree(jv_string_value(pyinc), path);
+		int r = ca_file_copy_tree(jv_string_value(pyinc), path, CA_FILE_SKIP_LINKS);
 		jv_free(pyinc);
 		if (r != 0) {
 			set_result(b->res, 0, CA_EXIT_SYSTEM, "cannot copy the Python headers: %s", strerror(errno));

@@ -5,6 +5,7 @@
  * its result's verdict and exit status, the -H and -v lines. The pieces
  * are listed in evaluate_impl.h.
  */
+#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,6 +133,20 @@ int ca_eval_option(struct ca_eval_config *cfg, const char *name, const char *val
 	else
 		return -1;
 	return 0;
+}
+
+void ca_eval_options(struct ca_eval_config *cfg, int argc, char **argv, const struct option *longopts,
+	const char *usage)
+{
+	int c, index = 0;
+	while ((c = getopt_long(argc, argv, "Hhuv", longopts, &index)) != -1) {
+		switch (c) {
+		case 'H': cfg->human = 1; break;
+		case 'v': cfg->verbose = 1; break;
+		case 'h': case 'u': case '?': ca_opt_common(c, usage); break;
+		default: ca_eval_option(cfg, longopts[index].name, optarg);
+		}
+	}
 }
 
 int ca_eval_run(struct ca_eval_config *cfg, int nargs, char **args, const char *usage)

@@ -19,6 +19,8 @@
 #ifndef CA_EVALUATE_H
 #define CA_EVALUATE_H
 
+#include <getopt.h>
+
 #include <jv.h>
 
 #include "compare.h"
@@ -71,6 +73,41 @@ void ca_eval_defaults(struct ca_eval_config *cfg, enum ca_eval_mode mode);
  * is no evaluation option. Each command's table says which it accepts.
  */
 int ca_eval_option(struct ca_eval_config *cfg, const char *name, const char *value);
+
+/*
+ * The long options ca-verify and ca-profile both take, -h and -u
+ * included; each command's table adds its own after them. Those without a
+ * short option reach ca_eval_option by name: their vals only tell them
+ * apart.
+ */
+#define CA_EVAL_LONGOPTS \
+	{"allow-torch", no_argument, NULL, 'A'}, \
+	{"arch", required_argument, NULL, 'a'}, \
+	{"atol", required_argument, NULL, 't'}, \
+	{"build-cache", required_argument, NULL, 'B'}, \
+	{"device", required_argument, NULL, 'd'}, \
+	{"gpus", required_argument, NULL, 'g'}, \
+	{"help", no_argument, NULL, 'h'}, \
+	{"no-sandbox", no_argument, NULL, 'S'}, \
+	{"robust", required_argument, NULL, 'R'}, \
+	{"rtol", required_argument, NULL, 'r'}, \
+	{"sandbox-user", required_argument, NULL, 'Y'}, \
+	{"seed", required_argument, NULL, 's'}, \
+	{"serve", required_argument, NULL, 'E'}, \
+	{"shapes", required_argument, NULL, 'z'}, \
+	{"timeout", required_argument, NULL, 'T'}, \
+	{"unbuffered", no_argument, NULL, 'u'}, \
+	{"unordered", no_argument, NULL, 'U'}, \
+	{"verbose", no_argument, NULL, 'v'}
+
+/*
+ * The command line of ca-verify or ca-profile into cfg, with the
+ * command's longopts (the options it takes): -H, -v and the common
+ * options (ca_opt_common) by their letters, every other long option by
+ * name through ca_eval_option. The operands start at optind.
+ */
+void ca_eval_options(struct ca_eval_config *cfg, int argc, char **argv, const struct option *longopts,
+	const char *usage);
 
 /*
  * What the operands ask for, once the options are in cfg: with --serve

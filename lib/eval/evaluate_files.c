@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "file.h"
 #include "evaluate_impl.h"
 
 int eval_write_file(const char *path, const char *data, size_t len)
@@ -23,16 +24,9 @@ int eval_write_file(const char *path, const char *data, size_t len)
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -1;
-	size_t off = 0;
-	while (off < len) {
-		ssize_t n = write(fd, data + off, len - off);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			close(fd);
-			return -1;
-		}
-		off += (size_t)n;
+	if (ca_file_write_fd(fd, data, len) != 0) {
+		close(fd);
+		return -1;
 	}
 	return close(fd);
 }

@@ -15,6 +15,7 @@
 #include <fnmatch.h>
 
 #include "err.h"
+#include "file.h"
 #include "json.h"
 #include "opt.h"
 #include "paths.h"
@@ -85,21 +86,27 @@ static void sb_add(struct sb *b, const char *s, size_t n)
 
 static void sb_puts(struct sb *b, const char *s) { sb_add(b, s, strlen(s)); }
 
+static void sb_vprintf(struct sb *b, const char *fmt, va_list ap)
+{
+	va_list again;
+	va_copy(again, ap);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	if (n >= 0) {
+		char *tmp = ca_xmalloc((size_t)n + 1);
+		vsnprintf(tmp, (size_t)n + 1, fmt, again);
+		sb_add(b, tmp, (size_t)n);
+		free(tmp);
+	}
+	va_end(again);
+}
+
 __attribute__((format(printf, 2, 3)))
 static void sb_printf(struct sb *b, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	int n = vsnprintf(NULL, 0, fmt, ap);
+	sb_vprintf(b, fmt, ap);
 	va_end(ap);
-	if (n < 0)
-		return;
-	char *tmp = ca_xmalloc((size_t)n + 1);
-	va_start(ap, fmt);
-	vsnprintf(tmp, (size_t)n + 1, fmt, ap);
-	va_end(ap);
-	sb_add(b, tmp, (size_t)n);
-	free(tmp);
 }
 
 static char *sb_take(struct sb *b)
@@ -109,43 +116,25 @@ static char *sb_take(struct sb *b)
 	return b->d;
 }
 
-static char *error_observation(int *is_error, int kind, const char *fmt, va_list ap)
+/*
+ * An error observation, "error: " and the message, with *is_error set to
+ * its kind: fail for a call that failed (CA_TOOLS_FAILED), invalid for a
+ * call that broke the tool's schema (CA_TOOLS_INVALID).
+ */
+__attribute__((format(printf, 3, 4)))
+static char *error_observation(int *is_error, int kind, const char *fmt, ...)
 {
 	struct sb b = {0};
-	va_list again;
-	va_copy(again, ap);
 	sb_puts(&b, "error: ");
-	int n = vsnprintf(NULL, 0, fmt, ap);
-	char *tmp = ca_xmalloc((size_t)(n > 0 ? n : 0) + 1);
-	vsnprintf(tmp, (size_t)(n > 0 ? n : 0) + 1, fmt, again);
-	va_end(again);
-	sb_puts(&b, tmp);
-	free(tmp);
+	va_list ap;
+	va_start(ap, fmt);
+	sb_vprintf(&b, fmt, ap);
+	va_end(ap);
 	*is_error = kind;
 	return sb_take(&b);
 }
-
-/* A call that failed (CA_TOOLS_FAILED). */
-__attribute__((format(printf, 2, 3)))
-static char *fail(int *is_error, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	char *r = error_observation(is_error, CA_TOOLS_FAILED, fmt, ap);
-	va_end(ap);
-	return r;
-}
-
-/* A call that broke the tool's schema (CA_TOOLS_INVALID). */
-__attribute__((format(printf, 2, 3)))
-static char *invalid(int *is_error, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	char *r = error_observation(is_error, CA_TOOLS_INVALID, fmt, ap);
-	va_end(ap);
-	return r;
-}
+#define fail(is_error, ...) error_observation(is_error, CA_TOOLS_FAILED, __VA_ARGS__)
+#define invalid(is_error, ...) error_observation(is_error, CA_TOOLS_INVALID, __VA_ARGS__)
 
 /*
  * Shorten an output of which text[0, len) is what we hold: gap bytes that
@@ -404,17 +393,10 @@ static int write_file(const struct ca_tools *t, const char *abs, const char *dat
 		*why = open_error(errno);
 		return -1;
 	}
-	size_t done = 0;
-	while (done < len) {
-		ssize_t w = write(fd, data + done, len - done);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0) {
-			*why = strerror(errno);
-			close(fd);
-			return -1;
-		}
-		done += (size_t)w;
+	if (ca_file_write_fd(fd, data, len) != 0) {
+		*why = strerror(errno);
+		close(fd);
+		return -1;
 	}
 	if (close(fd) != 0) {
 		*why = strerror(errno);
@@ -1185,21 +1167,6 @@ static size_t pread_all(int fd, char *into, size_t n, off_t offset)
 	return got;
 }
 
-static struct job *find_job(struct ca_tools *t, jv args, char **error, int *is_error)
-{
-	double id;
-	int r = arg_number(args, "id", &id);
-	if (r <= 0) {
-		*error = invalid(is_error, "needs the numeric argument \"id\" of a background command");
-		return NULL;
-	}
-	for (size_t i = 0; i < t->njobs; i++)
-		if (t->jobs[i]->id == (int)id)
-			return t->jobs[i];
-	*error = fail(is_error, "no background command with id %d", (int)id);
-	return NULL;
-}
-
 static void job_poll(struct ca_tools *t, struct job *job)
 {
 	if (job->finished)
@@ -1215,13 +1182,30 @@ static void job_poll(struct ca_tools *t, struct job *job)
 	}
 }
 
+/* The background command args name by its id, polled so that its state is current. */
+static struct job *find_job(struct ca_tools *t, jv args, char **error, int *is_error)
+{
+	double id;
+	int r = arg_number(args, "id", &id);
+	if (r <= 0) {
+		*error = invalid(is_error, "needs the numeric argument \"id\" of a background command");
+		return NULL;
+	}
+	for (size_t i = 0; i < t->njobs; i++)
+		if (t->jobs[i]->id == (int)id) {
+			job_poll(t, t->jobs[i]);
+			return t->jobs[i];
+		}
+	*error = fail(is_error, "no background command with id %d", (int)id);
+	return NULL;
+}
+
 static char *tool_bash_output(struct ca_tools *t, jv args, int *is_error)
 {
 	char *error;
 	struct job *job = find_job(t, args, &error, is_error);
 	if (!job)
 		return error;
-	job_poll(t, job);
 	/* The new output's head and its real tail, however much came. */
 	struct ca_buf news = {.keep_tail = 1};
 	int fd = open(job->log_path, O_RDONLY | O_CLOEXEC);
@@ -1259,7 +1243,6 @@ static char *tool_kill_bash(struct ca_tools *t, jv args, int *is_error)
 	struct job *job = find_job(t, args, &error, is_error);
 	if (!job)
 		return error;
-	job_poll(t, job);
 	struct sb b = {0};
 	if (job->finished) {
 		sb_printf(&b, "background command %d had already finished with status %d", job->id, job->status);

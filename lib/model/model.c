@@ -10,21 +10,13 @@
 
 #include "err.h"
 #include "file.h"
+#include "json.h"
 #include "model.h"
 #include "model_impl.h"
 #include "nn.h"
 #include "paths.h"
 #include "safetensors.h"
 #include "splitmix.h"
-
-static void set_why(char why[CA_MODEL_WHY], const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void set_why(char why[CA_MODEL_WHY], const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(why, CA_MODEL_WHY, fmt, ap);
-	va_end(ap);
-}
 
 /* Integer field of the config; def when absent; -1 with why when invalid. */
 static int cfg_int(jv cfg, const char *key, int def, int *out, char why[CA_MODEL_WHY])
@@ -33,7 +25,7 @@ static int cfg_int(jv cfg, const char *key, int def, int *out, char why[CA_MODEL
 	if (jv_get_kind(v) == JV_KIND_NULL || !jv_is_valid(v)) {
 		jv_free(v);
 		if (def < 0) {
-			set_why(why, "config.json: %s is missing", key);
+			ca_err_why(why, CA_MODEL_WHY, "config.json: %s is missing", key);
 			return -1;
 		}
 		*out = def;
@@ -42,7 +34,7 @@ static int cfg_int(jv cfg, const char *key, int def, int *out, char why[CA_MODEL
 	double x = jv_get_kind(v) == JV_KIND_NUMBER ? jv_number_value(v) : -1;
 	jv_free(v);
 	if (!(x >= 0 && x <= INT_MAX) || x != floor(x)) {
-		set_why(why, "config.json: %s is not a non-negative integer", key);
+		ca_err_why(why, CA_MODEL_WHY, "config.json: %s is not a non-negative integer", key);
 		return -1;
 	}
 	*out = (int)x;
@@ -92,7 +84,7 @@ static int parse_config(struct ca_model_config *c, jv cfg, char why[CA_MODEL_WHY
 	jv_free(type);
 	int is_qwen2 = strcmp(c->model_type, "qwen2") == 0, is_qwen3 = strcmp(c->model_type, "qwen3") == 0;
 	if (!is_qwen2 && !is_qwen3 && strcmp(c->model_type, "llama") != 0) {
-		set_why(why, "config.json: model_type \"%s\" is not supported (qwen2, qwen3, llama)", c->model_type);
+		ca_err_why(why, CA_MODEL_WHY, "config.json: model_type \"%s\" is not supported (qwen2, qwen3, llama)", c->model_type);
 		return -1;
 	}
 	if (cfg_int(cfg, "vocab_size", -1, &c->vocab_size, why) < 0 ||
@@ -109,13 +101,13 @@ static int parse_config(struct ca_model_config *c, jv cfg, char why[CA_MODEL_WHY
 		c->num_kv_heads = c->num_heads;
 	if (c->num_heads == 0 || c->hidden_size == 0 || c->vocab_size == 0 ||
 	    c->num_heads % c->num_kv_heads != 0) {
-		set_why(why, "config.json: inconsistent head counts or sizes");
+		ca_err_why(why, CA_MODEL_WHY, "config.json: inconsistent head counts or sizes");
 		return -1;
 	}
 	if (c->head_dim == 0)
 		c->head_dim = c->hidden_size / c->num_heads;
 	if (c->head_dim % 2 != 0) {
-		set_why(why, "config.json: head_dim must be even for rotary embeddings");
+		ca_err_why(why, CA_MODEL_WHY, "config.json: head_dim must be even for rotary embeddings");
 		return -1;
 	}
 	c->rms_norm_eps = (float)cfg_num(cfg, "rms_norm_eps", 1e-6);
@@ -135,7 +127,7 @@ static int parse_config(struct ca_model_config *c, jv cfg, char why[CA_MODEL_WHY
 		}
 		int ok = jv_get_kind(kind) != JV_KIND_STRING || strcmp(jv_string_value(kind), "default") == 0;
 		if (!ok)
-			set_why(why, "config.json: rope type \"%s\" is not supported (default only)",
+			ca_err_why(why, CA_MODEL_WHY, "config.json: rope type \"%s\" is not supported (default only)",
 				jv_string_value(kind));
 		jv_free(kind);
 		if (!ok) {
@@ -148,11 +140,11 @@ static int parse_config(struct ca_model_config *c, jv cfg, char why[CA_MODEL_WHY
 	int silu = jv_get_kind(act) != JV_KIND_STRING || strcmp(jv_string_value(act), "silu") == 0;
 	jv_free(act);
 	if (!silu) {
-		set_why(why, "config.json: hidden_act must be silu");
+		ca_err_why(why, CA_MODEL_WHY, "config.json: hidden_act must be silu");
 		return -1;
 	}
 	if (cfg_bool(cfg, "mlp_bias", 0)) {
-		set_why(why, "config.json: mlp_bias is not supported");
+		ca_err_why(why, CA_MODEL_WHY, "config.json: mlp_bias is not supported");
 		return -1;
 	}
 	c->tied = cfg_bool(cfg, "tie_word_embeddings", 0);
@@ -163,7 +155,7 @@ static int parse_config(struct ca_model_config *c, jv cfg, char why[CA_MODEL_WHY
 	}
 	c->qk_norm = is_qwen3;
 	if (is_qwen3 && sliding_window_layers(cfg)) {
-		set_why(why, "config.json: sliding-window attention layers are not supported");
+		ca_err_why(why, CA_MODEL_WHY, "config.json: sliding-window attention layers are not supported");
 		return -1;
 	}
 	return 0;
@@ -305,19 +297,9 @@ struct ca_model *ca_model_load(const char *dir, char why[CA_MODEL_WHY])
 {
 	char path[PATH_MAX];
 	snprintf(path, sizeof path, "%s/config.json", dir);
-	size_t len;
-	char *text = ca_file_read(path, 0, 0, &len);
-	if (!text) {
-		set_why(why, "%s: %s", path, strerror(errno));
+	jv cfg = ca_json_read_object(path, why, CA_MODEL_WHY);
+	if (!jv_is_valid(cfg))
 		return NULL;
-	}
-	jv cfg = jv_parse_sized(text, (int)len);
-	free(text);
-	if (jv_get_kind(cfg) != JV_KIND_OBJECT) {
-		jv_free(cfg);
-		set_why(why, "%s: not a JSON object", path);
-		return NULL;
-	}
 	struct ca_model *m = ca_xcalloc(1, sizeof *m);
 	m->config_json = cfg;
 	m->source_dir = ca_xstrdup(dir);
@@ -328,7 +310,7 @@ struct ca_model *ca_model_load(const char *dir, char why[CA_MODEL_WHY])
 	char stwhy[CA_ST_WHY];
 	struct ca_st_dir *st = ca_st_dir_open(dir, stwhy);
 	if (!st) {
-		set_why(why, "%s", stwhy);
+		ca_err_why(why, CA_MODEL_WHY, "%s", stwhy);
 		ca_model_free(m);
 		return NULL;
 	}
@@ -337,7 +319,7 @@ struct ca_model *ca_model_load(const char *dir, char why[CA_MODEL_WHY])
 	const struct ca_st_tensor *score = ca_st_dir_find(st, "score.weight");
 	if (score) {
 		if (score->ndim != 2 || score->shape[0] != 1) {
-			set_why(why, "score.weight must have shape [1, hidden_size] (one value per token)");
+			ca_err_why(why, CA_MODEL_WHY, "score.weight must have shape [1, hidden_size] (one value per token)");
 			ca_st_dir_close(st);
 			ca_model_free(m);
 			return NULL;
@@ -345,7 +327,7 @@ struct ca_model *ca_model_load(const char *dir, char why[CA_MODEL_WHY])
 		m->cfg.critic = 1;
 		m->cfg.score_bias = ca_st_dir_find(st, "score.bias") != NULL;
 	} else if (!m->cfg.tied && !ca_st_dir_find(st, "lm_head.weight")) {
-		set_why(why, "checkpoint has neither lm_head.weight nor score.weight and embeddings are not tied");
+		ca_err_why(why, CA_MODEL_WHY, "checkpoint has neither lm_head.weight nor score.weight and embeddings are not tied");
 		ca_st_dir_close(st);
 		ca_model_free(m);
 		return NULL;
@@ -353,7 +335,7 @@ struct ca_model *ca_model_load(const char *dir, char why[CA_MODEL_WHY])
 	build_table(m);
 	m->params = malloc(sizeof(float) * m->nparams);
 	if (!m->params) {
-		set_why(why, "cannot allocate %zu parameters", m->nparams);
+		ca_err_why(why, CA_MODEL_WHY, "cannot allocate %zu parameters", m->nparams);
 		ca_st_dir_close(st);
 		ca_model_free(m);
 		return NULL;
@@ -362,17 +344,17 @@ struct ca_model *ca_model_load(const char *dir, char why[CA_MODEL_WHY])
 		const struct ca_model_tensor *t = &m->tensors[i];
 		const struct ca_st_tensor *s = ca_st_dir_find(st, t->name);
 		if (!s) {
-			set_why(why, "checkpoint lacks tensor %s", t->name);
+			ca_err_why(why, CA_MODEL_WHY, "checkpoint lacks tensor %s", t->name);
 			break;
 		}
 		int64_t s0 = s->ndim > 0 ? s->shape[0] : 1, s1 = s->ndim > 1 ? s->shape[1] : 1;
 		if (s->ndim != t->ndim || s0 != t->shape[0] || s1 != t->shape[1]) {
-			set_why(why, "tensor %s has shape [%lld, %lld], config says [%lld, %lld]", t->name,
+			ca_err_why(why, CA_MODEL_WHY, "tensor %s has shape [%lld, %lld], config says [%lld, %lld]", t->name,
 				(long long)s0, (long long)s1, (long long)t->shape[0], (long long)t->shape[1]);
 			break;
 		}
 		if (ca_st_to_f32(s, m->params + t->offset) < 0) {
-			set_why(why, "tensor %s: dtype %s is not a float type", t->name, s->dtype_name);
+			ca_err_why(why, CA_MODEL_WHY, "tensor %s: dtype %s is not a float type", t->name, s->dtype_name);
 			break;
 		}
 		if (i == m->ntensors - 1)
@@ -402,7 +384,7 @@ int ca_model_save(const struct ca_model *m, const char *dir, int dtype, size_t m
 		  char why[CA_MODEL_WHY])
 {
 	if (ca_paths_mkdirs(dir, 0777) < 0) {
-		set_why(why, "%s: %s", dir, strerror(errno));
+		ca_err_why(why, CA_MODEL_WHY, "%s: %s", dir, strerror(errno));
 		return -1;
 	}
 	struct ca_st_out *out = ca_xcalloc((size_t)m->ntensors, sizeof *out);
@@ -419,7 +401,7 @@ int ca_model_save(const struct ca_model *m, const char *dir, int dtype, size_t m
 	int rc = ca_st_write_dir(dir, m->ntensors, out, dt, max_shard_bytes, stwhy);
 	free(out);
 	if (rc < 0) {
-		set_why(why, "%s", stwhy);
+		ca_err_why(why, CA_MODEL_WHY, "%s", stwhy);
 		return -1;
 	}
 	char path[PATH_MAX];
@@ -437,7 +419,7 @@ int ca_model_save(const struct ca_model *m, const char *dir, int dtype, size_t m
 		rc = -1;
 	jv_free(text);
 	if (rc < 0) {
-		set_why(why, "%s: %s", path, strerror(errno));
+		ca_err_why(why, CA_MODEL_WHY, "%s: %s", path, strerror(errno));
 		return -1;
 	}
 	static const char *const sidecars[] = {
@@ -452,7 +434,7 @@ int ca_model_save(const struct ca_model *m, const char *dir, int dtype, size_t m
 			snprintf(from, sizeof from, "%s/%s", m->source_dir, sidecars[i]);
 			snprintf(to, sizeof to, "%s/%s", dir, sidecars[i]);
 			if (copy_file(from, to) < 0) {
-				set_why(why, "%s: %s", to, strerror(errno));
+				ca_err_why(why, CA_MODEL_WHY, "%s: %s", to, strerror(errno));
 				return -1;
 			}
 		}
@@ -593,7 +575,7 @@ static size_t master_mismatch(const struct ca_model *m, const float *master)
 int ca_model_save_optimizer(const struct ca_model *m, const char *dir, char why[CA_MODEL_WHY])
 {
 	if (!m->adam_m) {
-		set_why(why, "no optimizer state to save");
+		ca_err_why(why, CA_MODEL_WHY, "no optimizer state to save");
 		return -1;
 	}
 	float step = (float)m->adam_step;
@@ -607,7 +589,7 @@ int ca_model_save_optimizer(const struct ca_model *m, const char *dir, char why[
 	char path[PATH_MAX], stwhy[CA_ST_WHY];
 	snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
 	if (ca_st_write_file(path, n, out, CA_ST_F32, stwhy) < 0) {
-		set_why(why, "%s", stwhy);
+		ca_err_why(why, CA_MODEL_WHY, "%s", stwhy);
 		return -1;
 	}
 	return 0;
@@ -619,7 +601,7 @@ int ca_model_load_optimizer(struct ca_model *m, const char *dir, char why[CA_MOD
 	snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
 	struct ca_st_file *f = ca_st_open(path, stwhy);
 	if (!f) {
-		set_why(why, "%s", stwhy);
+		ca_err_why(why, CA_MODEL_WHY, "%s", stwhy);
 		return -1;
 	}
 	const struct ca_st_tensor *tm = ca_st_file_find(f, "adam_m"), *tv = ca_st_file_find(f, "adam_v"),
@@ -627,7 +609,7 @@ int ca_model_load_optimizer(struct ca_model *m, const char *dir, char why[CA_MOD
 	if (!tm || !tv || !ts || tm->numel != (int64_t)m->nparams || tv->numel != (int64_t)m->nparams ||
 	    ts->numel != 1 || tm->dtype != CA_ST_F32 || tv->dtype != CA_ST_F32 || ts->dtype != CA_ST_F32 ||
 	    (tw && (tw->numel != (int64_t)m->nparams || tw->dtype != CA_ST_F32))) {
-		set_why(why, "%s: does not match the model", path);
+		ca_err_why(why, CA_MODEL_WHY, "%s: does not match the model", path);
 		ca_st_close(f);
 		return -1;
 	}

@@ -5,7 +5,6 @@
  * exist at once.
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,15 +174,6 @@ static void layer_forward(const struct ca_model *m, const struct ca_model_acts *
 		next[i] += L->xmid[i];
 }
 
-static void set_why(char why[CA_MODEL_WHY], const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void set_why(char why[CA_MODEL_WHY], const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(why, CA_MODEL_WHY, fmt, ap);
-	va_end(ap);
-}
-
 int ca_model_forward(struct ca_model *m, const struct ca_batch *b, const int *targets,
 		     float *logprobs, float *entropy, float *values, int train,
 		     char why[CA_MODEL_WHY])
@@ -191,37 +181,37 @@ int ca_model_forward(struct ca_model *m, const struct ca_batch *b, const int *ta
 	const struct ca_model_config *c = &m->cfg;
 	int T = b->T, C = c->hidden_size, V = c->vocab_size, NH = c->num_heads;
 	if (T <= 0) {
-		set_why(why, "empty batch");
+		ca_err_why(why, CA_MODEL_WHY, "empty batch");
 		return -1;
 	}
 	long total = 0;
 	for (int s = 0; s < b->nseq; s++) {
 		if (b->seq_len[s] <= 0) {
-			set_why(why, "sequence %d is empty", s);
+			ca_err_why(why, CA_MODEL_WHY, "sequence %d is empty", s);
 			return -1;
 		}
 		if (b->seq_len[s] > c->max_positions) {
-			set_why(why, "sequence of %d tokens exceeds max_position_embeddings %d", b->seq_len[s],
+			ca_err_why(why, CA_MODEL_WHY, "sequence of %d tokens exceeds max_position_embeddings %d", b->seq_len[s],
 				c->max_positions);
 			return -1;
 		}
 		total += b->seq_len[s];
 	}
 	if (total != T) {
-		set_why(why, "sequence lengths add up to %ld, not %d tokens", total, T);
+		ca_err_why(why, CA_MODEL_WHY, "sequence lengths add up to %ld, not %d tokens", total, T);
 		return -1;
 	}
 	for (int t = 0; t < T; t++)
 		if (b->tokens[t] < 0 || b->tokens[t] >= V) {
-			set_why(why, "token %d at %d is outside the vocabulary of %d", b->tokens[t], t, V);
+			ca_err_why(why, CA_MODEL_WHY, "token %d at %d is outside the vocabulary of %d", b->tokens[t], t, V);
 			return -1;
 		}
 	if (c->critic && (logprobs || entropy)) {
-		set_why(why, "a critic checkpoint has no language-model head");
+		ca_err_why(why, CA_MODEL_WHY, "a critic checkpoint has no language-model head");
 		return -1;
 	}
 	if (!c->critic && values) {
-		set_why(why, "a policy checkpoint has no value head");
+		ca_err_why(why, CA_MODEL_WHY, "a policy checkpoint has no value head");
 		return -1;
 	}
 

@@ -4,7 +4,6 @@
  * the cache, then each new token costs one pass over a single position.
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,15 +17,6 @@ struct kv_cache {
 	int cap;
 	float **k, **v;   /* per layer [cap, NKV*D], keys after rotary embedding */
 };
-
-static void set_why(char why[CA_MODEL_WHY], const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void set_why(char why[CA_MODEL_WHY], const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(why, CA_MODEL_WHY, fmt, ap);
-	va_end(ap);
-}
 
 /*
  * Run tokens[0..n) at positions start..start+n-1 through the model,
@@ -180,23 +170,23 @@ int ca_model_generate(struct ca_model *m, const int *prompt, int n, const struct
 	const struct ca_model_config *c = &m->cfg;
 	int V = c->vocab_size, KD = c->num_kv_heads * c->head_dim;
 	if (c->critic) {
-		set_why(why, "a critic checkpoint cannot generate");
+		ca_err_why(why, CA_MODEL_WHY, "a critic checkpoint cannot generate");
 		return -1;
 	}
 	if (n <= 0) {
-		set_why(why, "empty prompt");
+		ca_err_why(why, CA_MODEL_WHY, "empty prompt");
 		return -1;
 	}
 	for (int i = 0; i < n; i++)
 		if (prompt[i] < 0 || prompt[i] >= V) {
-			set_why(why, "prompt token %d is outside the vocabulary of %d", prompt[i], V);
+			ca_err_why(why, CA_MODEL_WHY, "prompt token %d is outside the vocabulary of %d", prompt[i], V);
 			return -1;
 		}
 	int max_new = p->max_tokens;
 	if (n + max_new > c->max_positions)
 		max_new = c->max_positions - n;
 	if (max_new < 0) {
-		set_why(why, "prompt of %d tokens exceeds max_position_embeddings %d", n, c->max_positions);
+		ca_err_why(why, CA_MODEL_WHY, "prompt of %d tokens exceeds max_position_embeddings %d", n, c->max_positions);
 		return -1;
 	}
 	struct kv_cache kv = {.cap = n + max_new};

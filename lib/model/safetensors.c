@@ -1,6 +1,5 @@
 /* safetensors: see safetensors.h. */
 #include <errno.h>
-#include <stdarg.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -15,15 +14,6 @@
 #include "err.h"
 #include "file.h"
 #include "safetensors.h"
-
-static void set_why(char why[CA_ST_WHY], const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void set_why(char why[CA_ST_WHY], const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(why, CA_ST_WHY, fmt, ap);
-	va_end(ap);
-}
 
 const char *ca_st_dtype_name(enum ca_st_dtype dtype)
 {
@@ -58,18 +48,29 @@ static size_t other_dtype_size(const char *name)
 	return 0;
 }
 
-float ca_st_bf16_to_f32(uint16_t h)
+/* An fp32 from its bits and back (memcpy: no aliasing trouble). */
+static float from_bits(uint32_t u)
 {
-	uint32_t u = (uint32_t)h << 16;
 	float f;
 	memcpy(&f, &u, 4);
 	return f;
 }
 
-uint16_t ca_st_f32_to_bf16(float f)
+static uint32_t to_bits(float f)
 {
 	uint32_t u;
 	memcpy(&u, &f, 4);
+	return u;
+}
+
+float ca_st_bf16_to_f32(uint16_t h)
+{
+	return from_bits((uint32_t)h << 16);
+}
+
+uint16_t ca_st_f32_to_bf16(float f)
+{
+	uint32_t u = to_bits(f);
 	if ((u & 0x7fffffffu) > 0x7f800000u)
 		return (uint16_t)((u >> 16) | 0x40);  /* quiet NaN */
 	u += 0x7fffu + ((u >> 16) & 1);
@@ -93,15 +94,12 @@ float ca_st_f16_to_f32(uint16_t h)
 	} else {
 		u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
 	}
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
+	return from_bits(u);
 }
 
 uint16_t ca_st_f32_to_f16(float f)
 {
-	uint32_t u;
-	memcpy(&u, &f, 4);
+	uint32_t u = to_bits(f);
 	uint32_t sign = (u >> 16) & 0x8000;
 	int32_t exp = (int32_t)((u >> 23) & 0xff) - 127 + 15;
 	uint32_t mant = u & 0x7fffff;
@@ -133,17 +131,11 @@ int ca_st_to_f32(const struct ca_st_tensor *t, float *out)
 		memcpy(out, p, (size_t)t->numel * 4);
 		return 0;
 	case CA_ST_BF16:
-		for (int64_t i = 0; i < t->numel; i++) {
-			uint16_t h;
-			memcpy(&h, p + 2 * i, 2);
-			out[i] = ca_st_bf16_to_f32(h);
-		}
-		return 0;
 	case CA_ST_F16:
 		for (int64_t i = 0; i < t->numel; i++) {
 			uint16_t h;
 			memcpy(&h, p + 2 * i, 2);
-			out[i] = ca_st_f16_to_f32(h);
+			out[i] = t->dtype == CA_ST_BF16 ? ca_st_bf16_to_f32(h) : ca_st_f16_to_f32(h);
 		}
 		return 0;
 	case CA_ST_F64:
@@ -168,7 +160,7 @@ static int parse_entry(struct ca_st_tensor *t, const char *name, jv info, size_t
 	int rc = -1;
 	if (jv_get_kind(dtype) != JV_KIND_STRING || jv_get_kind(shape) != JV_KIND_ARRAY ||
 	    jv_get_kind(offsets) != JV_KIND_ARRAY || jv_array_length(jv_copy(offsets)) != 2) {
-		set_why(why, "tensor %s: bad header entry", name);
+		ca_err_why(why, CA_ST_WHY, "tensor %s: bad header entry", name);
 		goto out;
 	}
 	snprintf(t->dtype_name, sizeof t->dtype_name, "%s", jv_string_value(dtype));
@@ -180,12 +172,12 @@ static int parse_entry(struct ca_st_tensor *t, const char *name, jv info, size_t
 	else t->dtype = CA_ST_OTHER;
 	elsize = t->dtype == CA_ST_OTHER ? other_dtype_size(t->dtype_name) : ca_st_dtype_size(t->dtype);
 	if (elsize == 0) {
-		set_why(why, "tensor %s: unknown dtype %s", name, t->dtype_name);
+		ca_err_why(why, CA_ST_WHY, "tensor %s: unknown dtype %s", name, t->dtype_name);
 		goto out;
 	}
 	t->ndim = jv_array_length(jv_copy(shape));
 	if (t->ndim > CA_ST_MAXDIM) {
-		set_why(why, "tensor %s: too many dimensions", name);
+		ca_err_why(why, CA_ST_WHY, "tensor %s: too many dimensions", name);
 		goto out;
 	}
 	t->numel = 1;
@@ -194,7 +186,7 @@ static int parse_entry(struct ca_st_tensor *t, const char *name, jv info, size_t
 		double x = jv_get_kind(d) == JV_KIND_NUMBER ? jv_number_value(d) : -1;
 		jv_free(d);
 		if (!(x >= 0 && x < 1e15) || x != (double)(int64_t)x) {
-			set_why(why, "tensor %s: bad shape", name);
+			ca_err_why(why, CA_ST_WHY, "tensor %s: bad shape", name);
 			goto out;
 		}
 		t->shape[i] = (int64_t)x;
@@ -206,12 +198,12 @@ static int parse_entry(struct ca_st_tensor *t, const char *name, jv info, size_t
 	jv_free(b);
 	jv_free(e);
 	if (!(begin >= 0 && end >= begin && end <= (double)data_size)) {
-		set_why(why, "tensor %s: data offsets outside the file", name);
+		ca_err_why(why, CA_ST_WHY, "tensor %s: data offsets outside the file", name);
 		goto out;
 	}
 	t->nbytes = (size_t)(end - begin);
 	if (t->nbytes != (size_t)t->numel * elsize) {
-		set_why(why, "tensor %s: %zu bytes for %lld elements of %s", name, t->nbytes,
+		ca_err_why(why, CA_ST_WHY, "tensor %s: %zu bytes for %lld elements of %s", name, t->nbytes,
 			(long long)t->numel, t->dtype_name);
 		goto out;
 	}
@@ -241,12 +233,12 @@ struct ca_st_file *ca_st_open(const char *path, char why[CA_ST_WHY])
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
-		set_why(why, "%s: %s", path, strerror(errno));
+		ca_err_why(why, CA_ST_WHY, "%s: %s", path, strerror(errno));
 		return NULL;
 	}
 	struct stat st;
 	if (fstat(fd, &st) < 0) {
-		set_why(why, "%s: %s", path, strerror(errno));
+		ca_err_why(why, CA_ST_WHY, "%s: %s", path, strerror(errno));
 		close(fd);
 		return NULL;
 	}
@@ -254,7 +246,7 @@ struct ca_st_file *ca_st_open(const char *path, char why[CA_ST_WHY])
 	f->path = ca_xstrdup(path);
 	f->map_size = (size_t)st.st_size;
 	if (f->map_size < 8) {
-		set_why(why, "%s: too short for a safetensors file", path);
+		ca_err_why(why, CA_ST_WHY, "%s: too short for a safetensors file", path);
 		close(fd);
 		ca_st_close(f);
 		return NULL;
@@ -262,7 +254,7 @@ struct ca_st_file *ca_st_open(const char *path, char why[CA_ST_WHY])
 	f->map = mmap(NULL, f->map_size, PROT_READ, MAP_PRIVATE, fd, 0);
 	close(fd);
 	if (f->map == MAP_FAILED) {
-		set_why(why, "%s: mmap: %s", path, strerror(errno));
+		ca_err_why(why, CA_ST_WHY, "%s: mmap: %s", path, strerror(errno));
 		f->map = NULL;
 		ca_st_close(f);
 		return NULL;
@@ -272,7 +264,7 @@ struct ca_st_file *ca_st_open(const char *path, char why[CA_ST_WHY])
 	for (int i = 7; i >= 0; i--)
 		hlen = hlen << 8 | p[i];
 	if (hlen > f->map_size - 8 || hlen > INT_MAX) {
-		set_why(why, "%s: header length %llu exceeds the file", path, (unsigned long long)hlen);
+		ca_err_why(why, CA_ST_WHY, "%s: header length %llu exceeds the file", path, (unsigned long long)hlen);
 		ca_st_close(f);
 		return NULL;
 	}
@@ -280,12 +272,12 @@ struct ca_st_file *ca_st_open(const char *path, char why[CA_ST_WHY])
 	if (jv_get_kind(header) != JV_KIND_OBJECT) {
 		if (!jv_is_valid(header)) {
 			jv msg = jv_invalid_get_msg(header);
-			set_why(why, "%s: bad header: %s", path,
+			ca_err_why(why, CA_ST_WHY, "%s: bad header: %s", path,
 				jv_get_kind(msg) == JV_KIND_STRING ? jv_string_value(msg) : "not JSON");
 			jv_free(msg);
 		} else {
 			jv_free(header);
-			set_why(why, "%s: header is not a JSON object", path);
+			ca_err_why(why, CA_ST_WHY, "%s: header is not a JSON object", path);
 		}
 		ca_st_close(f);
 		return NULL;
@@ -311,7 +303,7 @@ struct ca_st_file *ca_st_open(const char *path, char why[CA_ST_WHY])
 	if (bad) {
 		char reason[CA_ST_WHY];
 		memcpy(reason, why, CA_ST_WHY);
-		set_why(why, "%s: %s", path, reason);
+		ca_err_why(why, CA_ST_WHY, "%s: %s", path, reason);
 		ca_st_close(f);
 		return NULL;
 	}
@@ -362,7 +354,7 @@ struct ca_st_dir *ca_st_dir_open(const char *dir, char why[CA_ST_WHY])
 	jv_free(index);
 	if (jv_get_kind(map) != JV_KIND_OBJECT) {
 		jv_free(map);
-		set_why(why, "%s: no weight_map object", path);
+		ca_err_why(why, CA_ST_WHY, "%s: no weight_map object", path);
 		free(d);
 		return NULL;
 	}
@@ -385,7 +377,7 @@ struct ca_st_dir *ca_st_dir_open(const char *dir, char why[CA_ST_WHY])
 	for (int i = 0; i < n; i++) {
 		jv name = jv_array_get(jv_copy(order), i);
 		if (strchr(jv_string_value(name), '/')) {
-			set_why(why, "%s: shard name %s has a slash", path, jv_string_value(name));
+			ca_err_why(why, CA_ST_WHY, "%s: shard name %s has a slash", path, jv_string_value(name));
 			jv_free(name);
 			jv_free(order);
 			ca_st_dir_close(d);
@@ -463,7 +455,7 @@ int ca_st_write_file(const char *path, int n, const struct ca_st_out *tensors,
 		     enum ca_st_dtype dtype, char why[CA_ST_WHY])
 {
 	if (dtype != CA_ST_F32 && dtype != CA_ST_BF16 && dtype != CA_ST_F16) {
-		set_why(why, "cannot write dtype %s", ca_st_dtype_name(dtype));
+		ca_err_why(why, CA_ST_WHY, "cannot write dtype %s", ca_st_dtype_name(dtype));
 		return -1;
 	}
 	size_t elsize = ca_st_dtype_size(dtype);
@@ -491,7 +483,7 @@ int ca_st_write_file(const char *path, int n, const struct ca_st_out *tensors,
 	snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
 	FILE *fp = fopen(tmp, "wb");
 	if (!fp) {
-		set_why(why, "%s: %s", tmp, strerror(errno));
+		ca_err_why(why, CA_ST_WHY, "%s: %s", tmp, strerror(errno));
 		jv_free(text);
 		return -1;
 	}
@@ -511,7 +503,7 @@ int ca_st_write_file(const char *path, int n, const struct ca_st_out *tensors,
 	if (rc == 0 && rename(tmp, path) < 0)
 		rc = -1;
 	if (rc < 0) {
-		set_why(why, "%s: %s", path, strerror(errno));
+		ca_err_why(why, CA_ST_WHY, "%s: %s", path, strerror(errno));
 		unlink(tmp);
 	}
 	return rc;
@@ -573,11 +565,11 @@ int ca_st_write_dir(const char *dir, int n, const struct ca_st_out *tensors,
 	snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
 	FILE *fp = fopen(path, "w");
 	if (!fp || fputs(jv_string_value(text), fp) == EOF || fputc('\n', fp) == EOF) {
-		set_why(why, "%s: %s", path, strerror(errno));
+		ca_err_why(why, CA_ST_WHY, "%s: %s", path, strerror(errno));
 		rc = -1;
 	}
 	if (fp && fclose(fp) != 0 && rc == 0) {
-		set_why(why, "%s: %s", path, strerror(errno));
+		ca_err_why(why, CA_ST_WHY, "%s: %s", path, strerror(errno));
 		rc = -1;
 	}
 	jv_free(text);

@@ -1,7 +1,5 @@
 /* tokenizer: see tokenizer.h. */
-#include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +7,7 @@
 #include <sys/stat.h>
 
 #include "err.h"
-#include "file.h"
+#include "json.h"
 #include "tokenizer.h"
 #include "tokenizer_nfc.h"
 #include "tokenizer_unicode.h"
@@ -53,15 +51,6 @@ struct ca_tokenizer {
 	int nadded;
 	struct added *added;
 };
-
-static void set_why(char why[CA_TOKENIZER_WHY], const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void set_why(char why[CA_TOKENIZER_WHY], const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(why, CA_TOKENIZER_WHY, fmt, ap);
-	va_end(ap);
-}
 
 static uint64_t hash_bytes(const char *s, size_t n)
 {
@@ -659,7 +648,7 @@ static int check_normalizer(struct ca_tokenizer *t, jv norm, char why[CA_TOKENIZ
 		if (strcmp(ty, "NFC") == 0) {
 			t->nfc = 1;
 		} else {
-			set_why(why, "tokenizer.json: normalizer %s is not supported (NFC only)", ty);
+			ca_err_why(why, CA_TOKENIZER_WHY, "tokenizer.json: normalizer %s is not supported (NFC only)", ty);
 			rc = -1;
 		}
 		jv_free(type);
@@ -690,7 +679,7 @@ static int check_pre_tokenizer(struct ca_tokenizer *t, jv pre, char why[CA_TOKEN
 			} else if (strcmp(s, llama3_pattern) == 0) {
 				t->max_digits = 3, found = 1;
 			} else {
-				set_why(why, "tokenizer.json: unsupported pre-tokenizer pattern (Qwen2 and Llama 3 only)");
+				ca_err_why(why, CA_TOKENIZER_WHY, "tokenizer.json: unsupported pre-tokenizer pattern (Qwen2 and Llama 3 only)");
 				rc = -1;
 			}
 			jv_free(re);
@@ -698,13 +687,13 @@ static int check_pre_tokenizer(struct ca_tokenizer *t, jv pre, char why[CA_TOKEN
 			jv use = jv_object_get(jv_copy(p), jv_string("use_regex"));
 			jv prefix = jv_object_get(jv_copy(p), jv_string("add_prefix_space"));
 			if (jv_get_kind(use) == JV_KIND_TRUE || jv_get_kind(prefix) == JV_KIND_TRUE) {
-				set_why(why, "tokenizer.json: ByteLevel with use_regex or add_prefix_space is not supported");
+				ca_err_why(why, CA_TOKENIZER_WHY, "tokenizer.json: ByteLevel with use_regex or add_prefix_space is not supported");
 				rc = -1;
 			}
 			jv_free(use);
 			jv_free(prefix);
 		} else {
-			set_why(why, "tokenizer.json: pre-tokenizer %s is not supported", ty);
+			ca_err_why(why, CA_TOKENIZER_WHY, "tokenizer.json: pre-tokenizer %s is not supported", ty);
 			rc = -1;
 		}
 		jv_free(type);
@@ -713,7 +702,8 @@ static int check_pre_tokenizer(struct ca_tokenizer *t, jv pre, char why[CA_TOKEN
 	jv_free(list);
 	jv_free(pre);
 	if (rc == 0 && !found) {
-		set_why(why, "tokenizer.json: no Split pre-tokenizer (byte-level BPE of Qwen2/Llama 3 expected)");
+		ca_err_why(why, CA_TOKENIZER_WHY,
+			"tokenizer.json: no Split pre-tokenizer (byte-level BPE of Qwen2/Llama 3 expected)");
 		rc = -1;
 	}
 	return rc;
@@ -755,19 +745,9 @@ struct ca_tokenizer *ca_tokenizer_load(const char *path, char why[CA_TOKENIZER_W
 		snprintf(file, sizeof file, "%s/tokenizer.json", path);
 	else
 		snprintf(file, sizeof file, "%s", path);
-	size_t len;
-	char *text = ca_file_read(file, 0, 0, &len);
-	if (!text) {
-		set_why(why, "%s: %s", file, strerror(errno));
+	jv root = ca_json_read_object(file, why, CA_TOKENIZER_WHY);
+	if (!jv_is_valid(root))
 		return NULL;
-	}
-	jv root = jv_parse_sized(text, (int)len);
-	free(text);
-	if (jv_get_kind(root) != JV_KIND_OBJECT) {
-		jv_free(root);
-		set_why(why, "%s: not a JSON object", file);
-		return NULL;
-	}
 	struct ca_tokenizer *t = ca_xcalloc(1, sizeof *t);
 	jv model = jv_object_get(jv_copy(root), jv_string("model"));
 	jv vocab = jv_invalid(), merges = jv_invalid(), added = jv_invalid();
@@ -776,7 +756,7 @@ struct ca_tokenizer *ca_tokenizer_load(const char *path, char why[CA_TOKENIZER_W
 	int ok = 0;
 	jv type = jv_get_kind(model) == JV_KIND_OBJECT ? jv_object_get(jv_copy(model), jv_string("type")) : jv_invalid();
 	if (jv_get_kind(type) != JV_KIND_STRING || strcmp(jv_string_value(type), "BPE") != 0) {
-		set_why(why, "%s: model type is not BPE", file);
+		ca_err_why(why, CA_TOKENIZER_WHY, "%s: model type is not BPE", file);
 		jv_free(type);
 		goto out;
 	}
@@ -789,7 +769,7 @@ struct ca_tokenizer *ca_tokenizer_load(const char *path, char why[CA_TOKENIZER_W
 	merges = jv_object_get(jv_copy(model), jv_string("merges"));
 	added = jv_object_get(jv_copy(root), jv_string("added_tokens"));
 	if (jv_get_kind(vocab) != JV_KIND_OBJECT || jv_get_kind(merges) != JV_KIND_ARRAY) {
-		set_why(why, "%s: model.vocab or model.merges missing", file);
+		ca_err_why(why, CA_TOKENIZER_WHY, "%s: model.vocab or model.merges missing", file);
 		goto out;
 	}
 	/* Size: the largest id in the vocabulary or the added tokens, plus one. */
@@ -818,7 +798,7 @@ struct ca_tokenizer *ca_tokenizer_load(const char *path, char why[CA_TOKENIZER_W
 		jv_free(id);
 	}
 	if (maxid < 0 || maxid > 10000000) {
-		set_why(why, "%s: bad vocabulary size", file);
+		ca_err_why(why, CA_TOKENIZER_WHY, "%s: bad vocabulary size", file);
 		goto out;
 	}
 	t->size = maxid + 1;
@@ -855,7 +835,7 @@ struct ca_tokenizer *ca_tokenizer_load(const char *path, char why[CA_TOKENIZER_W
 		char c = (char)b;
 		t->byte_id[b] = str_map_get(&t->vocab, &c, 1);
 		if (t->byte_id[b] < 0) {
-			set_why(why, "%s: byte %d has no token (not a byte-level vocabulary)", file, b);
+			ca_err_why(why, CA_TOKENIZER_WHY, "%s: byte %d has no token (not a byte-level vocabulary)", file, b);
 			goto out;
 		}
 	}
@@ -881,7 +861,7 @@ struct ca_tokenizer *ca_tokenizer_load(const char *path, char why[CA_TOKENIZER_W
 		jv_free(hold[0]);
 		jv_free(hold[1]);
 		if (bad || ia < 0 || ib < 0 || im < 0) {
-			set_why(why, "%s: merge %d is not made of vocabulary tokens", file, r);
+			ca_err_why(why, CA_TOKENIZER_WHY, "%s: merge %d is not made of vocabulary tokens", file, r);
 			goto out;
 		}
 		pair_map_put(&t->merges, ia, ib, r, im);
@@ -920,11 +900,11 @@ char *ca_tokenizer_chat(const struct ca_tokenizer *t, jv messages, int add_gener
 	int chatml = ca_tokenizer_added_id(t, "<|im_start|>") >= 0;
 	int llama3 = ca_tokenizer_added_id(t, "<|start_header_id|>") >= 0;
 	if (!chatml && !llama3) {
-		set_why(why, "the tokenizer has no chat tokens (<|im_start|> or <|start_header_id|>)");
+		ca_err_why(why, CA_TOKENIZER_WHY, "the tokenizer has no chat tokens (<|im_start|> or <|start_header_id|>)");
 		return NULL;
 	}
 	if (jv_get_kind(messages) != JV_KIND_ARRAY) {
-		set_why(why, "messages is not an array");
+		ca_err_why(why, CA_TOKENIZER_WHY, "messages is not an array");
 		return NULL;
 	}
 	char *out = NULL;
@@ -955,7 +935,7 @@ char *ca_tokenizer_chat(const struct ca_tokenizer *t, jv messages, int add_gener
 		jv_free(content);
 		jv_free(m);
 		if (!good) {
-			set_why(why, "message %d lacks a string role or content", i);
+			ca_err_why(why, CA_TOKENIZER_WHY, "message %d lacks a string role or content", i);
 			free(out);
 			return NULL;
 		}

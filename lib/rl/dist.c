@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "file.h"
 
 static int env_int(const char *a, const char *b, int dflt, int *found)
 {
@@ -80,17 +81,8 @@ static void write_file(const char *path, const void *buf, size_t n)
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 	if (fd < 0)
 		ca_err_die(CA_EXIT_SYSTEM, "%s: %s", tmp, strerror(errno));
-	const char *p = buf;
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			ca_err_die(CA_EXIT_SYSTEM, "%s: %s", tmp, strerror(errno));
-		}
-		p += w;
-		n -= (size_t)w;
-	}
+	if (ca_file_write_fd(fd, buf, n) != 0)
+		ca_err_die(CA_EXIT_SYSTEM, "%s: %s", tmp, strerror(errno));
 	if (close(fd) != 0 || rename(tmp, path) != 0)
 		ca_err_die(CA_EXIT_SYSTEM, "%s: %s", path, strerror(errno));
 	free(tmp);

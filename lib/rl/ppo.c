@@ -112,6 +112,16 @@ static double clamp_passes(double x, double lo, double hi)
 	return x >= lo && x <= hi;
 }
 
+/* A token the mask leaves out of a loss: 1, its gradient (if any) 0. */
+static int masked_out(const unsigned char *mask, size_t i, double *grad)
+{
+	if (ACTIVE(mask, i))
+		return 0;
+	if (grad)
+		grad[i] = 0;
+	return 1;
+}
+
 double ca_ppo_policy_loss(size_t n, const double *logp, const double *old_logp,
 	const double *advantages, const unsigned char *mask, const double *weights,
 	const struct ca_ppo_clip *clip, double *grad, struct ca_ppo_policy_stats *stats)
@@ -122,11 +132,8 @@ double ca_ppo_policy_loss(size_t n, const double *logp, const double *old_logp,
 	double rmin = INFINITY, rmax = -INFINITY;
 	size_t tokens = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (!ACTIVE(mask, i)) {
-			if (grad)
-				grad[i] = 0;
+		if (masked_out(mask, i, grad))
 			continue;
-		}
 		tokens++;
 		double a = advantages[i];
 		double raw = logp[i] - old_logp[i];
@@ -183,11 +190,8 @@ double ca_ppo_value_loss(size_t n, const double *values, const double *returns,
 	double loss = 0, clipped = 0;
 	size_t tokens = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (!ACTIVE(mask, i)) {
-			if (grad)
-				grad[i] = 0;
+		if (masked_out(mask, i, grad))
 			continue;
-		}
 		tokens++;
 		double v = values[i], r = returns[i];
 		double l1 = (v - r) * (v - r), g1 = 2 * (v - r);

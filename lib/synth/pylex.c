@@ -360,16 +360,11 @@ char *ca_pylex_fingerprint(const char *src, size_t len, int flags, const char **
 				put(&b, "ID", 2);
 			break;
 		case CA_PY_NUMBER:
-			if (flags & CA_PYLEX_KEEP_LITERALS)
-				put(&b, k->text, k->len);
-			else
-				put(&b, "NUM", 3);
-			break;
 		case CA_PY_STRING:
 			if (flags & CA_PYLEX_KEEP_LITERALS)
 				put(&b, k->text, k->len);
 			else
-				put(&b, "STR", 3);
+				put(&b, k->kind == CA_PY_NUMBER ? "NUM" : "STR", 3);
 			break;
 		case CA_PY_OP: put(&b, k->text, k->len); break;
 		case CA_PY_NEWLINE: put(&b, ";", 1); break;
