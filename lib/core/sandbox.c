@@ -870,87 +870,112 @@ static int fail_early(struct ca_sandbox_result *res, const char *fmt, ...)
 /* Why a user namespace could be created but not set up (some hosts forbid its mounts). */
 static char userns_failed[512];
 
-int ca_sandbox_run(const struct ca_sandbox *cfg, const char *const *argv, struct ca_sandbox_result *res)
+/* The plan's identity and limits; the command itself is checked before the sandbox user is looked up. */
+static void plan_defaults(struct plan *pl, const struct ca_sandbox *cfg, const char *const *argv)
 {
-	struct plan pl;
-	char tmpdir_made[64] = "";
-	memset(res, 0, sizeof *res);
-	res->isolation = jv_object();
-	memset(&pl, 0, sizeof pl);
-	pl.cfg = cfg;
-	pl.argv = argv;
-	pl.outer_uid = geteuid();
-	pl.outer_gid = getegid();
-	pl.fsize_mb = cfg->fsize_mb > 0 ? cfg->fsize_mb : 1024;
-	pl.nofile = cfg->nofile > 0 ? cfg->nofile : 4096;
-	pl.nproc = cfg->nproc > 0 ? cfg->nproc : 4096;
-	pl.landlock_abi = ca_sandbox_landlock_abi();
-	pl.parent = getpid();
-	if (!argv || !argv[0])
-		return fail_early(res, "no command given");
-	int root = pl.outer_uid == 0;
-	if (root) {
-		pl.uid = (uid_t)(cfg->uid >= 0 ? cfg->uid : 65534);
-		struct passwd *pw = getpwuid(pl.uid);
-		pl.gid = pw ? pw->pw_gid : (gid_t)pl.uid;
-	} else {
-		pl.uid = pl.outer_uid;
-		pl.gid = pl.outer_gid;
-	}
+	memset(pl, 0, sizeof *pl);
+	pl->cfg = cfg;
+	pl->argv = argv;
+	pl->outer_uid = geteuid();
+	pl->outer_gid = getegid();
+	pl->fsize_mb = cfg->fsize_mb > 0 ? cfg->fsize_mb : 1024;
+	pl->nofile = cfg->nofile > 0 ? cfg->nofile : 4096;
+	pl->nproc = cfg->nproc > 0 ? cfg->nproc : 4096;
+	pl->landlock_abi = ca_sandbox_landlock_abi();
+	pl->parent = getpid();
+}
 
-	/* Try the namespaces first; fall back to the plain mode. */
-	int chan[2];
-	if (pipe2(chan, O_CLOEXEC) != 0)
-		return fail_early(res, "cannot create a pipe: %s", strerror(errno));
-	pl.chan = chan[1];
+/* Root runs the command as cfg->uid (nobody by default); anyone else as themselves. */
+static void plan_user(struct plan *pl, int root)
+{
+	if (root) {
+		pl->uid = (uid_t)(pl->cfg->uid >= 0 ? pl->cfg->uid : 65534);
+		struct passwd *pw = getpwuid(pl->uid);
+		pl->gid = pw ? pw->pw_gid : (gid_t)pl->uid;
+	} else {
+		pl->uid = pl->outer_uid;
+		pl->gid = pl->outer_gid;
+	}
+}
+
+/* The clone flags for the namespace modes, and the mode to try first. */
+static unsigned long plan_namespaces(struct plan *pl, int root)
+{
+	const struct ca_sandbox *cfg = pl->cfg;
 	unsigned long flags = CLONE_NEWPID | CLONE_NEWNS | (skipped("ipc") ? 0 : CLONE_NEWIPC) | (cfg->allow_network ? 0 : CLONE_NEWNET);
-	pl.mode = root ? MODE_ROOT : MODE_USERNS;
+	pl->mode = root ? MODE_ROOT : MODE_USERNS;
 	/* For tests, and for hosts where namespaces misbehave: the plain mode on request. */
 	const char *force = getenv("CA_SANDBOX_NO_NAMESPACES");
 	if ((force && *force && strcmp(force, "0") != 0) || userns_failed[0])
-		pl.mode = MODE_PLAIN;
+		pl->mode = MODE_PLAIN;
 	if (!root)
 		flags |= CLONE_NEWUSER;
-	pl.netns = !cfg->allow_network;
+	pl->netns = !cfg->allow_network;
+	return flags;
+}
 
+static void close_channel(int chan[2])
+{
+	close(chan[0]);
+	close(chan[1]);
+}
+
+/*
+ * Resolve --dir, --hide and --ro; 0, or the setup-failed status with the
+ * report pipe closed (and the resolved paths freed) when they cannot be used.
+ */
+static int plan_paths(struct plan *pl, int root, int chan[2], struct ca_sandbox_result *res)
+{
+	const struct ca_sandbox *cfg = pl->cfg;
 	if (cfg->dir) {
 		struct stat st;
-		if (!realpath(cfg->dir, pl.dir) || stat(pl.dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-			close(chan[0]);
-			close(chan[1]);
+		if (!realpath(cfg->dir, pl->dir) || stat(pl->dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+			close_channel(chan);
 			return fail_early(res, "%s: not a directory", cfg->dir);
 		}
-		if (root && strcmp(pl.dir, "/") == 0) {
-			close(chan[0]);
-			close(chan[1]);
+		if (root && strcmp(pl->dir, "/") == 0) {
+			close_channel(chan);
 			return fail_early(res, "refusing to give / to the sandbox user");
 		}
 	}
-	pl.hidden = resolve_paths(cfg->hide, cfg->nhide, &pl.nhidden);
-	pl.readonly = resolve_paths(cfg->ro, cfg->nro, &pl.nreadonly);
-	for (size_t i = 0; cfg->dir && i < pl.nhidden; i++) {
-		if (below(pl.dir, pl.hidden[i])) {
-			close(chan[0]);
-			close(chan[1]);
-			fail_early(res, "%s: the working directory is below hidden %s", cfg->dir, pl.hidden[i]);
-			free_strings(pl.hidden);
-			free_strings(pl.readonly);
+	pl->hidden = resolve_paths(cfg->hide, cfg->nhide, &pl->nhidden);
+	pl->readonly = resolve_paths(cfg->ro, cfg->nro, &pl->nreadonly);
+	for (size_t i = 0; cfg->dir && i < pl->nhidden; i++) {
+		if (below(pl->dir, pl->hidden[i])) {
+			close_channel(chan);
+			fail_early(res, "%s: the working directory is below hidden %s", cfg->dir, pl->hidden[i]);
+			free_strings(pl->hidden);
+			free_strings(pl->readonly);
 			return res->status;
 		}
 	}
+	return 0;
+}
 
-	fflush(NULL);
+/*
+ * Without a mount namespace, --ro still holds through Landlock for
+ * paths outside DIR (nothing outside it is writable); --hide cannot.
+ */
+static int read_only_by_landlock(const struct plan *pl)
+{
+	int ro_by_landlock = pl->landlock_abi > 0;
+	for (size_t i = 0; i < pl->nreadonly && pl->cfg->dir; i++)
+		if (below(pl->readonly[i], pl->dir) || below(pl->dir, pl->readonly[i]))
+			ro_by_landlock = 0;
+	return ro_by_landlock;
+}
+
+/*
+ * Start the supervisor: in the namespaces, or in the plain mode where they
+ * are refused. Its pid, or -1 with errno (and res->error where it says more).
+ */
+static pid_t start_supervisor(struct plan *pl, unsigned long flags, int root, char *tmpdir_made, size_t tmpdir_size,
+	struct ca_sandbox_result *res)
+{
+	const struct ca_sandbox *cfg = pl->cfg;
 	pid_t pid = -1;
 	for (int attempt = 0; attempt < 2; attempt++) {
-		/*
-		 * Without a mount namespace, --ro still holds through Landlock for
-		 * paths outside DIR (nothing outside it is writable); --hide cannot.
-		 */
-		int ro_by_landlock = pl.landlock_abi > 0;
-		for (size_t i = 0; i < pl.nreadonly && cfg->dir; i++)
-			if (below(pl.readonly[i], pl.dir) || below(pl.dir, pl.readonly[i]))
-				ro_by_landlock = 0;
-		if (pl.mode == MODE_PLAIN && (cfg->nhide || (cfg->nro && !ro_by_landlock))) {
+		if (pl->mode == MODE_PLAIN && (cfg->nhide || (cfg->nro && !read_only_by_landlock(pl)))) {
 			/* Hiding is a promise: refuse rather than run with the paths in reach. */
 			errno = EPERM;
 			pid = -1;
@@ -959,59 +984,50 @@ int ca_sandbox_run(const struct ca_sandbox *cfg, const char *const *argv, struct
 				userns_failed[0] ? ": " : "", userns_failed);
 			break;
 		}
-		if (pl.mode == MODE_PLAIN) {
-			pl.netns = 0;
+		if (pl->mode == MODE_PLAIN) {
+			pl->netns = 0;
 			if (!cfg->dir) {
-				snprintf(tmpdir_made, sizeof tmpdir_made, "%s/ca-sandbox.XXXXXX", getenv_or("TMPDIR", "/tmp"));
+				snprintf(tmpdir_made, tmpdir_size, "%s/ca-sandbox.XXXXXX", getenv_or("TMPDIR", "/tmp"));
 				if (!mkdtemp(tmpdir_made))
 					break;
-				snprintf(pl.dir, sizeof pl.dir, "%s", tmpdir_made);
-				if (root && chown(tmpdir_made, pl.uid, pl.gid) != 0)
+				snprintf(pl->dir, sizeof pl->dir, "%s", tmpdir_made);
+				if (root && chown(tmpdir_made, pl->uid, pl->gid) != 0)
 					break;
 			}
 		} else if (!cfg->dir) {
-			snprintf(pl.dir, sizeof pl.dir, "/tmp");
-			pl.dir_is_tmp = 1;
+			snprintf(pl->dir, sizeof pl->dir, "/tmp");
+			pl->dir_is_tmp = 1;
 		}
 		if (root && cfg->dir) {
-			chown_uid = pl.uid;
-			chown_gid = pl.gid;
-			if (nftw(pl.dir, chown_entry, 32, FTW_PHYS | FTW_MOUNT) != 0) {
+			chown_uid = pl->uid;
+			chown_gid = pl->gid;
+			if (nftw(pl->dir, chown_entry, 32, FTW_PHYS | FTW_MOUNT) != 0) {
 				int e = errno;
-				close(chan[0]);
-				close(chan[1]);
-				free_strings(pl.hidden);
-				free_strings(pl.readonly);
-				return fail_early(res, "cannot give %s to uid %u: %s", pl.dir, (unsigned)pl.uid, strerror(e));
+				fail_early(res, "cannot give %s to uid %u: %s", pl->dir, (unsigned)pl->uid, strerror(e));
+				return -1;
 			}
 		}
-		free_strings(pl.envp);
-		pl.envp = build_env(cfg, pl.dir, pl.mode == MODE_PLAIN ? pl.dir : "/tmp");
-		if (pl.mode == MODE_PLAIN)
+		free_strings(pl->envp);
+		pl->envp = build_env(cfg, pl->dir, pl->mode == MODE_PLAIN ? pl->dir : "/tmp");
+		if (pl->mode == MODE_PLAIN)
 			pid = fork();
 		else
 			pid = (pid_t)syscall(SYS_clone, SIGCHLD | flags, NULL, NULL, NULL, NULL);
 		if (pid == 0)
-			supervisor_main(&pl);
-		if (pid > 0 || pl.mode == MODE_PLAIN)
+			supervisor_main(pl);
+		if (pid > 0 || pl->mode == MODE_PLAIN)
 			break;
-		pl.mode = MODE_PLAIN;  /* namespaces refused: do what we can without */
+		pl->mode = MODE_PLAIN;  /* namespaces refused: do what we can without */
 	}
-	close(chan[1]);
-	if (pid < 0) {
-		int e = errno;
-		close(chan[0]);
-		free_strings(pl.envp);
-		free_strings(pl.hidden);
-		free_strings(pl.readonly);
-		if (res->error[0]) {
-			res->status = CA_SANDBOX_SETUP_FAILED;
-			return res->status;
-		}
-		return fail_early(res, "cannot start the sandbox: %s", strerror(e));
-	}
+	return pid;
+}
 
-	/* Supervise: the wall clock, and our own termination. */
+/*
+ * Wait for the supervisor under the wall clock and our own termination
+ * signals, then reap it into *st. The stop signal that came, or 0.
+ */
+static int supervise(pid_t pid, enum mode mode, double time_s, int *st, struct ca_sandbox_result *res)
+{
 	struct sigaction sa = {.sa_handler = on_stop}, old_term, old_int, old_hup;
 	supervisor_stop = 0;
 	sigaction(SIGTERM, &sa, &old_term);
@@ -1019,10 +1035,10 @@ int ca_sandbox_run(const struct ca_sandbox *cfg, const char *const *argv, struct
 	sigaction(SIGHUP, &sa, &old_hup);
 	double start = ca_proc_now();
 	int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	int w = wait_child(pid, pidfd, cfg->time_s > 0 ? start + cfg->time_s : 0);
+	int w = wait_child(pid, pidfd, time_s > 0 ? start + time_s : 0);
 	if (w <= 0) {
 		res->timed_out = w == 0;
-		if (pl.mode == MODE_PLAIN) {
+		if (mode == MODE_PLAIN) {
 			kill(pid, SIGTERM);  /* the supervisor kills the tree it reaped into itself */
 			if (wait_child(pid, pidfd, ca_proc_now() + 2) != 1)
 				kill(pid, SIGKILL);
@@ -1030,10 +1046,9 @@ int ca_sandbox_run(const struct ca_sandbox *cfg, const char *const *argv, struct
 			kill(pid, SIGKILL);
 		}
 	}
-	int st = 0;
 	struct rusage ru;
 	memset(&ru, 0, sizeof ru);
-	while (wait4(pid, &st, 0, &ru) < 0 && errno == EINTR)
+	while (wait4(pid, st, 0, &ru) < 0 && errno == EINTR)
 		;
 	res->wall_s = ca_proc_now() - start;
 	res->max_rss_kb = ru.ru_maxrss;
@@ -1043,20 +1058,29 @@ int ca_sandbox_run(const struct ca_sandbox *cfg, const char *const *argv, struct
 	sigaction(SIGTERM, &old_term, NULL);
 	sigaction(SIGINT, &old_int, NULL);
 	sigaction(SIGHUP, &old_hup, NULL);
+	return stopped_by;
+}
 
-	/* What the children told us. */
-	char buf[8192];
+/* What the supervisor and the worker said over the report pipe. */
+struct reports {
+	jv notes;
+	int have_status, worker_status, exec_status;
+};
+
+/* Read the report pipe (closing it) into buf, a NUL-terminated string. */
+static void read_reports(int fd, char *buf, size_t size)
+{
 	size_t len = 0;
-	fcntl(chan[0], F_SETFL, O_NONBLOCK);
-	for (int spins = 0; len < sizeof buf - 1 && spins < 100;) {
-		ssize_t n = read(chan[0], buf + len, sizeof buf - 1 - len);
+	fcntl(fd, F_SETFL, O_NONBLOCK);
+	for (int spins = 0; len < size - 1 && spins < 100;) {
+		ssize_t n = read(fd, buf + len, size - 1 - len);
 		if (n > 0) {
 			len += (size_t)n;
 		} else if (n == 0) {
 			break;
 		} else if (errno == EAGAIN) {
 			/* A worker killed between fork and exec may hold the pipe a moment longer. */
-			struct pollfd pfd = {.fd = chan[0], .events = POLLIN};
+			struct pollfd pfd = {.fd = fd, .events = POLLIN};
 			poll(&pfd, 1, 10);
 			spins++;
 		} else if (errno != EINTR) {
@@ -1064,9 +1088,13 @@ int ca_sandbox_run(const struct ca_sandbox *cfg, const char *const *argv, struct
 		}
 	}
 	buf[len] = '\0';
-	close(chan[0]);
-	jv notes = jv_array();
-	int have_status = 0, worker_status = 0, exec_status = 0;
+	close(fd);
+}
+
+/* Parse the report lines in buf (modified); an error message lands in res->error. */
+static struct reports parse_reports(char *buf, struct ca_sandbox_result *res)
+{
+	struct reports r = {.notes = jv_array()};
 	for (char *line = buf, *next; *line; line = next) {
 		next = strchr(line, '\n');
 		if (next)
@@ -1074,29 +1102,35 @@ int ca_sandbox_run(const struct ca_sandbox *cfg, const char *const *argv, struct
 		else
 			next = line + strlen(line);
 		if (line[0] == 'N' && line[1] == ' ')
-			notes = jv_array_append(notes, jv_string(line + 2));
+			r.notes = jv_array_append(r.notes, jv_string(line + 2));
 		else if (line[0] == 'E' && line[1] == ' ' && !res->error[0])
 			snprintf(res->error, sizeof res->error, "%s", line + 2);
 		else if (line[0] == 'S' && line[1] == ' ')
-			have_status = 1, worker_status = atoi(line + 2);
+			r.have_status = 1, r.worker_status = atoi(line + 2);
 		else if (line[0] == 'X' && line[1] == ' ') {
 			char *msg;
-			exec_status = (int)strtol(line + 2, &msg, 10);
+			r.exec_status = (int)strtol(line + 2, &msg, 10);
 			snprintf(res->error, sizeof res->error, "%s", *msg ? msg + 1 : msg);
 		}
 	}
+	return r;
+}
+
+/* The run's status from, in order: the clock, our stop signal, a setup error, the worker, the supervisor. */
+static void set_status(struct ca_sandbox_result *res, const struct reports *r, int stopped_by, int st)
+{
 	if (res->timed_out) {
 		res->status = CA_PROC_TIMEOUT_STATUS;
 	} else if (stopped_by) {
 		res->status = 128 + stopped_by;
-	} else if (res->error[0] && !exec_status) {
+	} else if (res->error[0] && !r->exec_status) {
 		res->status = CA_SANDBOX_SETUP_FAILED;
-	} else if (have_status) {
-		if (WIFSIGNALED(worker_status)) {
-			res->signal = WTERMSIG(worker_status);
+	} else if (r->have_status) {
+		if (WIFSIGNALED(r->worker_status)) {
+			res->signal = WTERMSIG(r->worker_status);
 			res->status = 128 + res->signal;
 		} else {
-			res->status = WEXITSTATUS(worker_status);
+			res->status = WEXITSTATUS(r->worker_status);
 		}
 	} else if (WIFSIGNALED(st)) {
 		res->signal = WTERMSIG(st);
@@ -1106,35 +1140,87 @@ int ca_sandbox_run(const struct ca_sandbox *cfg, const char *const *argv, struct
 		if (!res->error[0])
 			snprintf(res->error, sizeof res->error, "the sandbox supervisor ended without a status");
 	}
+}
+
+static void free_plan(struct plan *pl)
+{
+	free_strings(pl->envp);
+	free_strings(pl->hidden);
+	free_strings(pl->readonly);
+}
+
+/*
+ * The user namespace was created but could not be set up (uid map or
+ * mounts refused): the command never ran, so run it in the plain mode.
+ */
+static void rerun_plain(const struct ca_sandbox *cfg, const char *const *argv, struct ca_sandbox_result *res)
+{
+	snprintf(userns_failed, sizeof userns_failed, "%s", res->error);
+	ca_sandbox_result_free(res);
+	ca_sandbox_run(cfg, argv, res);
+	jv na = jv_object_get(jv_copy(res->isolation), jv_string("not_applied"));
+	if (jv_get_kind(na) != JV_KIND_ARRAY) {
+		jv_free(na);
+		na = jv_array();
+	}
+	char why[640];
+	snprintf(why, sizeof why, "user namespace (set up failed: %s)", userns_failed);
+	na = jv_array_append(na, jv_string(why));
+	res->isolation = jv_object_set(res->isolation, jv_string("not_applied"), na);
+	userns_failed[0] = '\0';
+}
+
+int ca_sandbox_run(const struct ca_sandbox *cfg, const char *const *argv, struct ca_sandbox_result *res)
+{
+	struct plan pl;
+	char tmpdir_made[64] = "";
+	memset(res, 0, sizeof *res);
+	res->isolation = jv_object();
+	plan_defaults(&pl, cfg, argv);
+	if (!argv || !argv[0])
+		return fail_early(res, "no command given");
+	int root = pl.outer_uid == 0;
+	plan_user(&pl, root);
+
+	/* Try the namespaces first; fall back to the plain mode. */
+	int chan[2];
+	if (pipe2(chan, O_CLOEXEC) != 0)
+		return fail_early(res, "cannot create a pipe: %s", strerror(errno));
+	pl.chan = chan[1];
+	unsigned long flags = plan_namespaces(&pl, root);
+	if (plan_paths(&pl, root, chan, res) != 0)
+		return res->status;
+
+	fflush(NULL);
+	pid_t pid = start_supervisor(&pl, flags, root, tmpdir_made, sizeof tmpdir_made, res);
+	close(chan[1]);
+	if (pid < 0) {
+		int e = errno;
+		close(chan[0]);
+		free_plan(&pl);
+		if (res->error[0]) {
+			res->status = CA_SANDBOX_SETUP_FAILED;
+			return res->status;
+		}
+		return fail_early(res, "cannot start the sandbox: %s", strerror(e));
+	}
+
+	int st = 0;
+	int stopped_by = supervise(pid, pl.mode, cfg->time_s, &st, res);
+	char buf[8192];
+	read_reports(chan[0], buf, sizeof buf);
+	struct reports reports = parse_reports(buf, res);
+	set_status(res, &reports, stopped_by, st);
 	jv_free(res->isolation);
-	res->isolation = describe(&pl, notes);
-	jv_free(notes);
+	res->isolation = describe(&pl, reports.notes);
+	jv_free(reports.notes);
 
 	if (tmpdir_made[0])
 		ca_file_remove_tree(tmpdir_made);
-	free_strings(pl.envp);
-	free_strings(pl.hidden);
-	free_strings(pl.readonly);
-	/*
-	 * The user namespace was created but could not be set up (uid map or
-	 * mounts refused): the command never ran, so run it in the plain mode.
-	 */
-	if (pl.mode == MODE_USERNS && res->status == CA_SANDBOX_SETUP_FAILED && !exec_status && !res->timed_out &&
-			!stopped_by && !userns_failed[0]) {
-		snprintf(userns_failed, sizeof userns_failed, "%s", res->error);
-		ca_sandbox_result_free(res);
-		ca_sandbox_run(cfg, argv, res);
-		jv na = jv_object_get(jv_copy(res->isolation), jv_string("not_applied"));
-		if (jv_get_kind(na) != JV_KIND_ARRAY) {
-			jv_free(na);
-			na = jv_array();
-		}
-		char why[640];
-		snprintf(why, sizeof why, "user namespace (set up failed: %s)", userns_failed);
-		na = jv_array_append(na, jv_string(why));
-		res->isolation = jv_object_set(res->isolation, jv_string("not_applied"), na);
-		userns_failed[0] = '\0';
-	}
+	free_plan(&pl);
+	if (pl.mode == MODE_USERNS && res->status == CA_SANDBOX_SETUP_FAILED && !reports.exec_status && !res->timed_out &&
+			!stopped_by && !userns_failed[0])
+		rerun_plain(cfg, argv, res);
 	return res->status;
 }
 
