@@ -238,6 +238,140 @@ static void elementwise_bytes(struct gen *g, const struct shape *s, double passe
 	g->bytes += passes * 8 * per_sample(s);
 }
 
+/* The number of groups for nn.GroupNorm over c channels: 8, 4 or 2 at random where they divide c. */
+static long group_count(long c, struct ca_synth_rng *r)
+{
+	long groups = 0;
+	for (long k = 8; k >= 2; k /= 2)
+		if (c % k == 0 && c / k >= 1 && !groups && ca_synth_rng_below(r, 2))
+			groups = k;
+	if (!groups)
+		groups = c % 2 == 0 ? 2 : 1;
+	return groups;
+}
+
+/* nn.Linear or torch.matmul by a parameter: the last dim projected to a new size. */
+static int apply_projection(const struct opdef *op, struct shape *s, struct ca_synth_rng *r, struct gen *g)
+{
+	char a[64];
+	int rank = s->rank;
+	long lastdim = s->d[rank - 1];
+	long out = shrink(PICK(r, 256, 512, 1024, 2048, 4096));
+	double rows = per_sample(s) / (double)lastdim;
+	if (op->kind == LINEAR) {
+		attr_name(g, op->attr, a, sizeof a);
+		add(&g->init, "        self.%s = nn.Linear(%ld, %ld)\n", a, lastdim, out);
+		add(&g->fwd, "        x = self.%s(x)\n", a);
+	} else {
+		attr_name(g, "weight", a, sizeof a);
+		add(&g->init, "        self.%s = nn.Parameter(torch.randn(%ld, %ld) * %g)\n", a, lastdim, out,
+		    1.0 / sqrt((double)lastdim) < 0.01 ? 0.01 : round(100.0 / sqrt((double)lastdim)) / 100.0);
+		add(&g->fwd, "        x = torch.matmul(x, self.%s)\n", a);
+	}
+	g->flops += 2.0 * rows * (double)lastdim * (double)out;
+	g->bytes += 4.0 * rows * (double)(lastdim + out);
+	s->d[rank - 1] = out;
+	return 0;
+}
+
+struct conv_geometry {
+	long cout, k, stride, pad, outpad;
+};
+
+/* Output channels, kernel, stride and padding of a convolution of s; -1 when the kernel does not fit. */
+static int conv_geometry(const struct opdef *op, const struct shape *s, struct ca_synth_rng *r, struct conv_geometry *cg)
+{
+	int rank = s->rank, nd = rank - 2;
+	cg->cout = shrink(PICK(r, 16, 32, 64, 128));
+	cg->stride = 1;
+	cg->outpad = 0;
+	long spatial_min = s->d[2];
+	for (int i = 3; i < rank; i++)
+		if (s->d[i] < spatial_min)
+			spatial_min = s->d[i];
+	if (op->kind == CONV) {
+		cg->k = nd == 3 ? 3 : PICK(r, 1, 3, 3, 5);
+		if (cg->k > spatial_min)
+			return -1;
+		if (spatial_min >= 16 && ca_synth_rng_below(r, 4) == 0)
+			cg->stride = 2;
+		cg->pad = ca_synth_rng_below(r, 3) ? cg->k / 2 : 0;
+	} else {
+		/* Upsampling by 2 unless the input is already large. */
+		if (per_sample(s) * (double)cg->cout / (double)s->d[1] * (1 << nd) < 64e6 && ca_synth_rng_below(r, 2)) {
+			cg->k = 4;
+			cg->stride = 2;
+			cg->pad = 1;
+			if (nd == 3)
+				cg->k = 3, cg->outpad = 1;
+		} else {
+			cg->k = 3;
+			cg->pad = 1;
+		}
+	}
+	return 0;
+}
+
+/* nn.ConvNd or nn.ConvTransposeNd: the module's text, then the new shape and the cost. */
+static int apply_conv(const struct opdef *op, struct shape *s, struct ca_synth_rng *r, struct gen *g)
+{
+	char a[64];
+	int rank = s->rank, nd = rank - 2;
+	long c = s->d[1];
+	struct conv_geometry cg;
+	if (conv_geometry(op, s, r, &cg) != 0)
+		return -1;
+	attr_name(g, op->attr, a, sizeof a);
+	struct text extra = {0};
+	if (cg.stride != 1)
+		add(&extra, ", stride=%ld", cg.stride);
+	if (cg.pad)
+		add(&extra, ", padding=%ld", cg.pad);
+	if (cg.outpad)
+		add(&extra, ", output_padding=%ld", cg.outpad);
+	add(&g->init, "        self.%s = %s(%ld, %ld, kernel_size=%ld%s)\n", a, op->name, c, cg.cout, cg.k,
+	    extra.s ? extra.s : "");
+	free(extra.s);
+	add(&g->fwd, "        x = self.%s(x)\n", a);
+	double in_elems = per_sample(s);
+	for (int i = 2; i < rank; i++) {
+		if (op->kind == CONV)
+			s->d[i] = (s->d[i] + 2 * cg.pad - cg.k) / cg.stride + 1;
+		else
+			s->d[i] = (s->d[i] - 1) * cg.stride - 2 * cg.pad + cg.k + cg.outpad;
+		if (s->d[i] < 1)
+			return -1;
+	}
+	s->d[1] = cg.cout;
+	double out_elems = per_sample(s);
+	double kvol = 1;
+	for (int i = 0; i < nd; i++)
+		kvol *= (double)cg.k;
+	g->flops += 2.0 * (op->kind == CONV ? out_elems : in_elems) * (double)(op->kind == CONV ? c : cg.cout) * kvol;
+	g->bytes += 4.0 * (in_elems + out_elems);
+	return 0;
+}
+
+/* A reduction over one dim; never the batch, and rank 2 only as the last op (the output is then per sample). */
+static int apply_reduce(const struct opdef *op, struct shape *s, struct ca_synth_rng *r, struct gen *g, int last)
+{
+	int rank = s->rank;
+	int keep = rank == 2 ? 0 : (int)ca_synth_rng_below(r, 2);
+	if (rank == 2 && !last)
+		return -1;
+	int dim = 1 + (int)ca_synth_rng_below(r, (uint64_t)(rank - 1));
+	add(&g->fwd, "        x = %s(x, dim=%d%s)\n", op->name, dim, keep ? ", keepdim=True" : "");
+	g->bytes += 4.0 * per_sample(s);
+	if (keep) {
+		s->d[dim] = 1;
+	} else {
+		for (int i = dim; i < rank - 1; i++)
+			s->d[i] = s->d[i + 1];
+		s->rank--;
+	}
+	return 0;
+}
+
 /* Apply op to x of shape s; -1 when it does not fit this shape. */
 static int apply(const struct opdef *op, struct shape *s, struct ca_synth_rng *r, struct gen *g, int last)
 {
@@ -322,12 +456,7 @@ static int apply(const struct opdef *op, struct shape *s, struct ca_synth_rng *r
 		elementwise_bytes(g, s, 2);
 		return 0;
 	case GROUPNORM: {
-		long groups = 0;
-		for (long k = 8; k >= 2; k /= 2)
-			if (c % k == 0 && c / k >= 1 && !groups && ca_synth_rng_below(r, 2))
-				groups = k;
-		if (!groups)
-			groups = c % 2 == 0 ? 2 : 1;
+		long groups = group_count(c, r);
 		attr_name(g, op->attr, a, sizeof a);
 		add(&g->init, "        self.%s = nn.GroupNorm(%ld, %ld)\n", a, groups, c);
 		add(&g->fwd, "        x = self.%s(x)\n", a);
@@ -335,83 +464,11 @@ static int apply(const struct opdef *op, struct shape *s, struct ca_synth_rng *r
 		return 0;
 	}
 	case LINEAR:
-	case MATMUL: {
-		long out = shrink(PICK(r, 256, 512, 1024, 2048, 4096));
-		double rows = per_sample(s) / (double)lastdim;
-		if (op->kind == LINEAR) {
-			attr_name(g, op->attr, a, sizeof a);
-			add(&g->init, "        self.%s = nn.Linear(%ld, %ld)\n", a, lastdim, out);
-			add(&g->fwd, "        x = self.%s(x)\n", a);
-		} else {
-			attr_name(g, "weight", a, sizeof a);
-			add(&g->init, "        self.%s = nn.Parameter(torch.randn(%ld, %ld) * %g)\n", a, lastdim, out,
-			    1.0 / sqrt((double)lastdim) < 0.01 ? 0.01 : round(100.0 / sqrt((double)lastdim)) / 100.0);
-			add(&g->fwd, "        x = torch.matmul(x, self.%s)\n", a);
-		}
-		g->flops += 2.0 * rows * (double)lastdim * (double)out;
-		g->bytes += 4.0 * rows * (double)(lastdim + out);
-		s->d[rank - 1] = out;
-		return 0;
-	}
+	case MATMUL:
+		return apply_projection(op, s, r, g);
 	case CONV:
-	case CONV_TRANSPOSE: {
-		int nd = rank - 2;
-		long cout = shrink(PICK(r, 16, 32, 64, 128));
-		long k, stride = 1, pad, outpad = 0;
-		long spatial_min = s->d[2];
-		for (int i = 3; i < rank; i++)
-			if (s->d[i] < spatial_min)
-				spatial_min = s->d[i];
-		if (op->kind == CONV) {
-			k = nd == 3 ? 3 : PICK(r, 1, 3, 3, 5);
-			if (k > spatial_min)
-				return -1;
-			if (spatial_min >= 16 && ca_synth_rng_below(r, 4) == 0)
-				stride = 2;
-			pad = ca_synth_rng_below(r, 3) ? k / 2 : 0;
-		} else {
-			/* Upsampling by 2 unless the input is already large. */
-			if (per_sample(s) * (double)cout / (double)c * (1 << nd) < 64e6 && ca_synth_rng_below(r, 2)) {
-				k = 4;
-				stride = 2;
-				pad = 1;
-				if (nd == 3)
-					k = 3, outpad = 1;
-			} else {
-				k = 3;
-				pad = 1;
-			}
-		}
-		attr_name(g, op->attr, a, sizeof a);
-		struct text extra = {0};
-		if (stride != 1)
-			add(&extra, ", stride=%ld", stride);
-		if (pad)
-			add(&extra, ", padding=%ld", pad);
-		if (outpad)
-			add(&extra, ", output_padding=%ld", outpad);
-		add(&g->init, "        self.%s = %s(%ld, %ld, kernel_size=%ld%s)\n", a, op->name, c, cout, k,
-		    extra.s ? extra.s : "");
-		free(extra.s);
-		add(&g->fwd, "        x = self.%s(x)\n", a);
-		double in_elems = per_sample(s);
-		for (int i = 2; i < rank; i++) {
-			if (op->kind == CONV)
-				s->d[i] = (s->d[i] + 2 * pad - k) / stride + 1;
-			else
-				s->d[i] = (s->d[i] - 1) * stride - 2 * pad + k + outpad;
-			if (s->d[i] < 1)
-				return -1;
-		}
-		s->d[1] = cout;
-		double out_elems = per_sample(s);
-		double kvol = 1;
-		for (int i = 0; i < nd; i++)
-			kvol *= (double)k;
-		g->flops += 2.0 * (op->kind == CONV ? out_elems : in_elems) * (double)(op->kind == CONV ? c : cout) * kvol;
-		g->bytes += 4.0 * (in_elems + out_elems);
-		return 0;
-	}
+	case CONV_TRANSPOSE:
+		return apply_conv(op, s, r, g);
 	case POOL: {
 		for (int i = 2; i < rank; i++)
 			if (s->d[i] < 4)
@@ -435,23 +492,8 @@ static int apply(const struct opdef *op, struct shape *s, struct ca_synth_rng *r
 		g->bytes += 4.0 * (in + per_sample(s));
 		return 0;
 	}
-	case REDUCE: {
-		/* Never the batch; rank 2 only as the last op (the output is then per sample). */
-		int keep = rank == 2 ? 0 : (int)ca_synth_rng_below(r, 2);
-		if (rank == 2 && !last)
-			return -1;
-		int dim = 1 + (int)ca_synth_rng_below(r, (uint64_t)(rank - 1));
-		add(&g->fwd, "        x = %s(x, dim=%d%s)\n", op->name, dim, keep ? ", keepdim=True" : "");
-		g->bytes += 4.0 * per_sample(s);
-		if (keep) {
-			s->d[dim] = 1;
-		} else {
-			for (int i = dim; i < rank - 1; i++)
-				s->d[i] = s->d[i + 1];
-			s->rank--;
-		}
-		return 0;
-	}
+	case REDUCE:
+		return apply_reduce(op, s, r, g, last);
 	}
 	return -1;
 }
