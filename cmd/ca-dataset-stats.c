@@ -110,6 +110,189 @@ static int plot(const char *file, const long *sim, const long *times)
 	return status == 0 ? 0 : -1;
 }
 
+struct stats {
+	struct counts sources, reasons, nearest;
+	long total, accepted, rejected, unfiltered, errors;
+	long sim[NSIM], times[NTIME];
+	double *eager;            /* eager times of accepted tasks, ms */
+	size_t neager;
+};
+
+/* Each rejection reason of filter object f (borrowed), counted by its part before the colon. */
+static void count_reasons(struct stats *st, jv f)
+{
+	jv list = ca_json_get(f, "reasons");
+	if (jv_get_kind(list) == JV_KIND_ARRAY) {
+		jv_array_foreach(list, i, reason)
+		{
+			if (jv_get_kind(reason) == JV_KIND_STRING) {
+				const char *s = jv_string_value(reason);
+				const char *colon = strchr(s, ':');
+				bump(&st->reasons, s, colon ? (size_t)(colon - s) : strlen(s));
+			}
+			jv_free(reason);
+		}
+	}
+	jv_free(list);
+}
+
+/* A record (borrowed) with its filter object f (borrowed): accepted or rejected, similarity, eager time. */
+static void count_filtered(struct stats *st, jv rec, jv f)
+{
+	int ok = ca_json_bool(f, "ok") == 1;
+	if (ok) {
+		st->accepted++;
+		char *source = ca_json_strdup(rec, "source");
+		bump(&st->sources, source ? source : "(none)", strlen(source ? source : "(none)"));
+		free(source);
+	} else {
+		st->rejected++;
+		count_reasons(st, f);
+	}
+	double x;
+	if (ca_json_number(f, "max_sim", &x) == 1) {
+		int b = (int)floor(x * NSIM);
+		st->sim[b < 0 ? 0 : b >= NSIM ? NSIM - 1 : b]++;
+		if (x > 0.9) {
+			char *near = ca_json_strdup(f, "nearest");
+			if (near)
+				bump(&st->nearest, near, strlen(near));
+			free(near);
+		}
+	}
+	if (ok && ca_json_number(f, "eager_ms", &x) == 1) {
+		st->eager = ca_xrealloc(st->eager, (st->neager + 1) * sizeof *st->eager);
+		st->eager[st->neager++] = x;
+		size_t b = 0;
+		while (b < NTIME - 1 && x >= time_edges[b])
+			b++;
+		st->times[b]++;
+	}
+}
+
+/* Count every record of the inputs; the status reading left. */
+static int read_records(int argc, char **argv, struct stats *st)
+{
+	int status = CA_EXIT_OK;
+	struct ca_ndjson_reader *r = ca_ndjson_open(argc, argv);
+	jv rec;
+	while (ca_ndjson_next_valid(r, &rec, &status) != CA_NDJSON_EOF) {
+		st->total++;
+		jv err = ca_json_get(rec, "error");
+		int is_error = jv_is_valid(err);
+		jv_free(err);
+		jv f = ca_json_get(rec, "filter");
+		if (is_error)
+			st->errors++;
+		else if (jv_get_kind(f) != JV_KIND_OBJECT)
+			st->unfiltered++;
+		else
+			count_filtered(st, rec, f);
+		jv_free(f);
+		jv_free(rec);
+	}
+	status = ca_err_worst(status, ca_ndjson_status(r));
+	ca_ndjson_close(r);
+	return status;
+}
+
+static void sort_stats(struct stats *st)
+{
+	/* qsort's array must not be NULL, even when empty (UBSan). */
+	if (st->sources.n)
+		qsort(st->sources.v, st->sources.n, sizeof *st->sources.v, by_key);
+	if (st->reasons.n)
+		qsort(st->reasons.v, st->reasons.n, sizeof *st->reasons.v, by_count);
+	if (st->nearest.n)
+		qsort(st->nearest.v, st->nearest.n, sizeof *st->nearest.v, by_count);
+	if (st->eager)
+		qsort(st->eager, st->neager, sizeof *st->eager, by_double);
+}
+
+static jv eager_json(const struct stats *st)
+{
+	static const double q[5] = {0, 0.1, 0.5, 0.9, 1};
+	static const char *const qn[5] = {"min", "p10", "p50", "p90", "max"};
+	jv e = jv_object();
+	e = jv_object_set(e, jv_string("count"), jv_number((double)st->neager));
+	for (int i = 0; i < 5; i++)
+		e = jv_object_set(e, jv_string(qn[i]), ca_json_num_or_null(quantile(st->eager, st->neager, q[i])));
+	jv h = jv_array();
+	for (size_t i = 0; i < NTIME; i++)
+		h = jv_array_append(h, jv_number((double)st->times[i]));
+	e = jv_object_set(e, jv_string("histogram"), h);
+	jv edges = jv_array();
+	for (size_t i = 0; i < NTIME - 1; i++)
+		edges = jv_array_append(edges, jv_number(time_edges[i]));
+	return jv_object_set(e, jv_string("edges"), edges);
+}
+
+static void write_json(struct stats *st)
+{
+	jv o = jv_object();
+	o = jv_object_set(o, jv_string("records"), jv_number((double)st->total));
+	o = jv_object_set(o, jv_string("accepted"), jv_number((double)st->accepted));
+	o = jv_object_set(o, jv_string("rejected"), jv_number((double)st->rejected));
+	o = jv_object_set(o, jv_string("unfiltered"), jv_number((double)st->unfiltered));
+	o = jv_object_set(o, jv_string("errors"), jv_number((double)st->errors));
+	o = jv_object_set(o, jv_string("by_source"), counts_json(&st->sources));
+	o = jv_object_set(o, jv_string("reasons"), counts_json(&st->reasons));
+	o = jv_object_set(o, jv_string("eager_ms"), eager_json(st));
+	jv s = jv_array();
+	for (int i = 0; i < NSIM; i++)
+		s = jv_array_append(s, jv_number((double)st->sim[i]));
+	o = jv_object_set(o, jv_string("similarity_histogram"), s);
+	o = jv_object_set(o, jv_string("contaminated_by"), counts_json(&st->nearest));
+	ca_ndjson_write(o);
+}
+
+static void write_eager_text(const struct stats *st)
+{
+	const double *eager = st->eager;
+	size_t neager = st->neager;
+	printf("\neager time of accepted tasks, ms: n %zu", neager);
+	if (neager)
+		printf(", min %.3g, p10 %.3g, median %.3g, p90 %.3g, max %.3g", quantile(eager, neager, 0),
+		       quantile(eager, neager, 0.1), quantile(eager, neager, 0.5), quantile(eager, neager, 0.9),
+		       quantile(eager, neager, 1));
+	printf("\n");
+	for (size_t i = 0; i < NTIME; i++) {
+		if (i < NTIME - 1)
+			printf("  < %-8g %6ld\n", time_edges[i], st->times[i]);
+		else
+			printf("  >= %-7g %6ld\n", time_edges[NTIME - 2], st->times[i]);
+	}
+}
+
+static void write_text(const struct stats *st)
+{
+	printf("records %ld: accepted %ld, rejected %ld, unfiltered %ld, malformed %ld\n\n", st->total, st->accepted,
+	       st->rejected, st->unfiltered, st->errors);
+	printf("accepted tasks by source (Table 3)\n");
+	for (size_t i = 0; i < st->sources.n; i++)
+		printf("  %-18s %6ld  %6.2f%%\n", st->sources.v[i].key, st->sources.v[i].n,
+		       100.0 * (double)st->sources.v[i].n / (double)(st->accepted ? st->accepted : 1));
+	printf("\nrejection reasons (a task may have several)\n");
+	for (size_t i = 0; i < st->reasons.n; i++)
+		printf("  %-18s %6ld\n", st->reasons.v[i].key, st->reasons.v[i].n);
+	write_eager_text(st);
+	printf("\nsimilarity to the nearest reference problem (Figure 7)\n");
+	for (int i = 0; i < NSIM; i++)
+		printf("  [%.1f, %.1f%c %6ld\n", i / 10.0, (i + 1) / 10.0, i == NSIM - 1 ? ']' : ')', st->sim[i]);
+	if (st->nearest.n) {
+		printf("\nmost frequent nearest problems above 0.9\n");
+		for (size_t i = 0; i < st->nearest.n && i < 10; i++)
+			printf("  %6ld  %s\n", st->nearest.v[i].n, st->nearest.v[i].key);
+	}
+}
+
+static void free_counts(struct counts *c)
+{
+	for (size_t i = 0; i < c->n; i++)
+		free(c->v[i].key);
+	free(c->v);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -128,153 +311,18 @@ int main(int argc, char **argv)
 		default: ca_opt_common(c, usage_text);
 		}
 	}
-	struct counts sources = {0}, reasons = {0}, nearest = {0};
-	long total = 0, accepted = 0, rejected = 0, unfiltered = 0, errors = 0;
-	long sim[NSIM] = {0}, times[NTIME] = {0};
-	double *eager = NULL;
-	size_t neager = 0;
-	int status = CA_EXIT_OK;
-	struct ca_ndjson_reader *r = ca_ndjson_open(argc - optind, argv + optind);
-	jv rec;
-	while (ca_ndjson_next_valid(r, &rec, &status) != CA_NDJSON_EOF) {
-		total++;
-		jv err = ca_json_get(rec, "error");
-		int is_error = jv_is_valid(err);
-		jv_free(err);
-		jv f = ca_json_get(rec, "filter");
-		if (is_error) {
-			errors++;
-		} else if (jv_get_kind(f) != JV_KIND_OBJECT) {
-			unfiltered++;
-		} else {
-			int ok = ca_json_bool(f, "ok") == 1;
-			if (ok) {
-				accepted++;
-				char *source = ca_json_strdup(rec, "source");
-				bump(&sources, source ? source : "(none)", strlen(source ? source : "(none)"));
-				free(source);
-			} else {
-				rejected++;
-				jv list = ca_json_get(f, "reasons");
-				if (jv_get_kind(list) == JV_KIND_ARRAY) {
-					jv_array_foreach(list, i, reason)
-					{
-						if (jv_get_kind(reason) == JV_KIND_STRING) {
-							const char *s = jv_string_value(reason);
-							const char *colon = strchr(s, ':');
-							bump(&reasons, s, colon ? (size_t)(colon - s) : strlen(s));
-						}
-						jv_free(reason);
-					}
-				}
-				jv_free(list);
-			}
-			double x;
-			if (ca_json_number(f, "max_sim", &x) == 1) {
-				int b = (int)floor(x * NSIM);
-				sim[b < 0 ? 0 : b >= NSIM ? NSIM - 1 : b]++;
-				if (x > 0.9) {
-					char *near = ca_json_strdup(f, "nearest");
-					if (near)
-						bump(&nearest, near, strlen(near));
-					free(near);
-				}
-			}
-			if (ok && ca_json_number(f, "eager_ms", &x) == 1) {
-				eager = ca_xrealloc(eager, (neager + 1) * sizeof *eager);
-				eager[neager++] = x;
-				size_t b = 0;
-				while (b < NTIME - 1 && x >= time_edges[b])
-					b++;
-				times[b]++;
-			}
-		}
-		jv_free(f);
-		jv_free(rec);
-	}
-	status = ca_err_worst(status, ca_ndjson_status(r));
-	ca_ndjson_close(r);
-	/* qsort's array must not be NULL, even when empty (UBSan). */
-	if (sources.n)
-		qsort(sources.v, sources.n, sizeof *sources.v, by_key);
-	if (reasons.n)
-		qsort(reasons.v, reasons.n, sizeof *reasons.v, by_count);
-	if (nearest.n)
-		qsort(nearest.v, nearest.n, sizeof *nearest.v, by_count);
-	if (eager)
-		qsort(eager, neager, sizeof *eager, by_double);
-	double q[5] = {0, 0.1, 0.5, 0.9, 1};
-	if (as_json) {
-		jv o = jv_object();
-		o = jv_object_set(o, jv_string("records"), jv_number((double)total));
-		o = jv_object_set(o, jv_string("accepted"), jv_number((double)accepted));
-		o = jv_object_set(o, jv_string("rejected"), jv_number((double)rejected));
-		o = jv_object_set(o, jv_string("unfiltered"), jv_number((double)unfiltered));
-		o = jv_object_set(o, jv_string("errors"), jv_number((double)errors));
-		o = jv_object_set(o, jv_string("by_source"), counts_json(&sources));
-		o = jv_object_set(o, jv_string("reasons"), counts_json(&reasons));
-		jv e = jv_object();
-		e = jv_object_set(e, jv_string("count"), jv_number((double)neager));
-		const char *qn[5] = {"min", "p10", "p50", "p90", "max"};
-		for (int i = 0; i < 5; i++)
-			e = jv_object_set(e, jv_string(qn[i]), ca_json_num_or_null(quantile(eager, neager, q[i])));
-		jv h = jv_array();
-		for (size_t i = 0; i < NTIME; i++)
-			h = jv_array_append(h, jv_number((double)times[i]));
-		e = jv_object_set(e, jv_string("histogram"), h);
-		jv edges = jv_array();
-		for (size_t i = 0; i < NTIME - 1; i++)
-			edges = jv_array_append(edges, jv_number(time_edges[i]));
-		e = jv_object_set(e, jv_string("edges"), edges);
-		o = jv_object_set(o, jv_string("eager_ms"), e);
-		jv s = jv_array();
-		for (int i = 0; i < NSIM; i++)
-			s = jv_array_append(s, jv_number((double)sim[i]));
-		o = jv_object_set(o, jv_string("similarity_histogram"), s);
-		o = jv_object_set(o, jv_string("contaminated_by"), counts_json(&nearest));
-		ca_ndjson_write(o);
-	} else {
-		printf("records %ld: accepted %ld, rejected %ld, unfiltered %ld, malformed %ld\n\n", total, accepted, rejected,
-		       unfiltered, errors);
-		printf("accepted tasks by source (Table 3)\n");
-		for (size_t i = 0; i < sources.n; i++)
-			printf("  %-18s %6ld  %6.2f%%\n", sources.v[i].key, sources.v[i].n,
-			       100.0 * (double)sources.v[i].n / (double)(accepted ? accepted : 1));
-		printf("\nrejection reasons (a task may have several)\n");
-		for (size_t i = 0; i < reasons.n; i++)
-			printf("  %-18s %6ld\n", reasons.v[i].key, reasons.v[i].n);
-		printf("\neager time of accepted tasks, ms: n %zu", neager);
-		if (neager)
-			printf(", min %.3g, p10 %.3g, median %.3g, p90 %.3g, max %.3g", quantile(eager, neager, 0),
-			       quantile(eager, neager, 0.1), quantile(eager, neager, 0.5), quantile(eager, neager, 0.9),
-			       quantile(eager, neager, 1));
-		printf("\n");
-		for (size_t i = 0; i < NTIME; i++) {
-			if (i < NTIME - 1)
-				printf("  < %-8g %6ld\n", time_edges[i], times[i]);
-			else
-				printf("  >= %-7g %6ld\n", time_edges[NTIME - 2], times[i]);
-		}
-		printf("\nsimilarity to the nearest reference problem (Figure 7)\n");
-		for (int i = 0; i < NSIM; i++)
-			printf("  [%.1f, %.1f%c %6ld\n", i / 10.0, (i + 1) / 10.0, i == NSIM - 1 ? ']' : ')', sim[i]);
-		if (nearest.n) {
-			printf("\nmost frequent nearest problems above 0.9\n");
-			for (size_t i = 0; i < nearest.n && i < 10; i++)
-				printf("  %6ld  %s\n", nearest.v[i].n, nearest.v[i].key);
-		}
-	}
-	if (plot_file && plot(plot_file, sim, times) < 0)
+	struct stats st = {0};
+	int status = read_records(argc - optind, argv + optind, &st);
+	sort_stats(&st);
+	if (as_json)
+		write_json(&st);
+	else
+		write_text(&st);
+	if (plot_file && plot(plot_file, st.sim, st.times) < 0)
 		status = ca_err_worst(status, CA_EXIT_SYSTEM);
-	for (size_t i = 0; i < sources.n; i++)
-		free(sources.v[i].key);
-	for (size_t i = 0; i < reasons.n; i++)
-		free(reasons.v[i].key);
-	for (size_t i = 0; i < nearest.n; i++)
-		free(nearest.v[i].key);
-	free(sources.v);
-	free(reasons.v);
-	free(nearest.v);
-	free(eager);
+	free_counts(&st.sources);
+	free_counts(&st.reasons);
+	free_counts(&st.nearest);
+	free(st.eager);
 	return ca_err_finish(status);
 }
