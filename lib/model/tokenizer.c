@@ -737,49 +737,28 @@ static int merge_parts(jv m, const char **a, size_t *alen, const char **b, size_
 	return -1;
 }
 
-struct ca_tokenizer *ca_tokenizer_load(const char *path, char why[CA_TOKENIZER_WHY])
+/* A directory means its tokenizer.json. */
+static void tokenizer_file(const char *path, char *file, size_t size)
 {
-	char file[PATH_MAX];
 	struct stat st;
 	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-		snprintf(file, sizeof file, "%s/tokenizer.json", path);
+		snprintf(file, size, "%s/tokenizer.json", path);
 	else
-		snprintf(file, sizeof file, "%s", path);
-	jv root = ca_json_read_object(file, why, CA_TOKENIZER_WHY);
-	if (!jv_is_valid(root))
-		return NULL;
-	struct ca_tokenizer *t = ca_xcalloc(1, sizeof *t);
-	jv model = jv_object_get(jv_copy(root), jv_string("model"));
-	jv vocab = jv_invalid(), merges = jv_invalid(), added = jv_invalid();
-	int cp_to_byte[324];
-	char *buf = NULL;
-	int ok = 0;
+		snprintf(file, size, "%s", path);
+}
+
+static int is_bpe(jv model)
+{
 	jv type = jv_get_kind(model) == JV_KIND_OBJECT ? jv_object_get(jv_copy(model), jv_string("type")) : jv_invalid();
-	if (jv_get_kind(type) != JV_KIND_STRING || strcmp(jv_string_value(type), "BPE") != 0) {
-		ca_err_why(why, CA_TOKENIZER_WHY, "%s: model type is not BPE", file);
-		jv_free(type);
-		goto out;
-	}
+	int bpe = jv_get_kind(type) == JV_KIND_STRING && strcmp(jv_string_value(type), "BPE") == 0;
 	jv_free(type);
-	if (check_pre_tokenizer(t, jv_object_get(jv_copy(root), jv_string("pre_tokenizer")), why) < 0 ||
-	    check_normalizer(t, jv_object_get(jv_copy(root), jv_string("normalizer")), why) < 0)
-		goto out;
-	t->ignore_merges = jv_get_kind(jv_object_get(jv_copy(model), jv_string("ignore_merges"))) == JV_KIND_TRUE;
-	vocab = jv_object_get(jv_copy(model), jv_string("vocab"));
-	merges = jv_object_get(jv_copy(model), jv_string("merges"));
-	added = jv_object_get(jv_copy(root), jv_string("added_tokens"));
-	if (jv_get_kind(vocab) != JV_KIND_OBJECT || jv_get_kind(merges) != JV_KIND_ARRAY) {
-		ca_err_why(why, CA_TOKENIZER_WHY, "%s: model.vocab or model.merges missing", file);
-		goto out;
-	}
-	/* Size: the largest id in the vocabulary or the added tokens, plus one. */
+	return bpe;
+}
+
+/* The added tokens (borrowed) into t->added; the largest id among them, or -1. */
+static int read_added(struct ca_tokenizer *t, jv added)
+{
 	int maxid = -1;
-	jv_object_foreach(vocab, k, v) {
-		if (jv_get_kind(v) == JV_KIND_NUMBER && jv_number_value(v) > maxid)
-			maxid = (int)jv_number_value(v);
-		jv_free(k);
-		jv_free(v);
-	}
 	int nadded = jv_get_kind(added) == JV_KIND_ARRAY ? jv_array_length(jv_copy(added)) : 0;
 	t->added = ca_xcalloc((size_t)nadded + 1, sizeof *t->added);
 	for (int i = 0; i < nadded; i++) {
@@ -797,19 +776,32 @@ struct ca_tokenizer *ca_tokenizer_load(const char *path, char why[CA_TOKENIZER_W
 		jv_free(content);
 		jv_free(id);
 	}
-	if (maxid < 0 || maxid > 10000000) {
-		ca_err_why(why, CA_TOKENIZER_WHY, "%s: bad vocabulary size", file);
-		goto out;
+	return maxid;
+}
+
+/* The largest id in the vocabulary (borrowed), or -1. */
+static int vocab_max_id(jv vocab)
+{
+	int maxid = -1;
+	jv_object_foreach(vocab, k, v) {
+		if (jv_get_kind(v) == JV_KIND_NUMBER && jv_number_value(v) > maxid)
+			maxid = (int)jv_number_value(v);
+		jv_free(k);
+		jv_free(v);
 	}
-	t->size = maxid + 1;
+	return maxid;
+}
+
+/*
+ * Each token's bytes: the vocabulary's (borrowed) byte-level strings
+ * decoded, the added tokens' content over them; then the map from bytes
+ * to id. buf holds 64 KiB.
+ */
+static void read_vocab(struct ca_tokenizer *t, jv vocab, const int *cp_to_byte, char *buf)
+{
 	t->bytes = ca_xcalloc((size_t)t->size, sizeof *t->bytes);
 	t->nbytes = ca_xcalloc((size_t)t->size, sizeof *t->nbytes);
-	for (int i = 0; i < 324; i++)
-		cp_to_byte[i] = -1;
-	for (int b = 0; b < 256; b++)
-		cp_to_byte[byte_to_cp(b)] = b;
 	str_map_init(&t->vocab, (size_t)t->size);
-	buf = ca_xmalloc(1 << 16);
 	jv_object_foreach(vocab, k, v) {
 		size_t klen = (size_t)jv_string_length_bytes(jv_copy(k)), blen;
 		int id = jv_get_kind(v) == JV_KIND_NUMBER ? (int)jv_number_value(v) : -1;
@@ -831,14 +823,26 @@ struct ca_tokenizer *ca_tokenizer_load(const char *path, char why[CA_TOKENIZER_W
 	for (int id = 0; id < t->size; id++)
 		if (t->bytes[id])
 			str_map_put(&t->vocab, t->bytes[id], t->nbytes[id], id);
+}
+
+/* Every byte must have its own token: a byte-level BPE can then encode any text. */
+static int find_byte_tokens(struct ca_tokenizer *t, const char *file, char why[CA_TOKENIZER_WHY])
+{
 	for (int b = 0; b < 256; b++) {
 		char c = (char)b;
 		t->byte_id[b] = str_map_get(&t->vocab, &c, 1);
 		if (t->byte_id[b] < 0) {
 			ca_err_why(why, CA_TOKENIZER_WHY, "%s: byte %d has no token (not a byte-level vocabulary)", file, b);
-			goto out;
+			return -1;
 		}
 	}
+	return 0;
+}
+
+/* The merges (borrowed), by rank, into t->merges; -1 with why set at one not made of vocabulary tokens. */
+static int read_merges(struct ca_tokenizer *t, jv merges, const int *cp_to_byte, char *buf, const char *file,
+	char why[CA_TOKENIZER_WHY])
+{
 	int nmerges = jv_array_length(jv_copy(merges));
 	t->merges.cap = 16;
 	while (t->merges.cap < 2 * (size_t)nmerges + 16)
@@ -862,17 +866,72 @@ struct ca_tokenizer *ca_tokenizer_load(const char *path, char why[CA_TOKENIZER_W
 		jv_free(hold[1]);
 		if (bad || ia < 0 || ib < 0 || im < 0) {
 			ca_err_why(why, CA_TOKENIZER_WHY, "%s: merge %d is not made of vocabulary tokens", file, r);
-			goto out;
+			return -1;
 		}
 		pair_map_put(&t->merges, ia, ib, r, im);
 	}
-	ok = 1;
+	return 0;
+}
+
+/* Fill t from tokenizer.json's root object (borrowed); -1 with why set where it is not a byte-level BPE we support. */
+static int load_bpe(struct ca_tokenizer *t, jv root, const char *file, char why[CA_TOKENIZER_WHY])
+{
+	jv model = jv_object_get(jv_copy(root), jv_string("model"));
+	jv vocab = jv_invalid(), merges = jv_invalid(), added = jv_invalid();
+	int cp_to_byte[324];
+	char *buf = NULL;
+	int ok = -1;
+	if (!is_bpe(model)) {
+		ca_err_why(why, CA_TOKENIZER_WHY, "%s: model type is not BPE", file);
+		goto out;
+	}
+	if (check_pre_tokenizer(t, jv_object_get(jv_copy(root), jv_string("pre_tokenizer")), why) < 0 ||
+	    check_normalizer(t, jv_object_get(jv_copy(root), jv_string("normalizer")), why) < 0)
+		goto out;
+	t->ignore_merges = jv_get_kind(jv_object_get(jv_copy(model), jv_string("ignore_merges"))) == JV_KIND_TRUE;
+	vocab = jv_object_get(jv_copy(model), jv_string("vocab"));
+	merges = jv_object_get(jv_copy(model), jv_string("merges"));
+	added = jv_object_get(jv_copy(root), jv_string("added_tokens"));
+	if (jv_get_kind(vocab) != JV_KIND_OBJECT || jv_get_kind(merges) != JV_KIND_ARRAY) {
+		ca_err_why(why, CA_TOKENIZER_WHY, "%s: model.vocab or model.merges missing", file);
+		goto out;
+	}
+	/* Size: the largest id in the vocabulary or the added tokens, plus one. */
+	int maxid = vocab_max_id(vocab), added_max = read_added(t, added);
+	if (added_max > maxid)
+		maxid = added_max;
+	if (maxid < 0 || maxid > 10000000) {
+		ca_err_why(why, CA_TOKENIZER_WHY, "%s: bad vocabulary size", file);
+		goto out;
+	}
+	t->size = maxid + 1;
+	for (int i = 0; i < 324; i++)
+		cp_to_byte[i] = -1;
+	for (int b = 0; b < 256; b++)
+		cp_to_byte[byte_to_cp(b)] = b;
+	buf = ca_xmalloc(1 << 16);
+	read_vocab(t, vocab, cp_to_byte, buf);
+	if (find_byte_tokens(t, file, why) < 0 || read_merges(t, merges, cp_to_byte, buf, file, why) < 0)
+		goto out;
+	ok = 0;
 out:
 	free(buf);
 	jv_free(vocab);
 	jv_free(merges);
 	jv_free(added);
 	jv_free(model);
+	return ok;
+}
+
+struct ca_tokenizer *ca_tokenizer_load(const char *path, char why[CA_TOKENIZER_WHY])
+{
+	char file[PATH_MAX];
+	tokenizer_file(path, file, sizeof file);
+	jv root = ca_json_read_object(file, why, CA_TOKENIZER_WHY);
+	if (!jv_is_valid(root))
+		return NULL;
+	struct ca_tokenizer *t = ca_xcalloc(1, sizeof *t);
+	int ok = load_bpe(t, root, file, why) == 0;
 	jv_free(root);
 	if (!ok) {
 		ca_tokenizer_free(t);
