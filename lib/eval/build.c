@@ -4,8 +4,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +57,17 @@ static int has_suffix(const char *s, const char *suffix)
 {
 	size_t n = strlen(s), m = strlen(suffix);
 	return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/*
+ * A suffix for a temporary name, unique to this process and this call:
+ * threads of one process (ca-verify's slots) may store the same entry at
+ * once, and a name by pid alone would have them write one file.
+ */
+void temp_suffix(char out[32])
+{
+	static atomic_uint counter;
+	snprintf(out, 32, "%d-%u", (int)getpid(), atomic_fetch_add(&counter, 1));
 }
 
 static int exists(const char *path)
@@ -316,10 +329,11 @@ static char *cached_value(const char *cache, const char *name, const char *key_t
 
 static void store_value(const char *cache, const char *name, const char *key_text, const char *value)
 {
-	char hex[65], path[PATH_MAX], tmp[PATH_MAX + 32];
+	char hex[65], path[PATH_MAX], tmp[PATH_MAX + 32], unique[32];
 	ca_sha256_hex(key_text, strlen(key_text), hex);
 	snprintf(path, sizeof path, "%s/%s-%.16s", cache, name, hex);
-	snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
+	temp_suffix(unique);
+	snprintf(tmp, sizeof tmp, "%s.%s", path, unique);
 	if (ca_file_write(tmp, value, strlen(value), 0644) == 0)
 		rename(tmp, path);
 	else
@@ -348,38 +362,46 @@ static char *tool_version(const char *cache, const char *tool)
 	return v;
 }
 
-static char boot_key[256];
+/*
+ * The default architecture, found once per process: ca-verify builds in
+ * several slots' threads at once, and each would otherwise write it.
+ */
+static pthread_once_t default_arch_once = PTHREAD_ONCE_INIT;
+static char default_arch[16];
 
-const char *ca_build_default_arch(void)
+static void find_default_arch(void)
 {
-	static char arch[16];
-	if (arch[0])
-		return arch;
+	char boot_key[256];
 	char *cache = cache_root(NULL);
 	char *boot = ca_file_read("/proc/sys/kernel/random/boot_id", CA_FILE_NOFOLLOW, 256, NULL);
 	const char *visible = getenv("CUDA_VISIBLE_DEVICES");
 	snprintf(boot_key, sizeof boot_key, "%s %s", boot ? boot : "", visible ? visible : "");
 	free(boot);
 	char *v = cached_value(cache, "arch", boot_key);
-	if (v && strncmp(v, "sm_", 3) == 0 && strlen(v) < sizeof arch) {
-		snprintf(arch, sizeof arch, "%s", v);
+	if (v && strncmp(v, "sm_", 3) == 0 && strlen(v) < sizeof default_arch) {
+		snprintf(default_arch, sizeof default_arch, "%s", v);
 		free(v);
 		free(cache);
-		return arch;
+		return;
 	}
 	free(v);
-	snprintf(arch, sizeof arch, "sm_90");
+	snprintf(default_arch, sizeof default_arch, "sm_90");
 	const char *argv[] = {"nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader", NULL};
 	int status;
 	char *out = ca_proc_output(argv, 20, 4096, &status);
 	int major, minor;
 	if (out && status == 0 && sscanf(out, "%d.%d", &major, &minor) == 2 && major > 0 && major < 100 && minor >= 0 && minor < 10)
-		snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
+		snprintf(default_arch, sizeof default_arch, "sm_%d%d", major, minor);
 	if (out)  /* nvidia-smi ran: remember its answer for this boot */
-		store_value(cache, "arch", boot_key, arch);
+		store_value(cache, "arch", boot_key, default_arch);
 	free(out);
 	free(cache);
-	return arch;
+}
+
+const char *ca_build_default_arch(void)
+{
+	pthread_once(&default_arch_once, find_default_arch);
+	return default_arch;
 }
 
 /* What the torch extension build needs from the interpreter, cached. */
@@ -703,8 +725,9 @@ static int load_cached(const char *entry, const char *libname, struct ca_build_r
 		free(full);
 		if (cause) {
 			/* Out of the way first, so the new build's entry can take its name. */
-			char stale[PATH_MAX + 32];
-			snprintf(stale, sizeof stale, "%s.stale-%d", entry, (int)getpid());
+			char stale[PATH_MAX + 32], unique[32];
+			temp_suffix(unique);
+			snprintf(stale, sizeof stale, "%s.stale-%s", entry, unique);
 			if (rename(entry, stale) == 0)
 				ca_file_remove_tree(stale);
 			return -1;
@@ -725,9 +748,10 @@ static int load_cached(const char *entry, const char *libname, struct ca_build_r
 static void store_cached(const char *cache, const char *build, const char *libname, const char *full_log,
 		struct ca_build_result *res)
 {
-	char tmp[PATH_MAX], entry[PATH_MAX], path[PATH_MAX], from[PATH_MAX];
+	char tmp[PATH_MAX], entry[PATH_MAX], path[PATH_MAX], from[PATH_MAX], unique[32];
 	snprintf(entry, sizeof entry, "%s/%s", cache, res->hash);
-	snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%d", cache, res->hash, (int)getpid());
+	temp_suffix(unique);
+	snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%s", cache, res->hash, unique);
 	ca_file_remove_tree(tmp);
 	if (mkdir(tmp, 0755) != 0)
 		return;
@@ -1080,10 +1104,11 @@ static char *torch_pch(struct build *b)
 		goto out;
 	}
 	/* Into place: renamed where the cache shares the filesystem, else copied aside and renamed. */
-	char tmp[PATH_MAX + 32], from[PATH_MAX * 2];
+	char tmp[PATH_MAX + 32], from[PATH_MAX * 2], unique[32];
 	snprintf(path, sizeof path, "%s/pch", b->cache);
 	ca_paths_mkdirs(path, 0755);
-	snprintf(tmp, sizeof tmp, "%s.tmp-%d", entry, (int)getpid());
+	temp_suffix(unique);
+	snprintf(tmp, sizeof tmp, "%s.tmp-%s", entry, unique);
 	ca_file_remove_tree(tmp);
 	if (rename(dir, tmp) != 0) {
 		mkdir(tmp, 0755);

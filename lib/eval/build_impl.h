@@ -37,6 +37,9 @@ struct argv_list {
 	size_t n, cap;
 };
 
+/* A suffix for a temporary file's name, unique to this process and call (threads may store one entry at once). */
+void temp_suffix(char out[32]);
+
 void argv_add(struct argv_list *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void argv_append(struct argv_list *a, const struct argv_list *b);
 void argv_free(struct argv_list *a);

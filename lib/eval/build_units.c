@@ -245,7 +245,7 @@ int unit_fetch(const char *cache, const char *key, const char *path)
 
 void unit_store(const char *cache, const char *key, const char *path)
 {
-	char to[PATH_MAX], tmp[PATH_MAX + 32], dir[PATH_MAX];
+	char to[PATH_MAX], tmp[PATH_MAX + 32], dir[PATH_MAX], unique[32];
 	size_t len;
 	char *data = ca_file_read(path, CA_FILE_NOFOLLOW, (size_t)1 << 30, &len);
 	if (!data)
@@ -253,7 +253,8 @@ void unit_store(const char *cache, const char *key, const char *path)
 	snprintf(dir, sizeof dir, "%s/units", cache);
 	ca_paths_mkdirs(dir, 0755);
 	unit_path(cache, key, to, sizeof to);
-	snprintf(tmp, sizeof tmp, "%s.%d", to, (int)getpid());
+	temp_suffix(unique);
+	snprintf(tmp, sizeof tmp, "%s.%s", to, unique);
 	if (ca_file_write(tmp, data, len, 0644) == 0 && rename(tmp, to) == 0)
 		tmp[0] = '\0';
 	if (tmp[0])
