@@ -111,10 +111,20 @@ static int add_source(struct sources *s, const char *root, const char *rel)
 		snprintf(s->why, sizeof s->why, "more than %d source files", MAX_SOURCES);
 		return -1;
 	}
+	if ((size_t)st.st_size > max_total_bytes - s->bytes) {
+		snprintf(s->why, sizeof s->why, "sources larger than %zu MB", max_total_bytes >> 20);
+		return -1;
+	}
+	/* Checked again as opened: what was a file may have been replaced by a FIFO or a link since. */
 	size_t len;
-	char *data = ca_file_read(path, CA_FILE_NOFOLLOW, max_total_bytes, &len);
+	char *data = ca_file_read(path, CA_FILE_NOFOLLOW | CA_FILE_REGULAR, max_total_bytes - s->bytes, &len);
 	if (!data) {
-		snprintf(s->why, sizeof s->why, "%s: %s", rel, strerror(errno));
+		if (errno == EINVAL)
+			snprintf(s->why, sizeof s->why, "%s: not a regular file (links are not followed)", rel);
+		else if (errno == EFBIG)
+			snprintf(s->why, sizeof s->why, "sources larger than %zu MB", max_total_bytes >> 20);
+		else
+			snprintf(s->why, sizeof s->why, "%s: %s", rel, strerror(errno));
 		return -1;
 	}
 	s->bytes += len;
@@ -256,18 +266,28 @@ static int collect(struct sources *s, const char *dir, const char *flavour)
 	return 0;
 }
 
-/* Does any source #include a header whose name contains needle? */
+/*
+ * Does any source #include a header whose name contains needle (within
+ * the directive's first 511 bytes)? What was searched for one directive
+ * is not searched again for the next, so a long line of directives costs
+ * its length once.
+ */
 static const char *includes(const struct sources *s, const char *needle)
 {
+	enum { LINE = 511 };
+	size_t m = strlen(needle);
 	for (size_t i = 0; i < s->n; i++) {
-		const char *p = s->v[i].data;
-		while ((p = strstr(p, "#include"))) {
-			const char *eol = strchr(p, '\n');
-			size_t len = eol ? (size_t)(eol - p) : strlen(p);
-			char line[512];
-			snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line - 1 ? len : sizeof line - 1), p);
-			if (strstr(line, needle))
+		const char *p = s->v[i].data, *end = p + s->v[i].len, *searched = p;
+		while ((p = memmem(p, (size_t)(end - p), "#include", 8))) {
+			size_t left = (size_t)(end - p), len = left < LINE ? left : LINE;
+			const char *eol = memchr(p, '\n', len);
+			const char *stop = eol ? eol : p + len;
+			/* A match wholly before searched was looked for already. */
+			const char *from = searched - p > (ptrdiff_t)m ? searched - (m - 1) : p;
+			if (from < stop && memmem(from, (size_t)(stop - from), needle, m))
 				return s->v[i].rel;
+			if (stop > searched)
+				searched = stop;
 			p += 8;
 		}
 	}
@@ -1211,6 +1231,9 @@ static void plan_steps(struct build *b)
 	b->single = ca && ncompile == 1 && ncu == 1;
 	b->steps = ca_xcalloc(ncompile + 1, sizeof *b->steps);
 	size_t *unit_of = ca_xcalloc(ncompile + 1, sizeof *unit_of);
+	struct includes inc = {0};
+	if (!b->single)
+		includes_find(&b->src, &inc);
 	for (size_t i = 0; i < b->src.n; i++) {
 		const char *rel = b->src.v[i].rel;
 		int cu = has_suffix(rel, ".cu");
@@ -1245,7 +1268,7 @@ static void plan_steps(struct build *b)
 		 * file added before it renumbers the objects) and the precompiled
 		 * header (it changes how fast, never what).
 		 */
-		unit_key(&b->src, i, b->tools, &s->argv, s->key);
+		unit_key(&b->src, &inc, i, b->tools, &s->argv, s->key);
 		snprintf(s->object, sizeof s->object, "obj/%zu.o", b->nsteps);
 		argv_add(&s->argv, "-o");
 		argv_add(&s->argv, "%s", s->object);
@@ -1257,6 +1280,7 @@ static void plan_steps(struct build *b)
 			snprintf(s->log_path, sizeof s->log_path, "%s.log.%zu", b->build, b->nsteps);
 		unit_of[b->nsteps++] = i;
 	}
+	includes_free(&inc);
 	/* The g++ units to compile that begin with torch's header get it precompiled (made only when one needs it). */
 	int want = -1;
 	for (size_t k = 0; k < b->nsteps && !b->single; k++) {
