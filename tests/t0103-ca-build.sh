@@ -178,6 +178,8 @@ fi
 
 expect_success 'ca_build_trim_log keeps errors with context and caps the size' 'test-build'
 expect_success 'unit cache keys follow includes; torch'"'"'s precompiled header only where it changes nothing' 'test-build_units "$TRASH"'
+expect_success 'eight threads building two workspaces into one cache at once agree (ca-verify builds in its slots'"'"' threads)' '
+	NVCC=$FAKE test-build_threads "$TRASH"'
 
 # The unit cache: a unit whose sources did not change is not compiled again.
 expect_success 'units are cached by content: an edit compiles only the units it reaches' '
