@@ -43,9 +43,8 @@ struct ca_eval_config {
 	const char *sandbox_user;    /* ca-sandbox --user, NULL: its default */
 	double timeout_s;            /* per run/time request of a candidate */
 	double load_timeout_s;       /* candidate start + load (includes load_inline builds) */
-	double build_timeout_s;
-	const char *arch;            /* ca-build --arch, NULL: auto */
-	const char *build_cache;     /* ca-build --cache, NULL: default */
+	const char *arch;            /* the build's arch (ca-build --arch), NULL: auto */
+	const char *build_cache;     /* the build's cache (ca-build --cache), NULL: default */
 	long long fsize_mb;          /* candidate's file size limit */
 	/* profile */
 	int warmup, iters, sets, keep;

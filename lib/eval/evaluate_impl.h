@@ -11,7 +11,8 @@
  *                       result's verdict (finish_result) and the exit status;
  *                       the options and the operands (ca_eval_option, ca_eval_run);
  *   evaluate_job.c      job_prepare: the candidate's workspace, its build
- *                       (ca-build), the reference task loaded, the
+ *                       (lib/build's ca_build_workspace, in this process;
+ *                       the compilers sandboxed), the reference task loaded, the
  *                       candidate loaded; then one of
  *   evaluate_verify.c   do_verify: the checks, the robustness checks, the
  *                       checks at other sizes, judged by lib/compare;
