@@ -220,6 +220,8 @@ static size_t fill(struct ca_ndjson_reader *r)
 		return 0;
 	if (!r->sniffed && sniff(r) != 0)
 		return 0;
+	if (r->eof)  /* the sniff's read failed, and said so */
+		return 0;
 	if (r->start > 0) {
 		memmove(r->buf, r->buf + r->start, r->end - r->start);
 		r->end -= r->start;
