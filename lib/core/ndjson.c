@@ -648,6 +648,22 @@ int ca_ndjson_write_spliced(jv record, jv parsed, const char *text, size_t len)
 	return write_from(record, &one, 1);
 }
 
+jv ca_ndjson_keep_equal(jv record, jv parsed)
+{
+	if (jv_get_kind(record) != JV_KIND_OBJECT || jv_get_kind(parsed) != JV_KIND_OBJECT)
+		return record;
+	jv_object_foreach(jv_copy(parsed), key, value) {
+		jv theirs = jv_object_get(jv_copy(record), jv_copy(key));
+		if (jv_is_valid(theirs) && jv_equal(theirs, jv_copy(value))) {
+			record = jv_object_set(record, key, value);
+		} else {
+			jv_free(key);
+			jv_free(value);
+		}
+	}
+	return record;
+}
+
 /* Lines a record function named with ca_ndjson_pass_from, for the output written next. */
 enum { MAX_SOURCES = 4 };
 static struct source extra[MAX_SOURCES];
