@@ -1,5 +1,5 @@
 /*
- * build_impl: what build.c and build_units.c share (private to lib/build*).
+ * build_impl: what build.c and build_units.c share (private to lib/eval/build*).
  *
  * A build is a list of steps (compiler command lines run in the build
  * directory under the sandbox). Each compile step is a unit: one source

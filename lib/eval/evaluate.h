@@ -11,10 +11,12 @@
  * timing is judged against our own wall clock.
  *
  * ca_eval_stream() runs the record loop over a pool of slots, one thread
- * each, writing records in input order (or as they finish, unordered).
- * Records are confined to one thread at a time; nothing else is shared
- * but the queue. The pieces of the engine, and where a record goes
- * through them, are listed in evaluate_impl.h.
+ * each, writing records in input order (or as they finish, unordered),
+ * the fields it does not touch as they were read. Records are confined to
+ * one thread at a time, which also builds their kernels (lib/eval/build,
+ * in this process; the compilers under ca-sandbox); nothing else is shared
+ * but the queue and the build cache. The pieces of the engine, and where
+ * a record goes through them, are listed in evaluate_impl.h.
  */
 #ifndef CA_EVALUATE_H
 #define CA_EVALUATE_H

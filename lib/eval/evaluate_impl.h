@@ -1,6 +1,6 @@
 /*
  * evaluate_impl: what the pieces of the evaluation engine share, private
- * to lib/evaluate*.c (the public face is evaluate.h).
+ * to lib/eval/evaluate*.c (the public face is evaluate.h).
  *
  * Where a record goes in ca-verify or ca-profile:
  *   evaluate_stream.c   ca_eval_stream reads the records and queues them to
