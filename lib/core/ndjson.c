@@ -652,7 +652,7 @@ jv ca_ndjson_keep_equal(jv record, jv parsed)
 {
 	if (jv_get_kind(record) != JV_KIND_OBJECT || jv_get_kind(parsed) != JV_KIND_OBJECT)
 		return record;
-	jv_object_foreach(jv_copy(parsed), key, value) {
+	jv_object_foreach(parsed, key, value) {  /* borrows parsed */
 		jv theirs = jv_object_get(jv_copy(record), jv_copy(key));
 		if (jv_is_valid(theirs) && jv_equal(theirs, jv_copy(value))) {
 			record = jv_object_set(record, key, value);
