@@ -1558,17 +1558,24 @@ static int emit_task(const struct config *cfg, jv record, struct slot *slot)
 	snprintf(path, sizeof path, "%s/record.json", slot->dir);
 	size_t len;
 	char *text = ca_file_read(path, 0, 0, &len);
-	if (text && len > 0) {
+	jv out = text && len > 0 ? jv_parse_sized(text, (int)len) : jv_invalid();
+	if (jv_get_kind(out) == JV_KIND_OBJECT) {
+		/* The task's fields, which its process wrote out again, go out as they came in. */
+		if (ca_pool_write(ca_ndjson_keep_equal(out, record)) != 0)
+			status = write_error();
+	} else if (text && len > 0) {
+		jv_free(out);
 		if (ca_ndjson_write_raw(text, len) != 0)
 			status = write_error();
 	} else {
+		jv_free(out);
 		jv traj = jv_object();
 		traj = jv_object_set(traj, jv_string("stop"), jv_string("crashed"));
 		char d[64];
 		snprintf(d, sizeof d, "the task's worker ended with status %d", slot->status);
 		traj = jv_object_set(traj, jv_string("stop_detail"), jv_string(d));
 		ca_err_warn("%s:%ld: %s", slot->file, slot->line, d);
-		if (ca_ndjson_write(jv_object_set(jv_copy(record), jv_string("trajectory"), traj)) != 0)
+		if (ca_pool_write(jv_object_set(jv_copy(record), jv_string("trajectory"), traj)) != 0)
 			status = write_error();
 		status = ca_err_worst(status, CA_EXIT_SYSTEM);
 	}
@@ -1595,7 +1602,7 @@ static int emit(void *ctx, jv record, int status, void *data)
 	if (!write_failed && !stop_signal) {
 		if (slot->is_task)
 			status = emit_task(o->cfg, record, slot);
-		else if (ca_ndjson_write(jv_copy(record)) != 0)
+		else if (ca_pool_write(jv_copy(record)) != 0)
 			status = write_error();
 		o->written++;
 		ca_ndjson_progress_tick();
@@ -1621,7 +1628,9 @@ static void take(struct ca_pool *pool, struct ca_ndjson_reader *r, long position
 		return;
 	}
 	slot->is_task = 1;
-	ca_pool_put(pool, rec, slot);
+	size_t len;
+	const char *text = ca_ndjson_text(r, &len);
+	ca_pool_put_line(pool, jv_copy(rec), rec, text, len, slot);
 }
 
 /* Stop the tasks still running: they end, and the pool drops what was not written. */

@@ -753,7 +753,7 @@ static jv check_task(void *context, long index, jv record, void *data, int *stat
 static int emit(void *ctx, jv record, int status, void *data)
 {
 	if (data != TASK) {
-		ca_ndjson_write(record);
+		ca_pool_write(record);
 		return status;
 	}
 	jv ok = ca_json_path(record, "filter.ok");
@@ -764,7 +764,7 @@ static int emit(void *ctx, jv record, int status, void *data)
 	else
 		rejected++;
 	if (accept || !cfg.drop)
-		ca_ndjson_write(record);
+		ca_pool_write(record);
 	else
 		jv_free(record);
 	ca_ndjson_progress_tick();
@@ -774,18 +774,20 @@ static int emit(void *ctx, jv record, int status, void *data)
 /* ---------------------------------------------------------------- records */
 
 /*
- * A task read: the checks done here in C, then the torch checks by the
- * pool, unless already rejected; in its turn either way.
+ * A task read from the line text[0..len): the checks done here in C, then
+ * the torch checks by the pool, unless already rejected; in its turn either
+ * way, its other fields written as they came.
  */
-static void handle(struct ca_pool *pool, jv record)
+static void handle(struct ca_pool *pool, jv record, const char *text, size_t len)
 {
+	jv parsed = jv_copy(record);
 	jv f = jv_object();
 	char *code = ca_json_strdup(record, "code");
 	if (!code) {
 		ca_ndjson_record_warn("record has no code field");
 		f = set_check(f, "executable", jv_false());
 		f = finish_filter(add_reason(f, "input: no code field"));
-		ca_pool_put_done(pool, jv_object_set(record, jv_string("filter"), f), CA_EXIT_DATA, TASK);
+		ca_pool_put_done_line(pool, jv_object_set(record, jv_string("filter"), f), CA_EXIT_DATA, parsed, text, len, TASK);
 		return;
 	}
 	const char *why;
@@ -833,9 +835,9 @@ static void handle(struct ca_pool *pool, jv record)
 	if (rejected_early) {
 		/* Not worth the torch checks; they are marked as not run. */
 		f = finish_filter(add_skipped(f, "torch checks: rejected before running"));
-		ca_pool_put_done(pool, jv_object_set(record, jv_string("filter"), f), CA_EXIT_OK, TASK);
+		ca_pool_put_done_line(pool, jv_object_set(record, jv_string("filter"), f), CA_EXIT_OK, parsed, text, len, TASK);
 	} else {
-		ca_pool_put(pool, jv_object_set(record, jv_string("filter"), f), TASK);
+		ca_pool_put_line(pool, jv_object_set(record, jv_string("filter"), f), parsed, text, len, TASK);
 	}
 }
 
@@ -846,10 +848,12 @@ static int read_tasks(struct ca_pool *pool, int nfiles, char **files)
 	jv rec;
 	int kind;
 	while (!stop_signal && (kind = ca_ndjson_next(r, &rec)) != CA_NDJSON_EOF) {
+		size_t len;
+		const char *text = ca_ndjson_text(r, &len);
 		if (kind == CA_NDJSON_BAD)
 			ca_pool_put_malformed(pool, r, rec, NULL);
 		else
-			handle(pool, rec);
+			handle(pool, rec, text, len);
 	}
 	int status = ca_ndjson_status(r);
 	ca_ndjson_close(r);

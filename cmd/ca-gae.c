@@ -43,6 +43,9 @@ struct item {
 	char *prefix;          /* fast path: input text before the closing brace */
 	size_t prefixlen;
 	jv record;             /* jv path: the output record so far */
+	jv parsed;             /* jv path: the record as read from text, whose other fields go out as written */
+	char *text;
+	size_t textlen;
 	size_t n;
 	double *advantages, *returns;
 	unsigned char *mask;   /* NULL: all tokens are policy tokens */
@@ -315,7 +318,9 @@ static int emit(struct scratch *s, struct item *it, const double *whitened)
 			if (whitened)
 				r = jv_object_set(r, jv_string("advantages_whitened"), jv_doubles(whitened, it->n));
 		}
-		rc = ca_ndjson_write(r);
+		rc = ca_ndjson_write_spliced(r, it->parsed, it->text, it->textlen);
+		jv_free(it->parsed);
+		free(it->text);
 	}
 	free(it->advantages);
 	free(it->returns);
@@ -357,7 +362,7 @@ int main(int argc, char **argv)
 	size_t len;
 	int kind;
 	while ((kind = ca_ndjson_next_text(r, &text, &len)) != CA_NDJSON_EOF) {
-		struct item it = {.record = jv_invalid()};
+		struct item it = {.record = jv_invalid(), .parsed = jv_invalid()};
 		if (kind == CA_NDJSON_BAD) {  /* a line too long to keep: text is the reason */
 			ca_ndjson_warn(r, "%s", text);
 			it.record = ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), text);
@@ -370,6 +375,9 @@ int main(int argc, char **argv)
 				jv_free(record);
 				status = ca_err_worst(status, CA_EXIT_DATA);
 			} else {
+				it.parsed = jv_copy(record);
+				it.text = memcpy(ca_xmalloc(len + 1), text, len);
+				it.textlen = len;
 				status = ca_err_worst(status, jv_path(&cfg, &s, record, &it));
 			}
 		}

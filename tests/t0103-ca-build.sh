@@ -89,6 +89,28 @@ expect_success 'six levels below kernels/ are still read' '
 	NVCC=$FAKE ca-build ws >a && jq -e .ok a && echo "// changed" >>ws/kernels/a/b/c/d/e/f/deep.cuh &&
 	NVCC=$FAKE ca-build ws >b && test "$(jq -r .hash a)" != "$(jq -r .hash b)"'
 
+# Hostile workspaces: ca-verify builds in its own (trusted) process, so
+# reading the sources must stay bounded whatever they hold.
+expect_status 3 'a FIFO among the sources is refused at once, never opened for reading' '
+	mkws ws && mkfifo ws/kernels/pipe.cuh && NVCC=$FAKE timeout 20 ca-build ws >out; status=$?
+	jq -r .log out | grep -q "^kernels/pipe.cuh: not a regular file" && exit $status'
+expect_status 3 'a source larger than the sources limit is refused before it is read' '
+	mkws ws && truncate -s 40G ws/kernels/huge.cuh && NVCC=$FAKE timeout 20 ca-build ws >out; status=$?
+	jq -r .log out | grep -q "^sources larger than 32 MB" && exit $status'
+expect_success 'odd file names (a newline, a leading dash, bytes not UTF-8) build, the answer still JSON' '
+	mkws ws && echo "int a;" >"ws/kernels/new
+line.cu" && echo "int b;" >ws/kernels/-o.cu && echo "int c;" >"$(printf "ws/kernels/\\377.cu")" &&
+	NVCC=$FAKE ca-build ws >out && jq -e ".ok and .units.compiled == 4" out'
+expect_success 'a 24 MB line of #include directives is read in linear time' '
+	mkws ws && awk "BEGIN { for (i = 0; i < 3145728; i++) printf \"#include\" }" >ws/kernels/h.cuh &&
+	NVCC=$FAKE timeout 60 ca-build ws >out && jq -e ".ok and .seconds < 10" out'
+expect_success 'two hundred units that all reach a 16 MB header of includes: each file scanned and hashed once' '
+	mkdir -p ws/kernels && i=0 && while [ $i -lt 200 ]; do echo "#include \"h.cuh\"" >ws/kernels/u$i.cu; i=$((i + 1)); done &&
+	awk "BEGIN { for (i = 0; i < 1048576; i++) print \"#include \\\"u0.cu\\\"\"; for (i = 0; i < 65536; i++) printf \"include \" }" \
+		>ws/kernels/h.cuh &&
+	mkcompiler fails "echo \"kernels/u0.cu(1): error: no\"; exit 1" &&
+	{ NVCC=$PWD/fails timeout 60 ca-build ws >out; test $? -eq 1; } && jq -e ".ok == false and .seconds < 10" out'
+
 expect_success 'kernelbench: nothing to build, the hash names model_new.py' '
 	mkdir ws && echo "from torch.utils.cpp_extension import load_inline" >ws/model_new.py &&
 	ca-build ws >a && jq -e ".ok and .flavour == \"kernelbench\" and .library == null and (.hash | length) == 64" a &&
@@ -156,6 +178,8 @@ fi
 
 expect_success 'ca_build_trim_log keeps errors with context and caps the size' 'test-build'
 expect_success 'unit cache keys follow includes; torch'"'"'s precompiled header only where it changes nothing' 'test-build_units "$TRASH"'
+expect_success 'eight threads building two workspaces into one cache at once agree (ca-verify builds in its slots'"'"' threads)' '
+	NVCC=$FAKE test-build_threads "$TRASH"'
 
 # The unit cache: a unit whose sources did not change is not compiled again.
 expect_success 'units are cached by content: an edit compiles only the units it reaches' '

@@ -70,6 +70,13 @@ expect_success 'through a server: the same records come back, scored by its warm
 	CA_EVAL_SERVER=$SOCKDIR/s ca-verify $OPTS --checks 2 -H "$TRASH_BASE/in.ndjson" >human &&
 	test "$(grep -c "PASS 2/2 checks" human)" -eq 2
 '
+expect_status 3 'through a server: the fields it does not touch come back as they were written' '
+	printf "%s\n" "{\"id\":\"p\",\"n\":123456789012345678901234567890,\"z\":-0.0,\"e\":\"\\u0041\"}" >pass.ndjson &&
+	CA_EVAL_SERVER=$SOCKDIR/s ca-verify -v $OPTS pass.ndjson >out 2>err; s=$?
+	grep -q "scoring through the evaluation server" err &&
+	grep -qF "{\"id\":\"p\",\"n\":123456789012345678901234567890,\"z\":-0.0,\"e\":\"\\u0041\",\"verify\":{" out &&
+	exit $s
+'
 expect_success 'a command with other sandbox options is declined and works alone' '
 	CA_EVAL_SERVER=$SOCKDIR/s ca-verify -v --device cpu </dev/null >out 2>err &&
 	grep -q "declined" err && test ! -s out

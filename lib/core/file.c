@@ -17,9 +17,20 @@
 
 char *ca_file_read(const char *path, int flags, size_t max, size_t *len)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | (flags & CA_FILE_NOFOLLOW ? O_NOFOLLOW : 0));
+	int fd = open(path, O_RDONLY | O_CLOEXEC | (flags & CA_FILE_NOFOLLOW ? O_NOFOLLOW : 0) |
+		(flags & CA_FILE_REGULAR ? O_NONBLOCK : 0));
 	if (fd < 0)
 		return NULL;
+	struct stat st;
+	if (flags & CA_FILE_REGULAR) {
+		int e = fstat(fd, &st) != 0 ? errno : !S_ISREG(st.st_mode) ? EINVAL :
+			max && (unsigned long long)st.st_size > max ? EFBIG : 0;
+		if (e) {
+			close(fd);
+			errno = e;
+			return NULL;
+		}
+	}
 	size_t cap = 4096, n = 0;
 	char *buf = ca_xmalloc(cap + 1);
 	for (;;) {

@@ -11,12 +11,18 @@
 
 /* For files a candidate controls: a symbolic link as the last component is refused (ELOOP). */
 #define CA_FILE_NOFOLLOW 1
+/*
+ * Only a regular file: opened without waiting (a FIFO put in its place
+ * cannot block us), anything else refused with EINVAL, and one larger
+ * than max refused with EFBIG before a byte is read.
+ */
+#define CA_FILE_REGULAR 2
 
 /*
  * The contents of path, malloc'd, with a NUL after them that *len does not
  * count (len may be NULL). NULL with errno set when the file cannot be
  * opened or read, or with EFBIG when it holds more than max bytes (0: no
- * limit). flags: 0 or CA_FILE_NOFOLLOW.
+ * limit). flags: 0, or CA_FILE_NOFOLLOW and CA_FILE_REGULAR or'ed.
  */
 char *ca_file_read(const char *path, int flags, size_t max, size_t *len);
 /*

@@ -220,6 +220,8 @@ static size_t fill(struct ca_ndjson_reader *r)
 		return 0;
 	if (!r->sniffed && sniff(r) != 0)
 		return 0;
+	if (r->eof)  /* the sniff's read failed, and said so */
+		return 0;
 	if (r->start > 0) {
 		memmove(r->buf, r->buf + r->start, r->end - r->start);
 		r->end -= r->start;
@@ -656,6 +658,22 @@ int ca_ndjson_write_spliced(jv record, jv parsed, const char *text, size_t len)
 {
 	struct source one = {.parsed = parsed, .text = text, .len = len};
 	return write_from(record, &one, 1);
+}
+
+jv ca_ndjson_keep_equal(jv record, jv parsed)
+{
+	if (jv_get_kind(record) != JV_KIND_OBJECT || jv_get_kind(parsed) != JV_KIND_OBJECT)
+		return record;
+	jv_object_foreach(parsed, key, value) {  /* borrows parsed */
+		jv theirs = jv_object_get(jv_copy(record), jv_copy(key));
+		if (jv_is_valid(theirs) && jv_equal(theirs, jv_copy(value))) {
+			record = jv_object_set(record, key, value);
+		} else {
+			jv_free(key);
+			jv_free(value);
+		}
+	}
+	return record;
 }
 
 /* Lines a record function named with ca_ndjson_pass_from, for the output written next. */

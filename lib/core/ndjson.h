@@ -96,6 +96,14 @@ int ca_ndjson_write_raw(const char *text, size_t len);
  * Text that libjq accepts but JSON does not (nan, 01) is written anew.
  */
 int ca_ndjson_write_spliced(jv record, jv parsed, const char *text, size_t len);
+/*
+ * For a record that went through another process (written out and parsed
+ * again, by ca-agent's task process or the evaluation server): each
+ * top-level field of record (consumed) whose value equals parsed's
+ * (borrowed) takes parsed's own value, so that ca_ndjson_write_spliced
+ * with parsed passes it through as it was read.
+ */
+jv ca_ndjson_keep_equal(jv record, jv parsed);
 
 /*
  * The record loop every filter command uses: for each record call fn,

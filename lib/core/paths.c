@@ -1,6 +1,7 @@
 /* paths: see paths.h. */
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,21 +11,31 @@
 #include "err.h"
 #include "paths.h"
 
+/*
+ * Each found once per process, under pthread_once: threads (ca-verify's
+ * slots, its in-process builds) may ask first at the same time, and one
+ * must not read a string another is still writing.
+ */
 static char bindir[PATH_MAX], share[PATH_MAX], pydir[PATH_MAX], python[PATH_MAX], cache[PATH_MAX];
+static pthread_once_t bindir_once = PTHREAD_ONCE_INIT, share_once = PTHREAD_ONCE_INIT,
+	pydir_once = PTHREAD_ONCE_INIT, python_once = PTHREAD_ONCE_INIT, cache_once = PTHREAD_ONCE_INIT;
+
+static void find_bindir(void)
+{
+	ssize_t n = readlink("/proc/self/exe", bindir, sizeof bindir - 1);
+	if (n <= 0) {
+		strcpy(bindir, ".");
+	} else {
+		bindir[n] = '\0';
+		char *slash = strrchr(bindir, '/');
+		if (slash)
+			*slash = '\0';
+	}
+}
 
 const char *ca_paths_bindir(void)
 {
-	if (!bindir[0]) {
-		ssize_t n = readlink("/proc/self/exe", bindir, sizeof bindir - 1);
-		if (n <= 0) {
-			strcpy(bindir, ".");
-		} else {
-			bindir[n] = '\0';
-			char *slash = strrchr(bindir, '/');
-			if (slash)
-				*slash = '\0';
-		}
-	}
+	pthread_once(&bindir_once, find_bindir);
 	return bindir;
 }
 
@@ -34,15 +45,13 @@ static int is_dir(const char *path)
 	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-const char *ca_paths_share(void)
+static void find_share(void)
 {
-	if (share[0])
-		return share;
 	const char *env = getenv("CA_SHARE");
 	char probe[PATH_MAX + 32];
 	if (env && *env) {
 		snprintf(share, sizeof share, "%s", env);
-		return share;
+		return;
 	}
 	/* Build tree: bin/ (or bin-asan/) beside lib/py. */
 	snprintf(probe, sizeof probe, "%s/../lib/py", ca_paths_bindir());
@@ -50,31 +59,37 @@ const char *ca_paths_share(void)
 		snprintf(probe, sizeof probe, "%s/..", ca_paths_bindir());
 		if (!realpath(probe, share))
 			snprintf(share, sizeof share, "%s", probe);
-		return share;
+		return;
 	}
 	snprintf(probe, sizeof probe, "%s/../share/ca", ca_paths_bindir());
 	if (!realpath(probe, share))
 		snprintf(share, sizeof share, "%s", probe);
+}
+
+const char *ca_paths_share(void)
+{
+	pthread_once(&share_once, find_share);
 	return share;
+}
+
+static void find_pydir(void)
+{
+	char probe[PATH_MAX + 16];
+	snprintf(probe, sizeof probe, "%s/lib/py", ca_paths_share());
+	if (is_dir(probe))
+		snprintf(pydir, sizeof pydir, "%s", probe);
+	else
+		snprintf(pydir, sizeof pydir, "%s/py", ca_paths_share());
 }
 
 const char *ca_paths_pydir(void)
 {
-	if (!pydir[0]) {
-		char probe[PATH_MAX + 16];
-		snprintf(probe, sizeof probe, "%s/lib/py", ca_paths_share());
-		if (is_dir(probe))
-			snprintf(pydir, sizeof pydir, "%s", probe);
-		else
-			snprintf(pydir, sizeof pydir, "%s/py", ca_paths_share());
-	}
+	pthread_once(&pydir_once, find_pydir);
 	return pydir;
 }
 
-const char *ca_paths_python(void)
+static void find_python(void)
 {
-	if (python[0])
-		return python;
 	const char *env = getenv("CA_PYTHON");
 	char probe[PATH_MAX + 32];
 	if (env && *env) {
@@ -89,13 +104,18 @@ const char *ca_paths_python(void)
 			snprintf(python, sizeof python, "%s/%s", cwd, env);
 		else
 			snprintf(python, sizeof python, "%s", env);
-		return python;
+		return;
 	}
 	snprintf(probe, sizeof probe, "%s/.venv/bin/python3", ca_paths_share());
 	if (access(probe, X_OK) == 0)
 		snprintf(python, sizeof python, "%s", probe);
 	else
 		snprintf(python, sizeof python, "python3");
+}
+
+const char *ca_paths_python(void)
+{
+	pthread_once(&python_once, find_python);
 	return python;
 }
 
@@ -119,10 +139,8 @@ int ca_paths_mkdirs(const char *path, int mode)
 	return 0;
 }
 
-const char *ca_paths_cache(void)
+static void find_cache(void)
 {
-	if (cache[0])
-		return cache;
 	const char *env = getenv("CA_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
 	if (env && *env)
 		snprintf(cache, sizeof cache, "%s", env);
@@ -132,5 +150,10 @@ const char *ca_paths_cache(void)
 		snprintf(cache, sizeof cache, "%s/.cache/ca", home && *home ? home : "/tmp");
 	if (ca_paths_mkdirs(cache, 0755) != 0)
 		ca_err_warn_sys("cannot create cache directory %s", cache);
+}
+
+const char *ca_paths_cache(void)
+{
+	pthread_once(&cache_once, find_cache);
 	return cache;
 }

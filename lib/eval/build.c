@@ -4,8 +4,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +59,17 @@ static int has_suffix(const char *s, const char *suffix)
 	return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
+/*
+ * A suffix for a temporary name, unique to this process and this call:
+ * threads of one process (ca-verify's slots) may store the same entry at
+ * once, and a name by pid alone would have them write one file.
+ */
+void temp_suffix(char out[32])
+{
+	static atomic_uint counter;
+	snprintf(out, 32, "%d-%u", (int)getpid(), atomic_fetch_add(&counter, 1));
+}
+
 static int exists(const char *path)
 {
 	struct stat st;
@@ -98,10 +111,20 @@ static int add_source(struct sources *s, const char *root, const char *rel)
 		snprintf(s->why, sizeof s->why, "more than %d source files", MAX_SOURCES);
 		return -1;
 	}
+	if ((size_t)st.st_size > max_total_bytes - s->bytes) {
+		snprintf(s->why, sizeof s->why, "sources larger than %zu MB", max_total_bytes >> 20);
+		return -1;
+	}
+	/* Checked again as opened: what was a file may have been replaced by a FIFO or a link since. */
 	size_t len;
-	char *data = ca_file_read(path, CA_FILE_NOFOLLOW, max_total_bytes, &len);
+	char *data = ca_file_read(path, CA_FILE_NOFOLLOW | CA_FILE_REGULAR, max_total_bytes - s->bytes, &len);
 	if (!data) {
-		snprintf(s->why, sizeof s->why, "%s: %s", rel, strerror(errno));
+		if (errno == EINVAL)
+			snprintf(s->why, sizeof s->why, "%s: not a regular file (links are not followed)", rel);
+		else if (errno == EFBIG)
+			snprintf(s->why, sizeof s->why, "sources larger than %zu MB", max_total_bytes >> 20);
+		else
+			snprintf(s->why, sizeof s->why, "%s: %s", rel, strerror(errno));
 		return -1;
 	}
 	s->bytes += len;
@@ -243,18 +266,43 @@ static int collect(struct sources *s, const char *dir, const char *flavour)
 	return 0;
 }
 
-/* Does any source #include a header whose name contains needle? */
+/*
+ * The next "#include" in [p, end), or NULL. By memchr: memmem over the
+ * rest of a file each time would cost the rest of the file each time
+ * where the library checks its whole range first (ASan's does).
+ */
+static const char *next_include(const char *p, const char *end)
+{
+	while (p < end && (p = memchr(p, '#', (size_t)(end - p)))) {
+		if (end - p >= 8 && memcmp(p, "#include", 8) == 0)
+			return p;
+		p++;
+	}
+	return NULL;
+}
+
+/*
+ * Does any source #include a header whose name contains needle (within
+ * the directive's first 511 bytes)? What was searched for one directive
+ * is not searched again for the next, so a long line of directives costs
+ * its length once.
+ */
 static const char *includes(const struct sources *s, const char *needle)
 {
+	enum { LINE = 511 };
+	size_t m = strlen(needle);
 	for (size_t i = 0; i < s->n; i++) {
-		const char *p = s->v[i].data;
-		while ((p = strstr(p, "#include"))) {
-			const char *eol = strchr(p, '\n');
-			size_t len = eol ? (size_t)(eol - p) : strlen(p);
-			char line[512];
-			snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line - 1 ? len : sizeof line - 1), p);
-			if (strstr(line, needle))
+		const char *p = s->v[i].data, *end = p + s->v[i].len, *searched = p;
+		while ((p = next_include(p, end))) {
+			size_t left = (size_t)(end - p), len = left < LINE ? left : LINE;
+			const char *eol = memchr(p, '\n', len);
+			const char *stop = eol ? eol : p + len;
+			/* A match wholly before searched was looked for already. */
+			const char *from = searched - p > (ptrdiff_t)m ? searched - (m - 1) : p;
+			if (from < stop && memmem(from, (size_t)(stop - from), needle, m))
 				return s->v[i].rel;
+			if (stop > searched)
+				searched = stop;
 			p += 8;
 		}
 	}
@@ -316,10 +364,11 @@ static char *cached_value(const char *cache, const char *name, const char *key_t
 
 static void store_value(const char *cache, const char *name, const char *key_text, const char *value)
 {
-	char hex[65], path[PATH_MAX], tmp[PATH_MAX + 32];
+	char hex[65], path[PATH_MAX], tmp[PATH_MAX + 32], unique[32];
 	ca_sha256_hex(key_text, strlen(key_text), hex);
 	snprintf(path, sizeof path, "%s/%s-%.16s", cache, name, hex);
-	snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
+	temp_suffix(unique);
+	snprintf(tmp, sizeof tmp, "%s.%s", path, unique);
 	if (ca_file_write(tmp, value, strlen(value), 0644) == 0)
 		rename(tmp, path);
 	else
@@ -348,38 +397,46 @@ static char *tool_version(const char *cache, const char *tool)
 	return v;
 }
 
-static char boot_key[256];
+/*
+ * The default architecture, found once per process: ca-verify builds in
+ * several slots' threads at once, and each would otherwise write it.
+ */
+static pthread_once_t default_arch_once = PTHREAD_ONCE_INIT;
+static char default_arch[16];
 
-const char *ca_build_default_arch(void)
+static void find_default_arch(void)
 {
-	static char arch[16];
-	if (arch[0])
-		return arch;
+	char boot_key[256];
 	char *cache = cache_root(NULL);
 	char *boot = ca_file_read("/proc/sys/kernel/random/boot_id", CA_FILE_NOFOLLOW, 256, NULL);
 	const char *visible = getenv("CUDA_VISIBLE_DEVICES");
 	snprintf(boot_key, sizeof boot_key, "%s %s", boot ? boot : "", visible ? visible : "");
 	free(boot);
 	char *v = cached_value(cache, "arch", boot_key);
-	if (v && strncmp(v, "sm_", 3) == 0 && strlen(v) < sizeof arch) {
-		snprintf(arch, sizeof arch, "%s", v);
+	if (v && strncmp(v, "sm_", 3) == 0 && strlen(v) < sizeof default_arch) {
+		snprintf(default_arch, sizeof default_arch, "%s", v);
 		free(v);
 		free(cache);
-		return arch;
+		return;
 	}
 	free(v);
-	snprintf(arch, sizeof arch, "sm_90");
+	snprintf(default_arch, sizeof default_arch, "sm_90");
 	const char *argv[] = {"nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader", NULL};
 	int status;
 	char *out = ca_proc_output(argv, 20, 4096, &status);
 	int major, minor;
 	if (out && status == 0 && sscanf(out, "%d.%d", &major, &minor) == 2 && major > 0 && major < 100 && minor >= 0 && minor < 10)
-		snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
+		snprintf(default_arch, sizeof default_arch, "sm_%d%d", major, minor);
 	if (out)  /* nvidia-smi ran: remember its answer for this boot */
-		store_value(cache, "arch", boot_key, arch);
+		store_value(cache, "arch", boot_key, default_arch);
 	free(out);
 	free(cache);
-	return arch;
+}
+
+const char *ca_build_default_arch(void)
+{
+	pthread_once(&default_arch_once, find_default_arch);
+	return default_arch;
 }
 
 /* What the torch extension build needs from the interpreter, cached. */
@@ -680,8 +737,9 @@ static int load_cached(const char *entry, const char *libname, struct ca_build_r
 		free(full);
 		if (cause) {
 			/* Out of the way first, so the new build's entry can take its name. */
-			char stale[PATH_MAX + 32];
-			snprintf(stale, sizeof stale, "%s.stale-%d", entry, (int)getpid());
+			char stale[PATH_MAX + 32], unique[32];
+			temp_suffix(unique);
+			snprintf(stale, sizeof stale, "%s.stale-%s", entry, unique);
 			if (rename(entry, stale) == 0)
 				ca_file_remove_tree(stale);
 			return -1;
@@ -702,9 +760,10 @@ static int load_cached(const char *entry, const char *libname, struct ca_build_r
 static void store_cached(const char *cache, const char *build, const char *libname, const char *full_log,
 		struct ca_build_result *res)
 {
-	char tmp[PATH_MAX], entry[PATH_MAX], path[PATH_MAX], from[PATH_MAX];
+	char tmp[PATH_MAX], entry[PATH_MAX], path[PATH_MAX], from[PATH_MAX], unique[32];
 	snprintf(entry, sizeof entry, "%s/%s", cache, res->hash);
-	snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%d", cache, res->hash, (int)getpid());
+	temp_suffix(unique);
+	snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%s", cache, res->hash, unique);
 	ca_file_remove_tree(tmp);
 	if (mkdir(tmp, 0755) != 0)
 		return;
@@ -1057,10 +1116,11 @@ static char *torch_pch(struct build *b)
 		goto out;
 	}
 	/* Into place: renamed where the cache shares the filesystem, else copied aside and renamed. */
-	char tmp[PATH_MAX + 32], from[PATH_MAX * 2];
+	char tmp[PATH_MAX + 32], from[PATH_MAX * 2], unique[32];
 	snprintf(path, sizeof path, "%s/pch", b->cache);
 	ca_paths_mkdirs(path, 0755);
-	snprintf(tmp, sizeof tmp, "%s.tmp-%d", entry, (int)getpid());
+	temp_suffix(unique);
+	snprintf(tmp, sizeof tmp, "%s.tmp-%s", entry, unique);
 	ca_file_remove_tree(tmp);
 	if (rename(dir, tmp) != 0) {
 		mkdir(tmp, 0755);
@@ -1190,6 +1250,9 @@ static void plan_steps(struct build *b)
 	b->single = ca && ncompile == 1 && ncu == 1;
 	b->steps = ca_xcalloc(ncompile + 1, sizeof *b->steps);
 	size_t *unit_of = ca_xcalloc(ncompile + 1, sizeof *unit_of);
+	struct includes inc = {0};
+	if (!b->single)
+		includes_find(&b->src, &inc);
 	for (size_t i = 0; i < b->src.n; i++) {
 		const char *rel = b->src.v[i].rel;
 		int cu = has_suffix(rel, ".cu");
@@ -1224,7 +1287,7 @@ static void plan_steps(struct build *b)
 		 * file added before it renumbers the objects) and the precompiled
 		 * header (it changes how fast, never what).
 		 */
-		unit_key(&b->src, i, b->tools, &s->argv, s->key);
+		unit_key(&b->src, &inc, i, b->tools, &s->argv, s->key);
 		snprintf(s->object, sizeof s->object, "obj/%zu.o", b->nsteps);
 		argv_add(&s->argv, "-o");
 		argv_add(&s->argv, "%s", s->object);
@@ -1238,6 +1301,7 @@ static void plan_steps(struct build *b)
 			snprintf(s->log_path, sizeof s->log_path, "%s.log.%zu", b->build, b->nsteps);
 		unit_of[b->nsteps++] = i;
 	}
+	includes_free(&inc);
 	/* The g++ units to compile that begin with torch's header get it precompiled (made only when one needs it). */
 	int want = -1;
 	for (size_t k = 0; k < b->nsteps && !b->single; k++) {

@@ -1,5 +1,5 @@
 /*
- * build_impl: what build.c and build_units.c share (private to lib/build*).
+ * build_impl: what build.c and build_units.c share (private to lib/eval/build*).
  *
  * A build is a list of steps (compiler command lines run in the build
  * directory under the sandbox). Each compile step is a unit: one source
@@ -37,6 +37,9 @@ struct argv_list {
 	size_t n, cap;
 };
 
+/* A suffix for a temporary file's name, unique to this process and call (threads may store one entry at once). */
+void temp_suffix(char out[32]);
+
 void argv_add(struct argv_list *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void argv_append(struct argv_list *a, const struct argv_list *b);
 void argv_free(struct argv_list *a);
@@ -60,14 +63,35 @@ void log_append(char **out, size_t *len, size_t *cap, const char *s, size_t n);
 /* ---- units (build_units.c) ---- */
 
 /*
+ * Which workspace files each source names in an #include, found once per
+ * build in one pass over each source: names[i * n + j] is 1 when source i
+ * names source j (resolved as the compiler's -I. -Ikernels would,
+ * conditions ignored so that more counts, never less); unknown[i] is 1
+ * when source i has an include that cannot be followed (a computed
+ * #include, __has_include, .incbin), or the workspace more include
+ * directives than are followed. names NULL: every file counts. A unit's
+ * key hashes each file's digest, so its cost does not grow with the size
+ * of the files every unit reaches.
+ */
+struct includes {
+	size_t n;
+	unsigned char *names;
+	unsigned char *unknown;
+	unsigned char (*digest)[32];  /* each source's SHA-256, for the unit keys */
+};
+
+void includes_find(const struct sources *src, struct includes *inc);
+void includes_free(struct includes *inc);
+
+/*
  * The cache key of compiling source number unit with argv (paths relative
  * to the build directory) by tools (the compilers' version texts). Every
- * workspace file the unit names in an #include (followed through the
- * workspace, resolved as the compiler's -I. -Ikernels would, conditions
- * ignored so that more counts, never less) is part of it; a computed
- * #include or __has_include makes every workspace file part of it.
+ * workspace file the unit reaches through includes (inc, from
+ * includes_find; NULL: found for this call) is part of it; a file that
+ * cannot be followed makes every workspace file part of it.
  */
-void unit_key(const struct sources *src, size_t unit, const char *tools, const struct argv_list *argv, char hex[65]);
+void unit_key(const struct sources *src, const struct includes *inc, size_t unit, const char *tools,
+	const struct argv_list *argv, char hex[65]);
 
 /* Copy the cached object of key to path: 0, else -1 (not cached). */
 int unit_fetch(const char *cache, const char *key, const char *path);

@@ -117,9 +117,8 @@ char *ca_build_trim_log(const char *log, const char *strip_prefix, size_t max_by
  * layout), peaks at 1.6 GB resident and builds under a 2 GB address-space
  * limit, spends about 60 s of CPU in all (less in any one process) and
  * writes files of a few MB. A kernel that includes /dev/zero took a compiler to 4.2 GB
- * in 6.8 s with no limit. The wall clock stays under the 300 s that
- * ca-verify and ca-profile give the whole ca-build run, so the answer
- * comes from us, with its reason, and not from their timeout.
+ * in 6.8 s with no limit. ca-verify and ca-profile build in their own
+ * process under the same limits: these are all a build gets there.
  */
 static const struct limits default_limits = {240, 120, 4096, 256};
 static const long long max_limit = 1 << 20;

@@ -133,28 +133,29 @@ static int include_name(const char *p, const char *end, const char **name, const
 	return 1;
 }
 
-/* Is there a '#' on the line of p, before p? */
-static int hash_before(const char *start, const char *p)
-{
-	while (p > start && p[-1] != '\n') {
-		p--;
-		if (*p == '#')
-			return 1;
-	}
-	return 0;
-}
+/*
+ * At most this many include directives are followed in a whole workspace;
+ * past it every file counts for every unit. An honest workspace has tens;
+ * the limit keeps the trusted process's work linear in the sources.
+ */
+enum { MAX_INCLUDES = 4096 };
 
 /*
- * Mark every workspace file source i names, and what those name in turn.
- * Returns -1 when it cannot tell (a computed include, __has_include, an
- * assembler .incbin): then every file counts.
+ * The workspace files source i names directly, marked in row (n bytes);
+ * -1 when it cannot tell (a computed include, __has_include, an assembler
+ * .incbin) or *budget of include directives ran out. One pass over the
+ * text: whether a '#' came earlier on the line is carried along, not
+ * looked for again, so a long line costs its length once.
  */
-static int scan_includes(const struct sources *src, size_t i, unsigned char *mark, int depth)
+static int direct_includes(const struct sources *src, size_t i, unsigned char *row, size_t *budget)
 {
 	const char *text = src->v[i].data, *end = text + src->v[i].len;
-	if (depth > MAX_INCLUDE_DEPTH)
-		return -1;
+	int hash_on_line = 0;
 	for (const char *p = text; p < end; p++) {
+		if (*p == '\n')
+			hash_on_line = 0;
+		else if (*p == '#')
+			hash_on_line = 1;
 		if (!isalpha((unsigned char)*p) && *p != '_')
 			continue;
 		if (p > text && ident_char((unsigned char)p[-1]))
@@ -172,24 +173,14 @@ static int scan_includes(const struct sources *src, size_t i, unsigned char *mar
 			const char *name, *name_end;
 			char buf[PATH_MAX];
 			if (!include_name(p, end, &name, &name_end)) {
-				if (hash_before(text, w))
+				if (hash_on_line)
 					return -1;  /* #include MACRO */
 			} else if ((size_t)(name_end - name) < sizeof buf) {
-				snprintf(buf, sizeof buf, "%.*s", (int)(name_end - name), name);
-				unsigned char *found = calloc(src->n, 1);
-				if (!found)
+				if (*budget == 0)
 					return -1;
-				resolve(src, src->v[i].rel, buf, found);
-				for (size_t j = 0; j < src->n; j++) {
-					if (!found[j] || mark[j])
-						continue;
-					mark[j] = 1;
-					if (scan_includes(src, j, mark, depth + 1) != 0) {
-						free(found);
-						return -1;
-					}
-				}
-				free(found);
+				(*budget)--;
+				snprintf(buf, sizeof buf, "%.*s", (int)(name_end - name), name);
+				resolve(src, src->v[i].rel, buf, row);
 			}
 		}
 		p--;
@@ -197,31 +188,97 @@ static int scan_includes(const struct sources *src, size_t i, unsigned char *mar
 	return 0;
 }
 
-void unit_key(const struct sources *src, size_t unit, const char *tools, const struct argv_list *argv, char hex[65])
+void includes_find(const struct sources *src, struct includes *inc)
+{
+	size_t n = src->n, budget = MAX_INCLUDES;
+	inc->n = n;
+	inc->names = calloc(n ? n * n : 1, 1);
+	inc->unknown = calloc(n ? n : 1, 1);
+	inc->digest = calloc(n ? n : 1, sizeof *inc->digest);
+	if (!inc->names || !inc->unknown || !inc->digest) {
+		includes_free(inc);  /* every file counts, each hashed whole */
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct ca_sha256 h;
+		inc->unknown[i] = direct_includes(src, i, inc->names + i * n, &budget) != 0;
+		ca_sha256_init(&h);
+		ca_sha256_update(&h, src->v[i].data, src->v[i].len);
+		ca_sha256_final(&h, inc->digest[i]);
+	}
+}
+
+void includes_free(struct includes *inc)
+{
+	free(inc->names);
+	free(inc->unknown);
+	free(inc->digest);
+	inc->names = inc->unknown = NULL;
+	inc->digest = NULL;
+}
+
+/*
+ * Mark every workspace file unit reaches through includes (itself
+ * included). -1 when it cannot tell: then every file counts.
+ */
+static int reach(const struct includes *inc, size_t unit, unsigned char *mark)
+{
+	size_t n = inc->n, top = 0;
+	size_t *stack = inc->names ? malloc(n * sizeof *stack) : NULL;
+	if (!stack)
+		return -1;
+	mark[unit] = 1;
+	stack[top++] = unit;
+	while (top > 0) {
+		size_t i = stack[--top];
+		if (inc->unknown[i]) {
+			free(stack);
+			return -1;
+		}
+		for (size_t j = 0; j < n; j++)
+			if (inc->names[i * n + j] && !mark[j]) {
+				mark[j] = 1;
+				stack[top++] = j;
+			}
+	}
+	free(stack);
+	return 0;
+}
+
+void unit_key(const struct sources *src, const struct includes *known, size_t unit, const char *tools,
+		const struct argv_list *argv, char hex[65])
 {
 	struct ca_sha256 h;
-	unsigned char *mark = calloc(src->n ? src->n : 1, 1);
-	int all = !mark;
-	if (mark) {
-		mark[unit] = 1;
-		all = scan_includes(src, unit, mark, 0) != 0;
+	struct includes own = {0};
+	if (!known) {
+		includes_find(src, &own);
+		known = &own;
 	}
+	unsigned char *mark = calloc(src->n ? src->n : 1, 1);
+	int all = !mark || reach(known, unit, mark) != 0;
+	/* Each file by its own digest: a file every unit reaches is hashed once, not once per unit. */
 	ca_sha256_init(&h);
-	ca_sha256_string(&h, "ca-build unit 1");
+	ca_sha256_string(&h, "ca-build unit 2");
 	ca_sha256_string(&h, tools);
 	argv_hash(&h, argv);
 	ca_sha256_string(&h, src->v[unit].rel);
 	for (size_t i = 0; i < src->n; i++) {
 		if (!all && !mark[i])
 			continue;
-		unsigned char size[8];
-		for (int b = 0; b < 8; b++)
-			size[b] = (unsigned char)((unsigned long long)src->v[i].len >> (8 * b));
+		unsigned char digest[32];
+		if (known->digest) {
+			memcpy(digest, known->digest[i], sizeof digest);
+		} else {
+			struct ca_sha256 f;
+			ca_sha256_init(&f);
+			ca_sha256_update(&f, src->v[i].data, src->v[i].len);
+			ca_sha256_final(&f, digest);
+		}
 		ca_sha256_string(&h, src->v[i].rel);
-		ca_sha256_update(&h, size, sizeof size);
-		ca_sha256_update(&h, src->v[i].data, src->v[i].len);
+		ca_sha256_update(&h, digest, sizeof digest);
 	}
 	ca_sha256_final_hex(&h, hex);
+	includes_free(&own);
 	free(mark);
 }
 
@@ -245,7 +302,7 @@ int unit_fetch(const char *cache, const char *key, const char *path)
 
 void unit_store(const char *cache, const char *key, const char *path)
 {
-	char to[PATH_MAX], tmp[PATH_MAX + 32], dir[PATH_MAX];
+	char to[PATH_MAX], tmp[PATH_MAX + 32], dir[PATH_MAX], unique[32];
 	size_t len;
 	char *data = ca_file_read(path, CA_FILE_NOFOLLOW, (size_t)1 << 30, &len);
 	if (!data)
@@ -253,7 +310,8 @@ void unit_store(const char *cache, const char *key, const char *path)
 	snprintf(dir, sizeof dir, "%s/units", cache);
 	ca_paths_mkdirs(dir, 0755);
 	unit_path(cache, key, to, sizeof to);
-	snprintf(tmp, sizeof tmp, "%s.%d", to, (int)getpid());
+	temp_suffix(unique);
+	snprintf(tmp, sizeof tmp, "%s.%s", to, unique);
 	if (ca_file_write(tmp, data, len, 0644) == 0 && rename(tmp, to) == 0)
 		tmp[0] = '\0';
 	if (tmp[0])
@@ -297,9 +355,13 @@ static const char *line_end(const char *p, const char *end)
 	return p;
 }
 
+/* How far into a file its first #include is looked for: past it, no precompiled header. */
+enum { MAX_PREFIX = 64 << 10 };
+
 static int starts_with_torch(const struct sources *src, size_t i, int depth)
 {
-	const char *p = src->v[i].data, *end = p + src->v[i].len;
+	const char *p = src->v[i].data;
+	const char *end = p + (src->v[i].len < MAX_PREFIX ? src->v[i].len : MAX_PREFIX);
 	const char *guard = NULL, *guard_end = NULL;
 	if (depth > MAX_INCLUDE_DEPTH)
 		return 0;

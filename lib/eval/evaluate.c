@@ -31,7 +31,6 @@ void ca_eval_defaults(struct ca_eval_config *cfg, enum ca_eval_mode mode)
 	cfg->sandbox = 1;
 	cfg->timeout_s = 60;
 	cfg->load_timeout_s = 300;
-	cfg->build_timeout_s = 300;
 	cfg->fsize_mb = 32768;  /* full-size KernelBench outputs reach 7 GB; lib/compare caps what it reads */
 	cfg->warmup = 5;
 	cfg->iters = 30;

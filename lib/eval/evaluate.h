@@ -11,10 +11,12 @@
  * timing is judged against our own wall clock.
  *
  * ca_eval_stream() runs the record loop over a pool of slots, one thread
- * each, writing records in input order (or as they finish, unordered).
- * Records are confined to one thread at a time; nothing else is shared
- * but the queue. The pieces of the engine, and where a record goes
- * through them, are listed in evaluate_impl.h.
+ * each, writing records in input order (or as they finish, unordered),
+ * the fields it does not touch as they were read. Records are confined to
+ * one thread at a time, which also builds their kernels (lib/eval/build,
+ * in this process; the compilers under ca-sandbox); nothing else is shared
+ * but the queue and the build cache. The pieces of the engine, and where
+ * a record goes through them, are listed in evaluate_impl.h.
  */
 #ifndef CA_EVALUATE_H
 #define CA_EVALUATE_H
@@ -45,9 +47,8 @@ struct ca_eval_config {
 	const char *sandbox_user;    /* ca-sandbox --user, NULL: its default */
 	double timeout_s;            /* per run/time request of a candidate */
 	double load_timeout_s;       /* candidate start + load (includes load_inline builds) */
-	double build_timeout_s;
-	const char *arch;            /* ca-build --arch, NULL: auto */
-	const char *build_cache;     /* ca-build --cache, NULL: default */
+	const char *arch;            /* the build's arch (ca-build --arch), NULL: auto */
+	const char *build_cache;     /* the build's cache (ca-build --cache), NULL: default */
 	long long fsize_mb;          /* candidate's file size limit */
 	/* profile */
 	int warmup, iters, sets, keep;

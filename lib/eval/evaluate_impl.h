@@ -1,6 +1,6 @@
 /*
  * evaluate_impl: what the pieces of the evaluation engine share, private
- * to lib/evaluate*.c (the public face is evaluate.h).
+ * to lib/eval/evaluate*.c (the public face is evaluate.h).
  *
  * Where a record goes in ca-verify or ca-profile:
  *   evaluate_stream.c   ca_eval_stream reads the records and queues them to
@@ -11,7 +11,8 @@
  *                       result's verdict (finish_result) and the exit status;
  *                       the options and the operands (ca_eval_option, ca_eval_run);
  *   evaluate_job.c      job_prepare: the candidate's workspace, its build
- *                       (ca-build), the reference task loaded, the
+ *                       (lib/build's ca_build_workspace, in this process;
+ *                       the compilers sandboxed), the reference task loaded, the
  *                       candidate loaded; then one of
  *   evaluate_verify.c   do_verify: the checks, the robustness checks, the
  *                       checks at other sizes, judged by lib/compare;

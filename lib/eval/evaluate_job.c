@@ -1,6 +1,6 @@
 /*
  * evaluate_job: one record's job up to a loaded candidate (job_prepare):
- * the candidate's workspace, its kernels built by ca-build, the torch
+ * the candidate's workspace, its kernels built (lib/build), the torch
  * extension cache, the reference task loaded and the candidate loaded
  * with its weights; and what verify and profile share: phases, failures,
  * calls to the two workers, kernel lists.
@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "build.h"
 #include "evaluate_impl.h"
 #include "file.h"
 #include "hash.h"
@@ -135,7 +136,12 @@ int candidate_call(struct job *j, jv req, double timeout, jv *reply, struct loop
 	return reply_ok(j, *reply, reply);
 }
 
-/* Run ca-build on the candidate's directory when it has kernel sources. */
+/*
+ * Build the candidate's kernels when it has kernel sources, with lib/build
+ * in this process: it reads the candidate's files (bounded: sizes, counts,
+ * one pass each) and runs every compiler under ca-sandbox, so no candidate
+ * code runs here; ca-build(1) is the same code as a command.
+ */
 static int job_build(struct job *j)
 {
 	const struct ca_eval_config *cfg = j->slot->cfg;
@@ -143,96 +149,47 @@ static int job_build(struct job *j)
 	j->kernels_lib[0] = '\0';
 	if (!has_kernel_sources(dir))
 		return 0;
-	char prog[PATHLEN];
-	snprintf(prog, sizeof prog, "%s/ca-build", ca_paths_bindir());
-	if (access(prog, X_OK) != 0) {
-		job_fail(j, "system", "ca-build not found next to this program");
-		return -1;
-	}
-	const char *argv[12];
-	int n = 0;
-	argv[n++] = prog;
-	if (cfg->arch) {
-		argv[n++] = "--arch";
-		argv[n++] = cfg->arch;
-	}
-	if (cfg->build_cache) {
-		argv[n++] = "--cache";
-		argv[n++] = cfg->build_cache;
-	}
-	argv[n++] = dir;
-	argv[n] = NULL;
-	struct ca_proc p;
-	ca_proc_init(&p, argv);
-	p.timeout_s = cfg->build_timeout_s;
-	struct ca_buf out = {0}, err = {0};
-	int status = ca_proc_capture(&p, NULL, 0, &out, &err, 1 << 20);
-	jv v = out.data ? jv_parse(out.data) : jv_invalid();
-	if (jv_get_kind(v) != JV_KIND_OBJECT) {
-		char msg[2048];
-		snprintf(msg, sizeof msg, "ca-build failed (status %d)%s%.1500s", status, err.data ? ": " : "",
-			err.data ? err.data : "");
-		job_fail(j, "system", msg);
-		jv_free(v);
-		ca_buf_free(&out);
-		ca_buf_free(&err);
-		return -1;
-	}
-	ca_buf_free(&out);
-	ca_buf_free(&err);
-	jv build = jv_object();
-	jv_object_foreach(v, key, value) {
-		if (!strcmp(jv_string_value(key), "log"))
-			jv_free(value);
-		else
-			build = jv_object_set(build, jv_copy(key), value);
-		jv_free(key);
-	}
-	j->result = jv_object_set(j->result, jv_string("build"), build);
-	if (ca_json_bool(v, "ok") != 1) {
+	struct ca_build_options opt = {.arch = cfg->arch, .cache = cfg->build_cache};
+	struct ca_build_result res;
+	ca_build_workspace(dir, &opt, &res);
+	j->result = jv_object_set(j->result, jv_string("build"),
+		jv_object_delete(ca_build_result_json(&res), jv_string("log")));
+	if (!res.ok) {
 		/*
 		 * A build that failed for no reason in the sources (the compiler
 		 * killed by a signal we did not send, a full disk: transient, no
 		 * limit named) is the evaluator's; a compile error or a limit the
 		 * sources ran into is the candidate's.
 		 */
-		jv limit = ca_json_get(v, "limit");
-		int ours = ca_json_bool(v, "transient") == 1 && jv_get_kind(limit) != JV_KIND_STRING;
-		jv_free(limit);
-		char *log = ca_json_strdup(v, "log");
-		job_fail(j, ours ? "system" : "compile", log && *log ? log : "the kernels did not compile");
-		free(log);
-		jv_free(v);
+		int ours = res.transient && !res.limit[0];
+		job_fail(j, ours ? "system" : "compile", res.log && *res.log ? res.log : "the kernels did not compile");
+		ca_build_result_free(&res);
 		return -1;
 	}
-	char *lib = ca_json_strdup(v, "library");
-	char *flavour = ca_json_strdup(v, "flavour");
-	jv_free(v);
-	if (lib) {
+	int rc = 0;
+	if (res.library) {
 		/* Copy the library into the candidate's own directory: the build cache may be unreadable there. */
-		const char *base = strrchr(lib, '/') ? strrchr(lib, '/') + 1 : lib;
+		int ca = !strcmp(res.flavour, "ca");
+		const char *base = strrchr(res.library, '/') ? strrchr(res.library, '/') + 1 : res.library;
 		char dst[PATHLEN];
-		if (flavour && !strcmp(flavour, "ca"))
+		if (ca)
 			snprintf(dst, sizeof dst, "%s/libkernels.so", j->io);
 		else
 			snprintf(dst, sizeof dst, "%s/%s", dir, base);
 		size_t len;
-		char *data = eval_read_file(lib, 1u << 30, &len);
+		char *data = eval_read_file(res.library, 1u << 30, &len);
 		if (!data || eval_write_file(dst, data, len) != 0) {
-			free(data);
-			free(lib);
-			free(flavour);
 			job_fail(j, "system", "cannot copy the built library into the candidate's directory");
-			return -1;
+			rc = -1;
+		} else {
+			chmod(dst, 0755);
+			if (ca)
+				snprintf(j->kernels_lib, sizeof j->kernels_lib, "%s", dst);
 		}
 		free(data);
-		chmod(dst, 0755);
-		if (flavour && !strcmp(flavour, "ca"))
-			snprintf(j->kernels_lib, sizeof j->kernels_lib, "%s", dst);
 	}
-	free(lib);
-	free(flavour);
-	return 0;
+	ca_build_result_free(&res);
+	return rc;
 }
 
 /* ------------------------------------------------------------------ torch extension builds */

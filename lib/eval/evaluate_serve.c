@@ -520,10 +520,13 @@ int client_stream(const struct ca_eval_config *cfg, const char *path, int nfiles
 		if (kind == CA_NDJSON_EOF)
 			break;
 		int st = 0;
+		size_t len = 0;
+		const char *text = ca_ndjson_text(r, &len);
 		if (kind == CA_NDJSON_BAD) {
 			ca_ndjson_warn(r, "%s", jv_string_value(rec));
 			out = ca_ndjson_error_record(ca_ndjson_name(r), ca_ndjson_line(r), jv_string_value(rec));
 			jv_free(rec);
+			rec = jv_invalid();
 			st = CA_EXIT_DATA;
 		} else {
 			jv reply = jv_invalid();
@@ -531,7 +534,6 @@ int client_stream(const struct ca_eval_config *cfg, const char *path, int nfiles
 				reply = jv_parse(line);
 				free(line);
 			}
-			jv_free(rec);
 			jv got = jv_get_kind(reply) == JV_KIND_OBJECT ? ca_json_get(reply, "record") : jv_invalid();
 			double v = 0;
 			if (jv_get_kind(got) == JV_KIND_OBJECT) {
@@ -564,9 +566,11 @@ int client_stream(const struct ca_eval_config *cfg, const char *path, int nfiles
 			print_human(cfg, out);
 			jv_free(out);
 			fflush(stdout);
-		} else if (ca_ndjson_write(out) != 0) {
+		} else if (ca_ndjson_write_spliced(ca_ndjson_keep_equal(out, rec), rec, text, len) != 0) {
+			/* The server's record, with the fields it left as ours written as they came. */
 			status = CA_EXIT_SYSTEM;
 		}
+		jv_free(rec);
 		status = ca_err_worst(status, st);
 	}
 	status = ca_err_worst(status, ca_ndjson_status(r));

@@ -37,7 +37,7 @@ static int emit(void *ctx, jv result, int status, void *data)
 		print_human(o->cfg, result);
 		jv_free(result);
 		fflush(stdout);
-	} else if (ca_ndjson_write(result) != 0) {
+	} else if (ca_pool_write(result) != 0) {
 		o->write_failed = 1;
 	}
 	return status;
@@ -62,7 +62,11 @@ static struct slot *slots_open(const struct ca_eval_config *cfg, int nslots)
 	return slots;
 }
 
-/* Queue every record read to the pool; a malformed line is an error record in its place. */
+/*
+ * Queue every record read to the pool, with its line (the fields the
+ * evaluation does not touch are written as they came); a malformed line
+ * is an error record in its place.
+ */
 static void read_records(struct ca_pool *pool, struct ca_ndjson_reader *r)
 {
 	for (;;) {
@@ -70,10 +74,13 @@ static void read_records(struct ca_pool *pool, struct ca_ndjson_reader *r)
 		int kind = ca_ndjson_next(r, &rec);
 		if (kind == CA_NDJSON_EOF)
 			break;
-		if (kind == CA_NDJSON_BAD)
+		if (kind == CA_NDJSON_BAD) {
 			ca_pool_put_malformed(pool, r, rec, NULL);
-		else
-			ca_pool_put(pool, rec, NULL);
+		} else {
+			size_t len;
+			const char *text = ca_ndjson_text(r, &len);
+			ca_pool_put_line(pool, jv_copy(rec), rec, text, len, NULL);
+		}
 	}
 }
 

@@ -5,6 +5,7 @@
  */
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "err.h"
 #include "ndjson.h"
@@ -12,6 +13,9 @@
 
 struct item {
 	jv in, out;
+	jv parsed;          /* the record as read, when put with its line */
+	char *text;         /* that line */
+	size_t len;
 	void *data;
 	long index;
 	int done;
@@ -59,6 +63,17 @@ static struct item *take_ready(struct ca_pool *p)
 	return it;
 }
 
+/* The item whose release() runs in this thread, for ca_pool_write. */
+static _Thread_local struct item *releasing_item;
+
+int ca_pool_write(jv result)
+{
+	struct item *it = releasing_item;
+	if (it && it->text)
+		return ca_ndjson_write_spliced(result, it->parsed, it->text, it->len);
+	return ca_ndjson_write(result);
+}
+
 /* Told after the state changed, the lock held: a poll loop that wakes must find it changed. */
 static void changed(struct ca_pool *p)
 {
@@ -80,7 +95,11 @@ static void release_ready(struct ca_pool *p)
 			break;
 		p->releasing = 1;
 		pthread_mutex_unlock(&p->lock);
+		releasing_item = it;
 		int status = p->cfg.release(p->cfg.release_ctx, it->out, it->status, it->data);
+		releasing_item = NULL;
+		jv_free(it->parsed);
+		free(it->text);
 		free(it);
 		pthread_mutex_lock(&p->lock);
 		p->releasing = 0;
@@ -193,13 +212,13 @@ static struct item *new_item(jv in, void *data)
 	struct item *it = ca_xcalloc(1, sizeof *it);
 	it->in = in;
 	it->out = jv_invalid();
+	it->parsed = jv_invalid();
 	it->data = data;
 	return it;
 }
 
-void ca_pool_put(struct ca_pool *p, jv record, void *data)
+static void put_item(struct ca_pool *p, struct item *it)
 {
-	struct item *it = new_item(record, data);
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
 		release_ready(p);
@@ -218,9 +237,29 @@ void ca_pool_put(struct ca_pool *p, jv record, void *data)
 	pthread_mutex_unlock(&p->lock);
 }
 
-void ca_pool_put_done(struct ca_pool *p, jv result, int status, void *data)
+void ca_pool_put(struct ca_pool *p, jv record, void *data)
 {
-	struct item *it = new_item(jv_invalid(), data);
+	put_item(p, new_item(record, data));
+}
+
+/* Keep the line an item's record was read from (parsed consumed, text copied). */
+static struct item *with_line(struct item *it, jv parsed, const char *text, size_t len)
+{
+	it->parsed = parsed;
+	it->text = ca_xmalloc(len + 1);
+	memcpy(it->text, text, len);
+	it->text[len] = '\0';
+	it->len = len;
+	return it;
+}
+
+void ca_pool_put_line(struct ca_pool *p, jv record, jv parsed, const char *text, size_t len, void *data)
+{
+	put_item(p, with_line(new_item(record, data), parsed, text, len));
+}
+
+static void put_done_item(struct ca_pool *p, struct item *it, jv result, int status)
+{
 	it->out = result;
 	it->status = status;
 	it->done = 1;
@@ -228,6 +267,17 @@ void ca_pool_put_done(struct ca_pool *p, jv result, int status, void *data)
 	add_pending(p, it);
 	release_ready(p);
 	pthread_mutex_unlock(&p->lock);
+}
+
+void ca_pool_put_done(struct ca_pool *p, jv result, int status, void *data)
+{
+	put_done_item(p, new_item(jv_invalid(), data), result, status);
+}
+
+void ca_pool_put_done_line(struct ca_pool *p, jv result, int status, jv parsed, const char *text, size_t len,
+	void *data)
+{
+	put_done_item(p, with_line(new_item(jv_invalid(), data), parsed, text, len), result, status);
 }
 
 void ca_pool_put_malformed(struct ca_pool *p, struct ca_ndjson_reader *r, jv why, void *data)

@@ -58,6 +58,24 @@ struct ca_pool *ca_pool_start(const struct ca_pool_config *cfg);
 /* Queue a record (consumed) for work, after waiting for room (see ca_pool_room). */
 void ca_pool_put(struct ca_pool *p, jv record, void *data);
 
+/*
+ * ca_pool_put and ca_pool_put_done for a record read from a line: parsed
+ * (consumed) is what the reader made of the line text[0..len) (copied), so
+ * that release() can write the result with ca_pool_write, the fields still
+ * as parsed going out byte for byte as they were read.
+ */
+void ca_pool_put_line(struct ca_pool *p, jv record, jv parsed, const char *text, size_t len, void *data);
+void ca_pool_put_done_line(struct ca_pool *p, jv result, int status, jv parsed, const char *text, size_t len,
+	void *data);
+
+/*
+ * Inside release(): write result (consumed) as one record line; for a
+ * record put with its line, the fields it still holds as parsed are
+ * copied from that line (ca_ndjson_write_spliced). 0, or -1 when stdout
+ * failed.
+ */
+int ca_pool_write(jv result);
+
 /* Place a result that needs no work (an error record) in its turn among the others. */
 void ca_pool_put_done(struct ca_pool *p, jv result, int status, void *data);
 

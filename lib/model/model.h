@@ -25,7 +25,7 @@
  * value per token, as transformers' *ForTokenClassification with
  * num_labels 1) for a critic.
  *
- * The CPU backend is fp32 (lib/nn.c). A batch is several sequences packed
+ * The CPU backend is fp32 (nn.c). A batch is several sequences packed
  * one after another; attention never crosses sequences and positions
  * restart at 0 in each.
  *

@@ -1,7 +1,7 @@
 /*
  * model_random: a random Qwen2-shaped checkpoint for the benchmarks and
  * tests that need a model but not a trained one (tests/unit/model_bench.c,
- * lib/cuda/bench-train-cuda.c); see ca_model_write_random in model.h.
+ * bench/bench-train-cuda.c); see ca_model_write_random in model.h.
  */
 #include <errno.h>
 #include <stdint.h>

@@ -8,8 +8,8 @@
  */
 /*
  * rl: the reinforcement-learning arithmetic shared by the training
- * commands (ca-gae now; the PPO and value losses of ca-ppo-step and
- * ca-value-step belong here too). Pure functions over double arrays:
+ * commands (ca-gae's advantages and returns, whitening; the PPO and value
+ * losses are in ppo.h). Pure functions over double arrays:
  * no JSON, no I/O, no allocation unless a comment says so, so every
  * function can be unit-tested against a plain reference.
  *

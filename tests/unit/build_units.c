@@ -59,8 +59,8 @@ static int key_changes(const char *const *files, const char *rel, const char *ch
 	free(b.v[j].data);
 	b.v[j].data = strdup(text);
 	b.v[j].len = strlen(text);
-	unit_key(&a, index_of(&a, rel), "tools", &argv, ka);
-	unit_key(&b, index_of(&b, rel), "tools", &argv, kb);
+	unit_key(&a, NULL, index_of(&a, rel), "tools", &argv, ka);
+	unit_key(&b, NULL, index_of(&b, rel), "tools", &argv, kb);
 	argv_free(&argv);
 	workspace_free(&a);
 	workspace_free(&b);

@@ -1,5 +1,5 @@
 /*
- * cuda_util: the helpers the files of lib/cuda share, so that each is
+ * cuda_util: the helpers the files of lib/model/cuda share, so that each is
  * written once (C++ only, header-only, everything internal to the file
  * that includes it): the bf16 type, grid sizes, warp and block reductions,
  * fp32/bf16 conversions for kernels templated on the matrix type, and on

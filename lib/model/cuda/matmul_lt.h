@@ -2,7 +2,7 @@
  * matmul_lt: the engine's matmuls through cuBLASLt with the algorithm of
  * each shape chosen by timing the heuristic's first candidates once, on
  * first use (CA_CUDA_GEMM_TUNE=1; owner: policy engine, issue 6). Private
- * to lib/cuda (C++).
+ * to lib/model/cuda (C++).
  */
 #ifndef CA_MATMUL_LT_H
 #define CA_MATMUL_LT_H

@@ -1,7 +1,7 @@
 // model_cuda: the policy engine's model on the GPU: weights, forward,
 // backward and AdamW; see model_cuda.h. The layers' kernels are in
 // nn_cuda.cu and attention_cuda.cu; this file is the CUDA twin of
-// lib/model_forward.c and the optimizer of lib/model.c.
+// lib/model/model_forward.c and the optimizer of lib/model/model.c.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdarg.h>
@@ -603,7 +603,7 @@ static int layer_forward(struct ca_cuda_model *g, struct cuda_acts *a, struct la
 	PH(OTHER);
 	nn_cuda_add_rmsnorm(L->xmid, L->ln2, L->rstd2, L->x, a->y, W->bo, W->ln2, c->rms_norm_eps, T, C);
 	PH(MATMUL);
-	// up_proj's weight follows gate_proj's (lib/model.c's layout, checked at upload): one [2F, C] matrix.
+	// up_proj's weight follows gate_proj's (lib/model/model.c's layout, checked at upload): one [2F, C] matrix.
 	if (linear(g, L->gu, CUDA_R_16BF, L->ln2, W->wgate, T, C, 2 * F, why) < 0)
 		return -1;
 	PH(OTHER);

@@ -18,7 +18,7 @@
  * a third more work, a fraction of the memory, the same numbers. The
  * head's logits are kept too when they fit in a quarter of the free memory
  * (CA_CUDA_KEEP_LOGITS=0/1 to decide), else computed again.
- * Attention runs on tensor cores (lib/cuda/attention_mma.cu, FlashAttention-2's
+ * Attention runs on tensor cores (lib/model/cuda/attention_mma.cu, FlashAttention-2's
  * tiling on mma.sync, bf16 operands) for heads of 16 to 128 dims, on the
  * older WMMA kernels (attention_wmma.cu) with CA_CUDA_ATTENTION=wmma, on the
  * fp32 kernels of attention_cuda.cu for heads of 256 or with
@@ -27,12 +27,12 @@
  * CA_CUDA_PROFILE=1 synchronises between phases and prints the seconds per
  * step each took when the model is freed; 2 also times every matmul.
  *
- * Every kernel has its CPU reference in lib/nn.c or lib/model.c;
+ * Every kernel has its CPU reference in lib/model/nn.c or lib/model/model.c;
  * test-model-cuda compares the forward, test-train-cuda the gradients per
  * tensor and one AdamW step (tests/gpu/t0500, t0510).
  *
  * Built only when nvcc is found, by `make model-cuda`: into the test
- * binaries and into $(BIN)/libca-model-cuda.so, which lib/train.c opens
+ * binaries and into $(BIN)/libca-model-cuda.so, which lib/model/device.c opens
  * with dlopen for --device cuda, so the CPU build needs no CUDA at all.
  */
 #ifndef CA_MODEL_CUDA_H

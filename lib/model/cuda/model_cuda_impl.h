@@ -1,6 +1,6 @@
 /*
  * model_cuda_impl: the CUDA backend's device-side model, shared by the
- * files of lib/cuda (C++ only; the public interface is model_cuda.h).
+ * files of lib/model/cuda (C++ only; the public interface is model_cuda.h).
  *
  * params is the fp32 master copy laid out as the CPU model's m->params,
  * params16 its bf16 copy; a weight's views into both (and into grad) sit

@@ -1,5 +1,5 @@
 // model_cuda_sample: generation with a key/value cache on the GPU; see model_cuda_sample.h.
-// Each kernel's CPU counterpart is named beside it (lib/nn.c, lib/model_sample.c).
+// Each kernel's CPU counterpart is named beside it (lib/model/nn.c, lib/model/model_sample.c).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -435,7 +435,7 @@ __device__ static float block_scan(float x, float *shared)
 	return x + (warp > 0 ? shared[warp - 1] : 0.0f);
 }
 
-// One block per row of logits: pick the next token (lib/model_sample.c pick()).
+// One block per row of logits: pick the next token (lib/model/model_sample.c pick()).
 // The row is overwritten with unnormalised probabilities.
 __global__ static void sample_kernel(float *logits, int V, const float *temperature, const float *top_p,
 				     const float *uniform, int *out_token, float *out_logprob)

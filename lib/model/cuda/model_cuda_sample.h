@@ -1,6 +1,6 @@
 /*
  * model_cuda_sample: generation with a key/value cache on the GPU, the
- * CUDA counterpart of ca_model_generate (lib/model_sample.c; owner: policy
+ * CUDA counterpart of ca_model_generate (lib/model/model_sample.c; owner: policy
  * engine sampling, issue 6).
  *
  * Weights are bf16 on the device (fp32 in exact mode), matrix products run
@@ -26,7 +26,7 @@
  * synchronisation (no graphs), and a failure names the kernel and layer.
  *
  * Built only by `make model-cuda`, into the shared object that
- * lib/device.c opens at run time.
+ * lib/model/device.c opens at run time.
  */
 #ifndef CA_MODEL_CUDA_SAMPLE_H
 #define CA_MODEL_CUDA_SAMPLE_H

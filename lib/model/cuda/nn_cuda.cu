@@ -1,5 +1,5 @@
 // nn_cuda: the elementwise, norm, head and optimizer kernels; see nn_cuda.h.
-// Each kernel's CPU reference is the lib/nn.c or lib/model.c function named beside it.
+// Each kernel's CPU reference is the lib/model/nn.c or lib/model/model.c function named beside it.
 #include <cuda_runtime.h>
 #include <math.h>
 

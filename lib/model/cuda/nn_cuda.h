@@ -1,8 +1,8 @@
 /*
  * nn_cuda: the CUDA kernels of the policy engine, one family per layer,
- * each the counterpart of a function in lib/nn.c (owner: policy engine,
+ * each the counterpart of a function in lib/model/nn.c (owner: policy engine,
  * issue 6). Host-side launchers on the default stream; no synchronisation.
- * Private to lib/cuda (C++ linkage).
+ * Private to lib/model/cuda (C++ linkage).
  *
  * Types: the residual stream, attention inputs, norms' statistics and all
  * gradients are fp32; what feeds a cuBLAS matmul is bf16.
