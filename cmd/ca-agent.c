@@ -293,6 +293,9 @@ struct session {
 	int turn;
 	int *status;                     /* the task's exit status, raised on the way */
 	int told_result;                 /* bits of the trusted commands whose bad result was reported */
+	const char *stop;                /* why the task ended (the trajectory's "stop"), NULL while it runs */
+	char *detail;                    /* its stop_detail, or NULL */
+	const char *sandbox_argv[10];    /* the tools' ca-sandbox command, for as long as they live */
 };
 
 static double elapsed(const struct session *s) { return ca_proc_now() - s->start; }
@@ -1065,6 +1068,304 @@ static jv message(const char *role, const char *content)
 	return jv_object_set(m, jv_string("content"), jv_string(content));
 }
 
+/* The task's id for diagnostics and the trajectory's id, id#position. */
+static void session_ids(struct session *s, jv idv, long index, char idbuf[64])
+{
+	if (jv_get_kind(idv) == JV_KIND_STRING) {
+		s->id = jv_string_value(idv);
+	} else if (jv_get_kind(idv) == JV_KIND_NUMBER) {
+		snprintf(idbuf, 64, "%.17g", jv_number_value(idv));
+		s->id = idbuf;
+	} else {
+		snprintf(idbuf, 64, "task-%ld", index + 1);
+		s->id = idbuf;
+	}
+	snprintf(s->trajectory_id, sizeof s->trajectory_id, "%s#%ld", s->id, index + 1);
+}
+
+/* The stop a task ends on before its first turn, said once. */
+static void setup_failed(struct session *s, char *detail, int status)
+{
+	s->stop = "setup_error";
+	s->detail = detail;
+	warn_task(s, detail);
+	*s->status = ca_err_worst(*s->status, status);
+}
+
+/* The workspace from the skill's workdir/, with the task's model.py and SKILL.md; the skill's text. */
+static char *prepare_workspace(struct session *s)
+{
+	const struct config *cfg = s->cfg;
+	char path[PATH_MAX + 64];
+	snprintf(path, sizeof path, "%s/SKILL.md", cfg->skill);
+	size_t len;
+	char *skill_text = ca_file_read(path, 0, 0, &len);
+	snprintf(path, sizeof path, "%s/workdir", cfg->skill);
+	/* The template's links stay behind; a skill without workdir/ starts the workspace empty. */
+	int copied = ca_file_copy_tree(path, s->ws, CA_FILE_SKIP_LINKS) == 0 ||
+		(errno == ENOENT && ca_paths_mkdirs(s->ws, 0755) == 0);
+	if (!skill_text || !copied || ca_paths_mkdirs(s->state, 0700) != 0) {
+		setup_failed(s, ca_xstrdup("cannot prepare the workspace from the skill directory"), CA_EXIT_SYSTEM);
+		return skill_text;
+	}
+	snprintf(path, sizeof path, "%s/model.py", s->ws);
+	int rc = ca_file_write(path, s->code, strlen(s->code), 0444);
+	snprintf(path, sizeof path, "%s/SKILL.md", s->ws);
+	rc |= ca_file_write(path, skill_text, len, 0444);
+	if (rc != 0)
+		setup_failed(s, ca_xstrdup(strerror(errno)), CA_EXIT_SYSTEM);
+	return skill_text;
+}
+
+/* The agent's tools on the workspace, confined, and the conversation's first two messages. */
+static void open_tools(struct session *s, const char *taskdir, const char *skill_text)
+{
+	const struct config *cfg = s->cfg;
+	/* The tools keep these two (the hidden paths they copy). */
+	static const char *const protected[] = {"model.py", "SKILL.md", NULL};
+	const char *sandbox_argv[] = {cfg->sandbox, "--mem", "16384", "--nproc", "1024", "--fsize", "4096",
+		"--nofile", "1024", NULL};
+	_Static_assert(sizeof sandbox_argv == sizeof s->sandbox_argv, "the session holds the whole command");
+	memcpy(s->sandbox_argv, sandbox_argv, sizeof sandbox_argv);
+	char **hide = hidden_paths(cfg->root, taskdir, s->state);
+	struct ca_tools_config tc = {
+		.workspace = s->ws,
+		.state_dir = s->state,
+		.protected = protected,
+		.sandbox = cfg->unconfined ? NULL : s->sandbox_argv,
+		.hide = (const char *const *)hide,
+		.command_time_s = cfg->command_time,
+		.job_time_s = cfg->max_time > 0 ? cfg->max_time : 3600,
+		.max_output = (size_t)cfg->max_output,
+	};
+	s->tools = ca_tools_new(&tc);
+	if (!s->tools) {
+		s->stop = "setup_error";
+		s->detail = ca_xstrdup("cannot open the workspace");
+		*s->status = ca_err_worst(*s->status, CA_EXIT_SYSTEM);
+	} else {
+		char *sys = prompt_text(s, skill_text);
+		char *user = task_text(s);
+		s->messages = jv_array_append(s->messages, stamp(s, message("system", sys)));
+		s->messages = jv_array_append(s->messages, stamp(s, message("user", user)));
+		free(sys);
+		free(user);
+	}
+	for (size_t i = 0; hide[i]; i++)
+		free(hide[i]);
+	free(hide);
+}
+
+/* The stop a turn may not begin under (turns, time, context), or NULL. */
+static const char *turn_limit(struct session *s)
+{
+	const struct config *cfg = s->cfg;
+	if (s->turn >= cfg->max_turns)
+		return "max_turns";
+	if (cfg->max_time > 0 && elapsed(s) >= cfg->max_time)
+		return "wall_clock";
+	long long est = estimate_tokens(s);
+	if (est > s->tokens)
+		s->tokens = est;
+	if (cfg->max_context > 0 && s->tokens >= cfg->max_context)
+		return "context";
+	return NULL;
+}
+
+/* An output that is no assistant message: kept, answered with the error; too many in a row end the task. */
+static void invalid_output(struct session *s, jv msg, int *consecutive)
+{
+	jv bad = jv_invalid_get_msg(msg);
+	jv raw = obj_get(bad, "raw"), why = obj_get(bad, "why");
+	jv m = message("assistant", jv_string_value(raw));
+	m = jv_object_set(m, jv_string("invalid"), jv_true());
+	s->messages = jv_array_append(s->messages, stamp(s, m));
+	char note[512];
+	snprintf(note, sizeof note, "error: %s. Answer with one JSON assistant message: "
+		"{\"role\": \"assistant\", \"content\": \"...\", \"tool_calls\": [...]}", jv_string_value(why));
+	jv u = message("user", note);
+	u = jv_object_set(u, jv_string("is_error"), jv_true());
+	s->messages = jv_array_append(s->messages, stamp(s, u));
+	jv_free(raw);
+	jv_free(why);
+	jv_free(bad);
+	s->invalid_outputs++;
+	if (++*consecutive >= s->cfg->max_invalid) {
+		s->stop = "invalid_output";
+		char d[96];
+		snprintf(d, sizeof d, "%d invalid policy outputs in a row", *consecutive);
+		s->detail = ca_xstrdup(d);
+	}
+}
+
+/* The assistant message as recorded: content, reasoning and completion of the policy's answer. */
+static jv assistant_message(jv msg)
+{
+	jv content = obj_get(msg, "content");
+	jv am = jv_object_set(jv_object(), jv_string("role"), jv_string("assistant"));
+	am = jv_object_set(am, jv_string("content"), jv_get_kind(content) == JV_KIND_STRING ? content : (jv_free(content), jv_null()));
+	jv reasoning = obj_get(msg, "reasoning_content");
+	if (jv_get_kind(reasoning) == JV_KIND_STRING)
+		am = jv_object_set(am, jv_string("reasoning_content"), reasoning);
+	else
+		jv_free(reasoning);
+	jv completion = obj_get(msg, "completion");
+	if (jv_get_kind(completion) == JV_KIND_OBJECT)
+		am = jv_object_set(am, jv_string("completion"), completion);
+	else
+		jv_free(completion);
+	return am;
+}
+
+/* What one checked tool call observes: a trusted command on a snapshot, or the tool itself. */
+static char *observe(struct session *s, const char *name, jv args, int *is_error)
+{
+	jv targs = jv_invalid();
+	const char *which = NULL;
+	char refused[512] = "";
+	char *observation;
+	if (!strcmp(name, "bash") && in_foreground(args)) {
+		jv cmd = obj_get(args, "command");
+		if (jv_get_kind(cmd) == JV_KIND_STRING)
+			which = trusted_command(jv_string_value(cmd), &targs, refused, sizeof refused);
+		jv_free(cmd);
+	}
+	if (which && refused[0]) {
+		size_t len = strlen(refused) + 16;
+		observation = ca_xmalloc(len);
+		snprintf(observation, len, "error: %s", refused);
+		*is_error = 1;
+		jv_free(targs);
+	} else if (which) {
+		observation = run_trusted(s, which, targs, is_error);
+		jv_free(targs);
+	} else {
+		observation = ca_tools_call(s->tools, name, args, is_error);
+		if (*is_error == CA_TOOLS_INVALID)
+			s->invalid_calls++;
+		if (!strcmp(name, "bash") && mentions_trusted(args))
+			observation = append_note(observation, "\n[note: ca-build, ca-verify and ca-profile "
+				"run the trusted tools on a snapshot only when typed alone as the whole command]");
+	}
+	return observation;
+}
+
+/*
+ * The turn's tool calls, every one normalised first so the assistant
+ * message (am, consumed) precedes its results; then run in order.
+ */
+static void run_calls(struct session *s, jv am, jv calls, int ncalls)
+{
+	jv norm_calls = jv_array(), results = jv_array();
+	jv given = given_ids(calls), used = jv_object();
+	for (int k = 0; k < ncalls; k++) {
+		jv call = jv_array_get(jv_copy(calls), k), norm, args;
+		const char *name;
+		char *error = check_call(s, call, k, given, &used, &norm, &name, &args);
+		jv call_id = obj_get(norm, "id");
+		char *observation;
+		int is_error = 0;
+		s->tool_calls++;
+		if (error) {
+			observation = error;
+			is_error = 1;
+			s->invalid_calls++;
+		} else {
+			observation = observe(s, name, args, &is_error);
+			jv_free(args);
+		}
+		jv fobj = obj_get(norm, "function");
+		jv fname = obj_get(fobj, "name");
+		jv_free(fobj);
+		results = jv_array_append(results, tool_message(s, call_id, jv_string_value(fname), observation, is_error));
+		jv_free(fname);
+		free(observation);
+		norm_calls = jv_array_append(norm_calls, norm);
+		jv_free(call);
+		if (s->cfg->max_time > 0 && elapsed(s) >= s->cfg->max_time)
+			break;
+	}
+	jv_free(given);
+	jv_free(used);
+	am = jv_object_set(am, jv_string("tool_calls"), norm_calls);
+	s->messages = jv_array_append(s->messages, stamp(s, am));
+	jv_array_foreach(results, i, r) {
+		s->messages = jv_array_append(s->messages, r);
+	}
+	jv_free(results);
+}
+
+/* One turn: the policy's answer, and its tool calls run; s->stop is set when the task ends. */
+static void run_turn(struct session *s, int *consecutive_invalid)
+{
+	s->turn++;
+	jv msg;
+	s->stop = run_policy(s, &msg, &s->detail);
+	if (s->stop) {
+		jv_free(msg);
+		if (!strcmp(s->stop, "policy_error") || !strcmp(s->stop, "policy_timeout"))
+			*s->status = ca_err_worst(*s->status, CA_EXIT_SYSTEM);
+		return;
+	}
+	if (!jv_is_valid(msg)) {
+		invalid_output(s, msg, consecutive_invalid);
+		return;
+	}
+	*consecutive_invalid = 0;
+	jv calls = obj_get(msg, "tool_calls");
+	jv am = assistant_message(msg);
+	int ncalls = jv_get_kind(calls) == JV_KIND_ARRAY ? jv_array_length(jv_copy(calls)) : 0;
+	/*
+	 * The server stopped at its token limit: the message is kept as
+	 * returned (an engine that records the tokens matches it), but its
+	 * tool calls are cut short and not run, and the episode ends.
+	 */
+	jv cut = obj_get(msg, "length_cut");
+	int length_cut = jv_get_kind(cut) == JV_KIND_TRUE;
+	jv_free(cut);
+	if (length_cut || ncalls == 0) {
+		if (length_cut && ncalls > 0)
+			am = jv_object_set(am, jv_string("tool_calls"), calls);
+		else
+			jv_free(calls);
+		s->messages = jv_array_append(s->messages, stamp(s, am));
+		jv_free(msg);
+		s->stop = length_cut ? "length" : "done";
+		return;
+	}
+	run_calls(s, am, calls, ncalls);
+	jv_free(calls);
+	jv_free(msg);
+}
+
+/* The trajectory record of a finished session (its messages and snapshots consumed). */
+static jv trajectory(struct session *s)
+{
+	const struct config *cfg = s->cfg;
+	jv traj = jv_object();
+	traj = jv_object_set(traj, jv_string("id"), jv_string(s->trajectory_id));
+	traj = jv_object_set(traj, jv_string("policy"), jv_string(cfg->policy));
+	traj = jv_object_set(traj, jv_string("stop"), jv_string(s->stop));
+	if (s->detail)
+		traj = jv_object_set(traj, jv_string("stop_detail"), jv_string(s->detail));
+	traj = jv_object_set(traj, jv_string("turns"), jv_number(s->turn));
+	traj = jv_object_set(traj, jv_string("tool_calls"), jv_number((double)s->tool_calls));
+	traj = jv_object_set(traj, jv_string("invalid_tool_calls"), jv_number((double)s->invalid_calls));
+	traj = jv_object_set(traj, jv_string("invalid_outputs"), jv_number((double)s->invalid_outputs));
+	long long est = estimate_tokens(s);
+	traj = jv_object_set(traj, jv_string("tokens"), jv_number((double)(est > s->tokens ? est : s->tokens)));
+	traj = jv_object_set(traj, jv_string("wall_s"), jv_number((double)(long)(elapsed(s) * 1000) / 1000));
+	traj = jv_object_set(traj, jv_string("confined"), jv_bool(!cfg->unconfined));
+	jv limits = jv_object();
+	limits = jv_object_set(limits, jv_string("max_turns"), jv_number((double)cfg->max_turns));
+	limits = jv_object_set(limits, jv_string("max_context"), jv_number((double)cfg->max_context));
+	limits = jv_object_set(limits, jv_string("max_time_s"), jv_number(cfg->max_time));
+	limits = jv_object_set(limits, jv_string("command_time_s"), jv_number(cfg->command_time));
+	traj = jv_object_set(traj, jv_string("limits"), limits);
+	traj = jv_object_set(traj, jv_string("messages"), s->messages);
+	return jv_object_set(traj, jv_string("snapshots"), s->snapshots);
+}
+
 /* Run one task to its trajectory record; *status gets the worst status. */
 static jv run_task(const struct config *cfg, jv task, long index, const char *taskdir, int *status)
 {
@@ -1073,279 +1374,28 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 	s.snapshots = jv_array();
 	jv idv = obj_get(task, "id");
 	char idbuf[64];
-	if (jv_get_kind(idv) == JV_KIND_STRING) {
-		s.id = jv_string_value(idv);
-	} else if (jv_get_kind(idv) == JV_KIND_NUMBER) {
-		snprintf(idbuf, sizeof idbuf, "%.17g", jv_number_value(idv));
-		s.id = idbuf;
-	} else {
-		snprintf(idbuf, sizeof idbuf, "task-%ld", index + 1);
-		s.id = idbuf;
-	}
-	snprintf(s.trajectory_id, sizeof s.trajectory_id, "%s#%ld", s.id, index + 1);
+	session_ids(&s, idv, index, idbuf);
 	jv codev = obj_get(task, "code");
 	s.code = jv_get_kind(codev) == JV_KIND_STRING ? jv_string_value(codev) : NULL;
 	snprintf(s.ws, sizeof s.ws, "%s/workspace", taskdir);
 	snprintf(s.state, sizeof s.state, "%s/state", taskdir);
 
-	const char *stop = NULL;
-	char *detail = NULL;
-	if (!s.code) {
-		stop = "setup_error";
-		detail = ca_xstrdup("the task record has no string field \"code\"");
-		warn_task(&s, detail);
-		*status = ca_err_worst(*status, CA_EXIT_DATA);
-	}
-	char path[PATH_MAX + 64];
-	char *skill_text = NULL;
-	if (!stop) {
-		snprintf(path, sizeof path, "%s/SKILL.md", cfg->skill);
-		size_t len;
-		skill_text = ca_file_read(path, 0, 0, &len);
-		snprintf(path, sizeof path, "%s/workdir", cfg->skill);
-		/* The template's links stay behind; a skill without workdir/ starts the workspace empty. */
-		int copied = ca_file_copy_tree(path, s.ws, CA_FILE_SKIP_LINKS) == 0 ||
-			(errno == ENOENT && ca_paths_mkdirs(s.ws, 0755) == 0);
-		if (!skill_text || !copied || ca_paths_mkdirs(s.state, 0700) != 0) {
-			stop = "setup_error";
-			detail = ca_xstrdup("cannot prepare the workspace from the skill directory");
-		} else {
-			snprintf(path, sizeof path, "%s/model.py", s.ws);
-			int rc = ca_file_write(path, s.code, strlen(s.code), 0444);
-			snprintf(path, sizeof path, "%s/SKILL.md", s.ws);
-			rc |= ca_file_write(path, skill_text, len, 0444);
-			if (rc != 0) {
-				stop = "setup_error";
-				detail = ca_xstrdup(strerror(errno));
-			}
-		}
-		if (stop) {
-			warn_task(&s, detail);
-			*status = ca_err_worst(*status, CA_EXIT_SYSTEM);
-		}
-	}
-	const char *sandbox_argv[] = {cfg->sandbox, "--mem", "16384", "--nproc", "1024", "--fsize", "4096",
-		"--nofile", "1024", NULL};
-	const char *protected[] = {"model.py", "SKILL.md", NULL};
-	char **hide = stop ? NULL : hidden_paths(cfg->root, taskdir, s.state);
-	if (!stop) {
-		struct ca_tools_config tc = {
-			.workspace = s.ws,
-			.state_dir = s.state,
-			.protected = protected,
-			.sandbox = cfg->unconfined ? NULL : sandbox_argv,
-			.hide = (const char *const *)hide,
-			.command_time_s = cfg->command_time,
-			.job_time_s = cfg->max_time > 0 ? cfg->max_time : 3600,
-			.max_output = (size_t)cfg->max_output,
-		};
-		s.tools = ca_tools_new(&tc);
-		if (!s.tools) {
-			stop = "setup_error";
-			detail = ca_xstrdup("cannot open the workspace");
-			*status = ca_err_worst(*status, CA_EXIT_SYSTEM);
-		} else {
-			char *sys = prompt_text(&s, skill_text);
-			char *user = task_text(&s);
-			s.messages = jv_array_append(s.messages, stamp(&s, message("system", sys)));
-			s.messages = jv_array_append(s.messages, stamp(&s, message("user", user)));
-			free(sys);
-			free(user);
-		}
-	}
+	if (!s.code)
+		setup_failed(&s, ca_xstrdup("the task record has no string field \"code\""), CA_EXIT_DATA);
+	char *skill_text = s.stop ? NULL : prepare_workspace(&s);
+	if (!s.stop)
+		open_tools(&s, taskdir, skill_text);
 	free(skill_text);
-	for (size_t i = 0; hide && hide[i]; i++)
-		free(hide[i]);
-	free(hide);
-
 	int consecutive_invalid = 0;
-	while (!stop) {
-		if (s.turn >= cfg->max_turns) {
-			stop = "max_turns";
-			break;
-		}
-		if (cfg->max_time > 0 && elapsed(&s) >= cfg->max_time) {
-			stop = "wall_clock";
-			break;
-		}
-		long long est = estimate_tokens(&s);
-		if (est > s.tokens)
-			s.tokens = est;
-		if (cfg->max_context > 0 && s.tokens >= cfg->max_context) {
-			stop = "context";
-			break;
-		}
-		s.turn++;
-		jv msg;
-		stop = run_policy(&s, &msg, &detail);
-		if (stop) {
-			jv_free(msg);
-			if (!strcmp(stop, "policy_error") || !strcmp(stop, "policy_timeout"))
-				*status = ca_err_worst(*status, CA_EXIT_SYSTEM);
-			break;
-		}
-		if (!jv_is_valid(msg)) {
-			jv bad = jv_invalid_get_msg(msg);
-			jv raw = obj_get(bad, "raw"), why = obj_get(bad, "why");
-			jv m = message("assistant", jv_string_value(raw));
-			m = jv_object_set(m, jv_string("invalid"), jv_true());
-			s.messages = jv_array_append(s.messages, stamp(&s, m));
-			char note[512];
-			snprintf(note, sizeof note, "error: %s. Answer with one JSON assistant message: "
-				"{\"role\": \"assistant\", \"content\": \"...\", \"tool_calls\": [...]}", jv_string_value(why));
-			jv u = message("user", note);
-			u = jv_object_set(u, jv_string("is_error"), jv_true());
-			s.messages = jv_array_append(s.messages, stamp(&s, u));
-			jv_free(raw);
-			jv_free(why);
-			jv_free(bad);
-			s.invalid_outputs++;
-			if (++consecutive_invalid >= cfg->max_invalid) {
-				stop = "invalid_output";
-				char d[96];
-				snprintf(d, sizeof d, "%d invalid policy outputs in a row", consecutive_invalid);
-				detail = ca_xstrdup(d);
-			}
-			continue;
-		}
-		consecutive_invalid = 0;
-		jv calls = obj_get(msg, "tool_calls");
-		jv content = obj_get(msg, "content");
-		jv am = jv_object_set(jv_object(), jv_string("role"), jv_string("assistant"));
-		am = jv_object_set(am, jv_string("content"), jv_get_kind(content) == JV_KIND_STRING ? content : (jv_free(content), jv_null()));
-		jv reasoning = obj_get(msg, "reasoning_content");
-		if (jv_get_kind(reasoning) == JV_KIND_STRING)
-			am = jv_object_set(am, jv_string("reasoning_content"), reasoning);
-		else
-			jv_free(reasoning);
-		jv completion = obj_get(msg, "completion");
-		if (jv_get_kind(completion) == JV_KIND_OBJECT)
-			am = jv_object_set(am, jv_string("completion"), completion);
-		else
-			jv_free(completion);
-		int ncalls = jv_get_kind(calls) == JV_KIND_ARRAY ? jv_array_length(jv_copy(calls)) : 0;
-		/*
-		 * The server stopped at its token limit: the message is kept as
-		 * returned (an engine that records the tokens matches it), but its
-		 * tool calls are cut short and not run, and the episode ends.
-		 */
-		jv cut = obj_get(msg, "length_cut");
-		int length_cut = jv_get_kind(cut) == JV_KIND_TRUE;
-		jv_free(cut);
-		if (length_cut) {
-			if (ncalls > 0)
-				am = jv_object_set(am, jv_string("tool_calls"), calls);
-			else
-				jv_free(calls);
-			s.messages = jv_array_append(s.messages, stamp(&s, am));
-			jv_free(msg);
-			stop = "length";
-			break;
-		}
-		if (ncalls == 0) {
-			s.messages = jv_array_append(s.messages, stamp(&s, am));
-			jv_free(calls);
-			jv_free(msg);
-			stop = "done";
-			break;
-		}
-		/* Normalise every call first, so the assistant message precedes its results. */
-		jv norm_calls = jv_array(), results = jv_array();
-		jv given = given_ids(calls), used = jv_object();
-		for (int k = 0; k < ncalls; k++) {
-			jv call = jv_array_get(jv_copy(calls), k), norm, args;
-			const char *name;
-			char *error = check_call(&s, call, k, given, &used, &norm, &name, &args);
-			jv call_id = obj_get(norm, "id");
-			char *observation;
-			int is_error = 0;
-			s.tool_calls++;
-			if (error) {
-				observation = error;
-				is_error = 1;
-				s.invalid_calls++;
-			} else {
-				jv targs = jv_invalid();
-				const char *which = NULL;
-				char refused[512] = "";
-				if (!strcmp(name, "bash") && in_foreground(args)) {
-					jv cmd = obj_get(args, "command");
-					if (jv_get_kind(cmd) == JV_KIND_STRING)
-						which = trusted_command(jv_string_value(cmd), &targs, refused, sizeof refused);
-					jv_free(cmd);
-				}
-				if (which && refused[0]) {
-					size_t len = strlen(refused) + 16;
-					observation = ca_xmalloc(len);
-					snprintf(observation, len, "error: %s", refused);
-					is_error = 1;
-					jv_free(targs);
-				} else if (which) {
-					observation = run_trusted(&s, which, targs, &is_error);
-					jv_free(targs);
-				} else {
-					observation = ca_tools_call(s.tools, name, args, &is_error);
-					if (is_error == CA_TOOLS_INVALID)
-						s.invalid_calls++;
-					if (!strcmp(name, "bash") && mentions_trusted(args))
-						observation = append_note(observation, "\n[note: ca-build, ca-verify and ca-profile "
-							"run the trusted tools on a snapshot only when typed alone as the whole command]");
-				}
-				jv_free(args);
-			}
-			jv fobj = obj_get(norm, "function");
-			jv fname = obj_get(fobj, "name");
-			jv_free(fobj);
-			results = jv_array_append(results, tool_message(&s, call_id, jv_string_value(fname), observation, is_error));
-			jv_free(fname);
-			free(observation);
-			norm_calls = jv_array_append(norm_calls, norm);
-			jv_free(call);
-			if (cfg->max_time > 0 && elapsed(&s) >= cfg->max_time)
-				break;
-		}
-		jv_free(given);
-		jv_free(used);
-		am = jv_object_set(am, jv_string("tool_calls"), norm_calls);
-		s.messages = jv_array_append(s.messages, stamp(&s, am));
-		jv_array_foreach(results, i, r) {
-			s.messages = jv_array_append(s.messages, r);
-		}
-		jv_free(results);
-		jv_free(calls);
-		jv_free(msg);
-	}
+	while (!s.stop && !(s.stop = turn_limit(&s)))
+		run_turn(&s, &consecutive_invalid);
 
-	jv traj = jv_object();
-	traj = jv_object_set(traj, jv_string("id"), jv_string(s.trajectory_id));
-	traj = jv_object_set(traj, jv_string("policy"), jv_string(cfg->policy));
-	traj = jv_object_set(traj, jv_string("stop"), jv_string(stop));
-	if (detail)
-		traj = jv_object_set(traj, jv_string("stop_detail"), jv_string(detail));
-	traj = jv_object_set(traj, jv_string("turns"), jv_number(s.turn));
-	traj = jv_object_set(traj, jv_string("tool_calls"), jv_number((double)s.tool_calls));
-	traj = jv_object_set(traj, jv_string("invalid_tool_calls"), jv_number((double)s.invalid_calls));
-	traj = jv_object_set(traj, jv_string("invalid_outputs"), jv_number((double)s.invalid_outputs));
-	{
-		long long est = estimate_tokens(&s);
-		traj = jv_object_set(traj, jv_string("tokens"), jv_number((double)(est > s.tokens ? est : s.tokens)));
-	}
-	traj = jv_object_set(traj, jv_string("wall_s"), jv_number((double)(long)(elapsed(&s) * 1000) / 1000));
-	traj = jv_object_set(traj, jv_string("confined"), jv_bool(!cfg->unconfined));
-	jv limits = jv_object();
-	limits = jv_object_set(limits, jv_string("max_turns"), jv_number((double)cfg->max_turns));
-	limits = jv_object_set(limits, jv_string("max_context"), jv_number((double)cfg->max_context));
-	limits = jv_object_set(limits, jv_string("max_time_s"), jv_number(cfg->max_time));
-	limits = jv_object_set(limits, jv_string("command_time_s"), jv_number(cfg->command_time));
-	traj = jv_object_set(traj, jv_string("limits"), limits);
-	traj = jv_object_set(traj, jv_string("messages"), s.messages);
-	traj = jv_object_set(traj, jv_string("snapshots"), s.snapshots);
-	jv candidate = jv_invalid();
+	jv traj = trajectory(&s);
 	if (s.tools) {
 		int truncated;
 		jv files = workspace_files(s.ws, &truncated);
 		/* The final files are also the record's candidate, so ca-agent | ca-verify scores them. */
-		candidate = jv_object_set(jv_object(), jv_string("files"), jv_copy(files));
+		task = jv_object_set(task, jv_string("candidate"), jv_object_set(jv_object(), jv_string("files"), jv_copy(files)));
 		jv final = jv_object_set(jv_object(), jv_string("files"), files);
 		if (truncated)
 			final = jv_object_set(final, jv_string("files_truncated"), jv_true());
@@ -1354,13 +1404,9 @@ static jv run_task(const struct config *cfg, jv task, long index, const char *ta
 	}
 	if (cfg->keep)
 		traj = jv_object_set(traj, jv_string("workspace"), jv_string(s.ws));
-	free(detail);
+	free(s.detail);
 	jv_free(idv);
 	jv_free(codev);
-	if (jv_is_valid(candidate))
-		task = jv_object_set(task, jv_string("candidate"), candidate);
-	else
-		jv_free(candidate);
 	return jv_object_set(task, jv_string("trajectory"), traj);
 }
 
