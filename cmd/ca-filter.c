@@ -926,7 +926,8 @@ static int split_gpus(const char *text)
 	return cfg.ngpus ? 0 : -1;
 }
 
-int main(int argc, char **argv)
+/* The options into cfg; *progress when --progress was given. Whether only fingerprints are asked. */
+static int parse_options(int argc, char **argv, int *progress)
 {
 	static const struct option longopts[] = {
 		{"against", required_argument, NULL, 'a'},
@@ -950,8 +951,7 @@ int main(int argc, char **argv)
 		{"unbuffered", no_argument, NULL, 'u'},
 		{NULL, 0, NULL, 0},
 	};
-	int c, progress = 0, fingerprint_only = 0;
-	ca_err_init(argv[0]);
+	int c, fingerprint_only = 0;
 	while ((c = getopt_long(argc, argv, "hj:u", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'a': cfg.against = optarg; break;
@@ -980,7 +980,7 @@ int main(int argc, char **argv)
 			break;
 		case 'j': cfg.jobs = ca_opt_long("-j", optarg, 1, 256); break;
 		case 'm': cfg.min_ms = ca_opt_double("--min-ms", optarg, 0, 1e9); break;
-		case 'P': ca_ndjson_set_progress(1), progress = 1; break;
+		case 'P': ca_ndjson_set_progress(1), *progress = 1; break;
 		case 'R': cfg.rtol = ca_opt_double("--rtol", optarg, 0, 1e9); break;
 		case 's': cfg.seed = ca_opt_long("--seed", optarg, 0, (long long)1 << 31); break;
 		case 'S': cfg.max_sim = ca_opt_double("--max-sim", optarg, 0, 1); break;
@@ -989,16 +989,17 @@ int main(int argc, char **argv)
 		default: ca_opt_common(c, usage_text);
 		}
 	}
-	if (fingerprint_only)
-		return ca_ndjson_map(argc - optind, argv + optind, add_fingerprint, NULL);
-	if (cfg.jobs == 0) {
-		long n = sysconf(_SC_NPROCESSORS_ONLN);
-		cfg.jobs = n < 1 ? 1 : n > 16 ? 16 : n;
-	}
-	load_references();
-	/* One lock file serialises GPU timing across workers (and across
-	 * ca-filter processes that share one GPU, given CA_FILTER_TIMING_LOCK). */
-	const char *shared_lock = getenv("CA_FILTER_TIMING_LOCK");
+	return fingerprint_only;
+}
+
+/*
+ * The sandbox's root directory (with --sandbox) and the timing lock: one
+ * lock file serialises GPU timing across workers (and across ca-filter
+ * processes that share one GPU, given $CA_FILTER_TIMING_LOCK as
+ * shared_lock, else NULL). Its descriptor, or -1 (then lock_path is empty).
+ */
+static int open_timing_lock(const char *shared_lock)
+{
 	const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
 	if (cfg.sandbox) {
 		snprintf(sandbox_bin, sizeof sandbox_bin, "%s/ca-sandbox", ca_paths_bindir());
@@ -1008,13 +1009,13 @@ int main(int argc, char **argv)
 		if (!mkdtemp(sandbox_root) || chmod(sandbox_root, 0755) != 0)
 			ca_err_die_sys(CA_EXIT_SYSTEM, "cannot make a directory in %s", tmp);
 	}
-	if (shared_lock && *shared_lock)
+	if (shared_lock)
 		snprintf(lock_path, sizeof lock_path, "%s", shared_lock);
 	else if (cfg.sandbox)
 		snprintf(lock_path, sizeof lock_path, "%s/lock/timing", sandbox_root);
 	else
 		snprintf(lock_path, sizeof lock_path, "%s/ca-filter-timing.%ld.lock", tmp, (long)getpid());
-	if (cfg.sandbox && !(shared_lock && *shared_lock)) {
+	if (cfg.sandbox && !shared_lock) {
 		char dir[PATH_MAX + 8];
 		snprintf(dir, sizeof dir, "%s/lock", sandbox_root);
 		if (mkdir(dir, 0755) != 0)
@@ -1023,6 +1024,12 @@ int main(int argc, char **argv)
 	int lock_fd = open(lock_path, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
 	if (lock_fd < 0)
 		lock_path[0] = '\0';
+	return lock_fd;
+}
+
+/* cfg.jobs workers, all started now, while the input is still coming; their pool contexts. */
+static void **start_workers(void)
+{
 	workers = ca_xcalloc((size_t)cfg.jobs, sizeof *workers);
 	void **contexts = ca_xcalloc((size_t)cfg.jobs, sizeof *contexts);
 	for (long long i = 0; i < cfg.jobs; i++) {
@@ -1031,9 +1038,27 @@ int main(int argc, char **argv)
 		workers[i].index = (int)i;
 		contexts[i] = &workers[i];
 	}
-	/* All workers start now, together, while the input is still coming. */
 	for (long long i = 0; i < cfg.jobs; i++)
 		spawn_worker(&workers[i]);
+	return contexts;
+}
+
+int main(int argc, char **argv)
+{
+	int progress = 0;
+	ca_err_init(argv[0]);
+	if (parse_options(argc, argv, &progress))
+		return ca_ndjson_map(argc - optind, argv + optind, add_fingerprint, NULL);
+	if (cfg.jobs == 0) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		cfg.jobs = n < 1 ? 1 : n > 16 ? 16 : n;
+	}
+	load_references();
+	const char *shared_lock = getenv("CA_FILTER_TIMING_LOCK");
+	if (shared_lock && !*shared_lock)
+		shared_lock = NULL;
+	int lock_fd = open_timing_lock(shared_lock);
+	void **contexts = start_workers();
 	struct sigaction sa = {0};
 	sa.sa_handler = on_stop;
 	sigemptyset(&sa.sa_mask);
@@ -1049,7 +1074,7 @@ int main(int argc, char **argv)
 	free(contexts);
 	if (lock_fd >= 0) {
 		close(lock_fd);
-		if (!(shared_lock && *shared_lock))
+		if (!shared_lock)
 			unlink(lock_path);
 	}
 	if (sandbox_root[0])
