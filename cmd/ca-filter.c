@@ -287,7 +287,7 @@ static char **worker_env(int index)
 	size_t n = 0;
 	while (environ[n])
 		n++;
-	char **env = ca_xcalloc(n + 5, sizeof *env);
+	char **env = ca_xcalloc(n + 6, sizeof *env);
 	size_t k = 0;
 	/* Workers compile in parallel already; inductor's own pool of
 	 * compile processes per worker would oversubscribe the cores. */
@@ -296,7 +296,7 @@ static char **worker_env(int index)
 	for (size_t i = 0; i < n; i++) {
 		if (cfg.ngpus && !strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21))
 			continue;
-		if (!strncmp(environ[i], "CA_SYNTH_TIMING_LOCK=", 21))
+		if (!strncmp(environ[i], "CA_SYNTH_TIMING_LOCK=", 21) || !strncmp(environ[i], "CA_CUPTI_LIB=", 13))
 			continue;
 		env[k++] = ca_xstrdup(environ[i]);
 	}
@@ -307,6 +307,13 @@ static char **worker_env(int index)
 	}
 	snprintf(buf, sizeof buf, "CA_SYNTH_TIMING_LOCK=%s", lock_path);
 	env[k++] = ca_xstrdup(buf);
+	/* The workload check times with ca-profile's loop, CUPTI's window included (see ca_runner.time_model). */
+	snprintf(buf, sizeof buf, "%s/libca-cupti.so", ca_paths_bindir());
+	if (strcmp(cfg.device, "cpu") != 0 && access(buf, R_OK) == 0) {
+		char val[PATH_MAX + 80];
+		snprintf(val, sizeof val, "CA_CUPTI_LIB=%s", buf);
+		env[k++] = ca_xstrdup(val);
+	}
 	env[k] = NULL;
 	return env;
 }
@@ -341,7 +348,7 @@ static void tail_of_log(struct worker *w, char *out, size_t n)
 static char **sandbox_argv(struct worker *w, const char *const *cmd)
 {
 	static const char *const pass[] = {"LD_LIBRARY_PATH=", "PYTHON", "CUDA_HOME=", "CUDA_VISIBLE_DEVICES=",
-	                                   "NVIDIA_", "CA_SYNTH_", "TORCH", "TRITON_", "OMP_NUM_THREADS=", NULL};
+	                                   "NVIDIA_", "CA_SYNTH_", "CA_CUPTI_LIB=", "TORCH", "TRITON_", "OMP_NUM_THREADS=", NULL};
 	char dir[PATH_MAX + 32], lock_dir[PATH_MAX];
 	snprintf(dir, sizeof dir, "%s/w%d", sandbox_root, w->index);
 	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {

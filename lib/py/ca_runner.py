@@ -1246,6 +1246,31 @@ class Worker:
         return _median(samples)
 
 
+_clock_worker = None
+
+
+def time_model(task, model, seeds, warmup, iters, compiled=None):
+    """op_time's timed loop for a caller in this process that holds a
+    task (anything with get_inputs) and its model on the GPU: ca_synth's
+    workload check clocks the eager and the compiled model exactly as
+    ca-profile clocks its baselines (each call's inputs drawn under its
+    seed right before it, the L2 flushed, CUPTI's window when the shim
+    loads). The loop's protocol lines go nowhere. op_time's reply."""
+    global _proto, _clock_worker
+    if _clock_worker is None:
+        _clock_worker = Worker("reference", "cuda")
+    w = _clock_worker
+    w.task, w.gen, w.model, w.compiled = task, None, model, compiled
+    saved, _proto = _proto, open(os.devnull, "w")
+    try:
+        return w.op_time({"mode": "eager" if compiled is None else "compile", "warmup": warmup,
+                          "iters": iters, "seeds": list(seeds), "trace": True})
+    finally:
+        _proto.close()
+        _proto = saved
+        w.task = w.model = w.compiled = None
+
+
 def _without(kernels, flush, iters):
     """kernels less iters L2 flushes (flush as _flush_kernels gives it)."""
     out = []

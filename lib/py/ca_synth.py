@@ -26,9 +26,10 @@ import os
 import re
 import sys
 import time
+import types
 import warnings
 
-import ca_clock
+import ca_runner
 
 warnings.filterwarnings("ignore")
 
@@ -722,10 +723,14 @@ def run_check(req, torch, hello):
         if req.get("compile", True):
             skipped.append("compile: the task was already rejected")
         return res
+    # Timed as ca-profile times its baselines: evaluation mode, each call's
+    # inputs drawn under a seed of its own.
+    task = types.SimpleNamespace(get_inputs=ns["get_inputs"])
+    del xs
+    seeds = [seed + 1 + i for i in range(warmup + iters)]
     if timing:
         try:
-            with torch.no_grad():
-                res["eager_ms"] = time_ms(torch, m, xs, warmup, iters)
+            res["eager_ms"] = time_ms(task, m.eval(), seeds, warmup, iters)
         except Exception as e:  # noqa: BLE001
             reasons.append("eager timing: %s: %s" % (type(e).__name__, short(e)))
             return res
@@ -756,9 +761,11 @@ def run_check(req, torch, hello):
                 if not ok:
                     reasons.append("compile: output differs from eager beyond atol %g rtol %g" % (atol, rtol))
             del t1, tc
+            del xsc
             if timing and checks["compile"]:
-                with torch.no_grad():
-                    res["compile_ms"] = time_ms(torch, cm, xsc, warmup, iters)
+                # evaluation mode, as ca-profile compiles it: dynamo
+                # recompiles in the warm-up calls
+                res["compile_ms"] = time_ms(task, mc.eval(), seeds, warmup, iters, cm)
         except Exception as e:  # noqa: BLE001
             checks["compile"] = False
             reasons.append("compile: %s: %s" % (type(e).__name__, short(e)))
@@ -767,29 +774,32 @@ def run_check(req, torch, hello):
     return res
 
 
-def time_ms(torch, fn, xs, warmup, iters):
+def time_ms(task, model, seeds, warmup, iters, compiled=None):
     # Workers share the GPU: the timed part runs alone, under a lock file
     # ca-filter names, so one task's timing is not another's compile.
     path = os.environ.get("CA_SYNTH_TIMING_LOCK")
-    if not path:
-        return time_ms_unlocked(torch, fn, xs, warmup, iters)
+    lock = None
+    if path:
+        try:
+            # read-only is enough for flock, and all a sandboxed worker gets
+            lock = open(path, "r")
+        except OSError:
+            lock = None
+    if lock is None:
+        return time_ms_unlocked(task, model, seeds, warmup, iters, compiled)
     import fcntl
-    try:
-        # read-only is enough for flock, and all a sandboxed worker gets
-        lock = open(path, "r")
-    except OSError:
-        return time_ms_unlocked(torch, fn, xs, warmup, iters)
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            return time_ms_unlocked(torch, fn, xs, warmup, iters)
+            return time_ms_unlocked(task, model, seeds, warmup, iters, compiled)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def time_ms_unlocked(torch, fn, xs, warmup, iters):
-    # Clocked as ca-profile clocks the eager baseline the reward divides by.
-    return ca_clock.eager_ms(torch, fn, xs, warmup, iters)
+def time_ms_unlocked(task, model, seeds, warmup, iters, compiled=None):
+    # ca-profile's own timed loop (ca_runner.time_model): one clock for the
+    # workload check and the baselines the reward divides by.
+    return ca_runner.time_model(task, model, seeds, warmup, iters, compiled)["median_us"] / 1000.0
 
 
 def short(e):
