@@ -491,7 +491,140 @@ static jv trusted_result(const struct ca_buf *out, const char **problem)
 	return jv_null();
 }
 
-/* Run a trusted evaluation command on a snapshot; returns the observation. */
+/*
+ * One trusted command (cmd, its tool name which) on a snapshot of the
+ * workspace in dir: its status, output and error into out and err, or -1
+ * with *why (allocated) when it could not run.
+ */
+static int exec_trusted(struct session *s, const char *which, const char *cmd, jv args, jv files, const char *dir,
+		struct ca_buf *out, struct ca_buf *err, char **why)
+{
+	if (materialize(dir, files, s->code) != 0) {
+		*why = ca_xstrdup(strerror(errno));
+		return -1;
+	}
+	int nargs = jv_array_length(jv_copy(args));
+	const char **argv = ca_xcalloc((size_t)nargs + 8, sizeof *argv);
+	size_t n = 0;
+	char script[PATH_MAX + 64];
+	snprintf(script, sizeof script, "%s \"$@\"", cmd);
+	argv[n++] = "/bin/sh";
+	argv[n++] = "-c";
+	argv[n++] = script;
+	argv[n++] = which;
+	for (int i = 0; i < nargs; i++) {
+		jv a = jv_array_get(jv_copy(args), i);
+		argv[n++] = jv_string_value(a);   /* args holds a reference */
+		jv_free(a);
+	}
+	argv[n++] = dir;
+	argv[n] = NULL;
+	struct ca_proc p;
+	ca_proc_init(&p, argv);
+	p.cwd = s->state;
+	p.timeout_s = s->cfg->eval_time;
+	p.die_with_parent = 1;
+	running_proc = &p;
+	int status = ca_proc_capture(&p, NULL, 0, out, err, MAX_TRUSTED_OUTPUT);
+	running_proc = NULL;
+	if (status < 0)
+		*why = ca_xstrdup(strerror(errno));
+	free(argv);
+	return status;
+}
+
+/* The snapshot of a trusted command's run (files and result consumed), appended to the session's. */
+static void add_snapshot(struct session *s, int index, const char *which, jv args, jv files, int truncated,
+		int status, jv result, const char *problem)
+{
+	jv snap = jv_object();
+	snap = jv_object_set(snap, jv_string("index"), jv_number(index));
+	snap = jv_object_set(snap, jv_string("turn"), jv_number(s->turn));
+	snap = jv_object_set(snap, jv_string("t_s"), jv_number((double)(long)(elapsed(s) * 1000) / 1000));
+	snap = jv_object_set(snap, jv_string("command"), jv_string(which));
+	snap = jv_object_set(snap, jv_string("args"), jv_copy(args));
+	snap = jv_object_set(snap, jv_string("files"), files);
+	if (truncated)
+		snap = jv_object_set(snap, jv_string("files_truncated"), jv_true());
+	snap = jv_object_set(snap, jv_string("status"), status >= 0 ? jv_number(status) : jv_null());
+	snap = jv_object_set(snap, jv_string("result"), result);
+	if (problem)
+		snap = jv_object_set(snap, jv_string("error"), jv_string(problem));
+	s->snapshots = jv_array_append(s->snapshots, snap);
+}
+
+/*
+ * What the agent sees of a trusted command's record (borrowed): the field
+ * the command added (ca-profile's with the verify beside it), the whole
+ * record for ca-build; null when there is none.
+ */
+static jv trusted_field_view(jv result, const char *field)
+{
+	if (jv_get_kind(result) != JV_KIND_OBJECT)
+		return jv_null();
+	if (!field)
+		return jv_copy(result);
+	jv f = obj_get(result, field);
+	if (jv_get_kind(f) != JV_KIND_OBJECT) {
+		jv_free(f);
+		return jv_null();
+	}
+	jv view = jv_object_set(jv_object(), jv_string(field), f);
+	if (!strcmp(field, "profile")) {
+		jv v = obj_get(result, "verify");
+		if (jv_get_kind(v) != JV_KIND_NULL)
+			view = jv_object_set(view, jv_string("verify"), v);
+		else
+			jv_free(v);
+	}
+	return view;
+}
+
+/*
+ * The observation of a trusted command that ran (result borrowed): its
+ * view or raw output, its errors, a status other than 0, and a note when
+ * the evaluator itself failed.
+ */
+static char *trusted_observation(const struct config *cfg, const char *which, int status, jv result,
+		struct ca_buf *out, struct ca_buf *err)
+{
+	const char *field = !strcmp(which, "ca-verify") ? "verify" : !strcmp(which, "ca-profile") ? "profile" : NULL;
+	jv view = trusted_field_view(result, field);
+	char *b;
+	if (jv_get_kind(view) != JV_KIND_NULL) {
+		jv dumped = jv_dump_string(view, JV_PRINT_PRETTY | JV_PRINT_SPACE1);
+		b = ca_tools_truncate(jv_string_value(dumped), strlen(jv_string_value(dumped)), (size_t)cfg->max_output);
+		jv_free(dumped);
+	} else {
+		jv_free(view);
+		b = ca_tools_truncate_buf(out, out->len, NULL, (size_t)cfg->max_output);
+	}
+	char *e = err->len ? ca_tools_truncate_buf(err, err->len, NULL, 4000) : NULL;
+	size_t len = strlen(b) + (e ? strlen(e) : 0) + 128;
+	char *shown = ca_xmalloc(len);
+	snprintf(shown, len, "%s%s%s", b, e ? "\n" : "", e ? e : "");
+	if (status != 0) {
+		size_t used = strlen(shown);
+		snprintf(shown + used, len - used, "\n[%s exit status %d%s]", which, status,
+			status == CA_PROC_TIMEOUT_STATUS ? ": time limit" : "");
+	}
+	if (field && evaluator_failed(result, field)) {
+		const char *note = "\n[the evaluator itself failed, not your kernel: this result says nothing about "
+			"your code; run the command again later]";
+		shown = ca_xrealloc(shown, strlen(shown) + strlen(note) + 1);
+		strcat(shown, note);
+	}
+	free(b);
+	free(e);
+	return shown;
+}
+
+/*
+ * The agent's ca-build, ca-verify or ca-profile: the configured trusted
+ * command on a snapshot of the workspace, recorded in the session's
+ * snapshots; what the agent sees (allocated), *is_error when it could
+ * not run.
+ */
 static char *run_trusted(struct session *s, const char *which, jv args, int *is_error)
 {
 	const struct config *cfg = s->cfg;
@@ -503,39 +636,8 @@ static char *run_trusted(struct session *s, const char *which, jv args, int *is_
 	const char *cmd = !strcmp(which, "ca-build") ? cfg->build_cmd
 		: !strcmp(which, "ca-verify") ? cfg->verify_cmd : cfg->profile_cmd;
 	struct ca_buf out = {.keep_tail = 1}, err = {.keep_tail = 1};
-	int status = -1;
 	char *why = NULL;
-	if (materialize(dir, files, s->code) != 0) {
-		why = ca_xstrdup(strerror(errno));
-	} else {
-		int nargs = jv_array_length(jv_copy(args));
-		const char **argv = ca_xcalloc((size_t)nargs + 8, sizeof *argv);
-		size_t n = 0;
-		char script[PATH_MAX + 64];
-		snprintf(script, sizeof script, "%s \"$@\"", cmd);
-		argv[n++] = "/bin/sh";
-		argv[n++] = "-c";
-		argv[n++] = script;
-		argv[n++] = which;
-		for (int i = 0; i < nargs; i++) {
-			jv a = jv_array_get(jv_copy(args), i);
-			argv[n++] = jv_string_value(a);   /* args holds a reference */
-			jv_free(a);
-		}
-		argv[n++] = dir;
-		argv[n] = NULL;
-		struct ca_proc p;
-		ca_proc_init(&p, argv);
-		p.cwd = s->state;
-		p.timeout_s = cfg->eval_time;
-		p.die_with_parent = 1;
-		running_proc = &p;
-		status = ca_proc_capture(&p, NULL, 0, &out, &err, MAX_TRUSTED_OUTPUT);
-		running_proc = NULL;
-		if (status < 0)
-			why = ca_xstrdup(strerror(errno));
-		free(argv);
-	}
+	int status = exec_trusted(s, which, cmd, args, files, dir, &out, &err, &why);
 	const char *problem = NULL;
 	jv result = trusted_result(&out, &problem);
 	if (problem && human(args))
@@ -548,74 +650,15 @@ static char *run_trusted(struct session *s, const char *which, jv args, int *is_
 		*s->status = ca_err_worst(*s->status, CA_EXIT_SYSTEM);
 		s->told_result |= bit;
 	}
-	jv snap = jv_object();
-	snap = jv_object_set(snap, jv_string("index"), jv_number(index));
-	snap = jv_object_set(snap, jv_string("turn"), jv_number(s->turn));
-	snap = jv_object_set(snap, jv_string("t_s"), jv_number((double)(long)(elapsed(s) * 1000) / 1000));
-	snap = jv_object_set(snap, jv_string("command"), jv_string(which));
-	snap = jv_object_set(snap, jv_string("args"), jv_copy(args));
-	snap = jv_object_set(snap, jv_string("files"), files);
-	if (truncated)
-		snap = jv_object_set(snap, jv_string("files_truncated"), jv_true());
-	snap = jv_object_set(snap, jv_string("status"), status >= 0 ? jv_number(status) : jv_null());
-	snap = jv_object_set(snap, jv_string("result"), jv_copy(result));
-	if (problem)
-		snap = jv_object_set(snap, jv_string("error"), jv_string(problem));
-	s->snapshots = jv_array_append(s->snapshots, snap);
-
-	/* What the agent sees: the field the command added, else its raw output. */
-	const char *field = !strcmp(which, "ca-verify") ? "verify" : !strcmp(which, "ca-profile") ? "profile" : NULL;
-	char *shown = NULL;
+	add_snapshot(s, index, which, args, files, truncated, status, jv_copy(result), problem);
+	char *shown;
 	if (why) {
 		*is_error = 1;
 		size_t len = strlen(why) + 64;
 		shown = ca_xmalloc(len);
 		snprintf(shown, len, "error: %s could not run: %s", which, why);
 	} else {
-		jv view = jv_null();
-		if (field && jv_get_kind(result) == JV_KIND_OBJECT) {
-			jv f = obj_get(result, field);
-			if (jv_get_kind(f) == JV_KIND_OBJECT) {
-				view = jv_object_set(jv_object(), jv_string(field), f);
-				if (!strcmp(field, "profile")) {
-					jv v = obj_get(result, "verify");
-					if (jv_get_kind(v) != JV_KIND_NULL)
-						view = jv_object_set(view, jv_string("verify"), v);
-					else
-						jv_free(v);
-				}
-			} else {
-				jv_free(f);
-			}
-		} else if (!field && jv_get_kind(result) == JV_KIND_OBJECT) {
-			view = jv_copy(result);
-		}
-		char *b;
-		if (jv_get_kind(view) != JV_KIND_NULL) {
-			jv dumped = jv_dump_string(view, JV_PRINT_PRETTY | JV_PRINT_SPACE1);
-			b = ca_tools_truncate(jv_string_value(dumped), strlen(jv_string_value(dumped)), (size_t)cfg->max_output);
-			jv_free(dumped);
-		} else {
-			jv_free(view);
-			b = ca_tools_truncate_buf(&out, out.len, NULL, (size_t)cfg->max_output);
-		}
-		char *e = err.len ? ca_tools_truncate_buf(&err, err.len, NULL, 4000) : NULL;
-		size_t len = strlen(b) + (e ? strlen(e) : 0) + 128;
-		shown = ca_xmalloc(len);
-		snprintf(shown, len, "%s%s%s%s", b, e ? "\n" : "", e ? e : "", "");
-		if (status != 0) {
-			size_t used = strlen(shown);
-			snprintf(shown + used, len - used, "\n[%s exit status %d%s]", which, status,
-				status == CA_PROC_TIMEOUT_STATUS ? ": time limit" : "");
-		}
-		if (field && evaluator_failed(result, field)) {
-			const char *note = "\n[the evaluator itself failed, not your kernel: this result says nothing about "
-				"your code; run the command again later]";
-			shown = ca_xrealloc(shown, strlen(shown) + strlen(note) + 1);
-			strcat(shown, note);
-		}
-		free(b);
-		free(e);
+		shown = trusted_observation(cfg, which, status, result, &out, &err);
 	}
 	jv_free(result);
 	ca_buf_free(&out);
