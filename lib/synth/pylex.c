@@ -49,172 +49,248 @@ static const char *const ops3[] = {"**=", "//=", ">>=", "<<=", "...", NULL};
 static const char *const ops2[] = {"**", "//", "==", "!=", "<=", ">=", "->", "+=", "-=", "*=", "/=",
                                    "%=", "&=", "|=", "^=", "<<", ">>", ":=", "@=", NULL};
 
+/* The tokenizer's state: the source, where it is, the tokens so far, the open indentation levels and brackets. */
+struct lexer {
+	const char *src;
+	size_t len, i;
+	struct toks t;
+	int indents[256];
+	int nindent, depth, line, at_line_start;
+	const char *why;
+};
+
+enum { LINE_TOKENS, LINE_SKIPPED, LINE_END, LINE_FAIL };
+
+/*
+ * At the start of a logical line: a blank or comment-only line skipped
+ * (LINE_SKIPPED), the end of the source (LINE_END), or the line's
+ * indentation turned into INDENT or DEDENT tokens (LINE_TOKENS; LINE_FAIL
+ * with x->why).
+ */
+static int line_start(struct lexer *x)
+{
+	const char *src = x->src;
+	int col = 0;
+	size_t j = x->i;
+	while (j < x->len && (src[j] == ' ' || src[j] == '\t' || src[j] == '\f')) {
+		col = src[j] == '\t' ? (col / 8 + 1) * 8 : src[j] == ' ' ? col + 1 : 0;
+		j++;
+	}
+	if (j >= x->len)
+		return LINE_END;
+	if (src[j] == '#' || src[j] == '\n' || src[j] == '\r') {
+		/* blank or comment-only line: no indentation change */
+		while (j < x->len && src[j] != '\n')
+			j++;
+		x->i = j + 1;
+		x->line++;
+		return LINE_SKIPPED;
+	}
+	if (col > x->indents[x->nindent - 1]) {
+		if (x->nindent == (int)(sizeof x->indents / sizeof x->indents[0])) {
+			x->why = "indentation too deep";
+			return LINE_FAIL;
+		}
+		x->indents[x->nindent++] = col;
+		push(&x->t, CA_PY_INDENT, src + j, 0, x->line);
+	} else {
+		while (col < x->indents[x->nindent - 1]) {
+			x->nindent--;
+			push(&x->t, CA_PY_DEDENT, src + j, 0, x->line);
+		}
+		if (col != x->indents[x->nindent - 1]) {
+			x->why = "unindent does not match any outer indentation level";
+			return LINE_FAIL;
+		}
+	}
+	x->i = j;
+	x->at_line_start = 0;
+	return LINE_TOKENS;
+}
+
+/* The end of the number that starts at src[i]. */
+static size_t number_end(const char *src, size_t len, size_t i)
+{
+	int hex = src[i] == '0' && i + 1 < len && (src[i + 1] == 'x' || src[i + 1] == 'X');
+	while (i < len) {
+		char d = src[i];
+		if (!hex && (d == 'e' || d == 'E') && i + 1 < len && (src[i + 1] == '+' || src[i + 1] == '-')) {
+			i += 2;
+			continue;
+		}
+		if (!(is_name_char((unsigned char)d) || d == '.'))
+			break;
+		i++;
+	}
+	return i;
+}
+
+/*
+ * The string whose quote is at x->i (its prefix, if any, from start):
+ * pushed, x->i past it, lines counted. -1 with x->why when it does not end.
+ */
+static int string_token(struct lexer *x, size_t start)
+{
+	const char *src = x->src;
+	size_t len = x->len, i = x->i;
+	char q = src[i];
+	int triple = i + 2 < len && src[i + 1] == q && src[i + 2] == q;
+	i += triple ? 3 : 1;
+	for (;;) {
+		if (i >= len) {
+			x->why = "unterminated string";
+			return -1;
+		}
+		if (src[i] == '\\') {
+			if (i + 1 < len && src[i + 1] == '\n')
+				x->line++;
+			i += 2;
+			continue;
+		}
+		if (src[i] == '\n') {
+			if (!triple) {
+				x->why = "unterminated string";
+				return -1;
+			}
+			x->line++;
+		}
+		if (src[i] == q) {
+			if (!triple) {
+				i++;
+				break;
+			}
+			if (i + 2 < len && src[i + 1] == q && src[i + 2] == q) {
+				i += 3;
+				break;
+			}
+		}
+		i++;
+	}
+	push(&x->t, CA_PY_STRING, src + start, i - start, x->line);
+	x->i = i;
+	return 0;
+}
+
+/* The operator or delimiter at x->i, pushed; brackets counted (a newline inside them joins lines). */
+static void op_token(struct lexer *x)
+{
+	const char *src = x->src;
+	size_t len = x->len, i = x->i, oplen = 1;
+	for (int k = 0; ops3[k]; k++)
+		if (i + 3 <= len && !memcmp(src + i, ops3[k], 3))
+			oplen = 3;
+	if (oplen == 1)
+		for (int k = 0; ops2[k]; k++)
+			if (i + 2 <= len && !memcmp(src + i, ops2[k], 2))
+				oplen = 2;
+	if (oplen == 1) {
+		if (strchr("([{", src[i]))
+			x->depth++;
+		else if (strchr(")]}", src[i]) && x->depth > 0)
+			x->depth--;
+	}
+	push(&x->t, CA_PY_OP, src + i, oplen, x->line);
+	x->i = i + oplen;
+}
+
+/*
+ * What needs no token at x->i (blanks, a comment, a backslash joining
+ * lines, a newline: NEWLINE pushed at the end of a logical line),
+ * skipped; 0 when there was none.
+ */
+static int skip_between(struct lexer *x)
+{
+	const char *src = x->src;
+	unsigned char c = (unsigned char)src[x->i];
+	if (c == ' ' || c == '\t' || c == '\f' || c == '\r') {
+		x->i++;
+		return 1;
+	}
+	if (c == '#') {
+		while (x->i < x->len && src[x->i] != '\n')
+			x->i++;
+		return 1;
+	}
+	if (c == '\\' && x->i + 1 < x->len && (src[x->i + 1] == '\n' || src[x->i + 1] == '\r')) {
+		x->i += src[x->i + 1] == '\r' && x->i + 2 < x->len && src[x->i + 2] == '\n' ? 3 : 2;
+		x->line++;
+		return 1;
+	}
+	if (c == '\n') {
+		if (x->depth == 0) {
+			struct toks *t = &x->t;
+			if (t->n && t->v[t->n - 1].kind != CA_PY_NEWLINE && t->v[t->n - 1].kind != CA_PY_INDENT &&
+			    t->v[t->n - 1].kind != CA_PY_DEDENT)
+				push(t, CA_PY_NEWLINE, src + x->i, 1, x->line);
+			x->at_line_start = 1;
+		}
+		x->line++;
+		x->i++;
+		return 1;
+	}
+	return 0;
+}
+
+/* The next token at x->i (a name, number, string or operator), pushed. -1 with x->why. */
+static int next_token(struct lexer *x)
+{
+	const char *src = x->src;
+	size_t start = x->i;
+	unsigned char c = (unsigned char)src[start];
+	if (is_name_start(c)) {
+		while (x->i < x->len && is_name_char((unsigned char)src[x->i]))
+			x->i++;
+		if (x->i < x->len && (src[x->i] == '"' || src[x->i] == '\'') && is_string_prefix(src + start, x->i - start))
+			return string_token(x, start);
+		push(&x->t, CA_PY_NAME, src + start, x->i - start, x->line);
+		return 0;
+	}
+	if ((c >= '0' && c <= '9') || (c == '.' && start + 1 < x->len && src[start + 1] >= '0' && src[start + 1] <= '9')) {
+		x->i = number_end(src, x->len, start);
+		push(&x->t, CA_PY_NUMBER, src + start, x->i - start, x->line);
+		return 0;
+	}
+	if (c == '"' || c == '\'')
+		return string_token(x, start);
+	op_token(x);
+	return 0;
+}
+
 int ca_pylex_tokenize(const char *src, size_t len, struct ca_pylex_token **tokens,
                       size_t *ntokens, const char **why)
 {
-	struct toks t = {0};
-	int indents[256];
-	int nindent = 1, depth = 0, line = 1, at_line_start = 1;
-	size_t i = 0;
-	indents[0] = 0;
-	while (i < len) {
-		if (at_line_start && depth == 0) {
-			int col = 0;
-			size_t j = i;
-			while (j < len && (src[j] == ' ' || src[j] == '\t' || src[j] == '\f')) {
-				col = src[j] == '\t' ? (col / 8 + 1) * 8 : src[j] == ' ' ? col + 1 : 0;
-				j++;
-			}
-			if (j >= len)
+	struct lexer x = {.src = src, .len = len, .nindent = 1, .line = 1, .at_line_start = 1};
+	x.indents[0] = 0;
+	while (x.i < len) {
+		if (x.at_line_start && x.depth == 0) {
+			int r = line_start(&x);
+			if (r == LINE_END)
 				break;
-			if (src[j] == '#' || src[j] == '\n' || src[j] == '\r') {
-				/* blank or comment-only line: no indentation change */
-				while (j < len && src[j] != '\n')
-					j++;
-				i = j + 1;
-				line++;
+			if (r == LINE_SKIPPED)
 				continue;
-			}
-			if (col > indents[nindent - 1]) {
-				if (nindent == (int)(sizeof indents / sizeof indents[0])) {
-					*why = "indentation too deep";
-					goto fail;
-				}
-				indents[nindent++] = col;
-				push(&t, CA_PY_INDENT, src + j, 0, line);
-			} else {
-				while (col < indents[nindent - 1]) {
-					nindent--;
-					push(&t, CA_PY_DEDENT, src + j, 0, line);
-				}
-				if (col != indents[nindent - 1]) {
-					*why = "unindent does not match any outer indentation level";
-					goto fail;
-				}
-			}
-			i = j;
-			at_line_start = 0;
+			if (r == LINE_FAIL)
+				goto fail;
 		}
-		unsigned char c = (unsigned char)src[i];
-		if (c == ' ' || c == '\t' || c == '\f' || c == '\r') {
-			i++;
+		if (skip_between(&x))
 			continue;
-		}
-		if (c == '#') {
-			while (i < len && src[i] != '\n')
-				i++;
-			continue;
-		}
-		if (c == '\\' && i + 1 < len && (src[i + 1] == '\n' || src[i + 1] == '\r')) {
-			i += src[i + 1] == '\r' && i + 2 < len && src[i + 2] == '\n' ? 3 : 2;
-			line++;
-			continue;
-		}
-		if (c == '\n') {
-			if (depth == 0) {
-				if (t.n && t.v[t.n - 1].kind != CA_PY_NEWLINE && t.v[t.n - 1].kind != CA_PY_INDENT &&
-				    t.v[t.n - 1].kind != CA_PY_DEDENT)
-					push(&t, CA_PY_NEWLINE, src + i, 1, line);
-				at_line_start = 1;
-			}
-			line++;
-			i++;
-			continue;
-		}
-		size_t start = i;
-		if (is_name_start(c)) {
-			while (i < len && is_name_char((unsigned char)src[i]))
-				i++;
-			if (i < len && (src[i] == '"' || src[i] == '\'') && is_string_prefix(src + start, i - start)) {
-				c = (unsigned char)src[i];
-				goto string;
-			}
-			push(&t, CA_PY_NAME, src + start, i - start, line);
-			continue;
-		}
-		if ((c >= '0' && c <= '9') || (c == '.' && i + 1 < len && src[i + 1] >= '0' && src[i + 1] <= '9')) {
-			int hex = c == '0' && i + 1 < len && (src[i + 1] == 'x' || src[i + 1] == 'X');
-			while (i < len) {
-				char d = src[i];
-				if (!hex && (d == 'e' || d == 'E') && i + 1 < len && (src[i + 1] == '+' || src[i + 1] == '-')) {
-					i += 2;
-					continue;
-				}
-				if (!(is_name_char((unsigned char)d) || d == '.'))
-					break;
-				i++;
-			}
-			push(&t, CA_PY_NUMBER, src + start, i - start, line);
-			continue;
-		}
-		if (c == '"' || c == '\'') {
-		string:;
-			char q = (char)c;
-			int triple = i + 2 < len && src[i + 1] == q && src[i + 2] == q;
-			i += triple ? 3 : 1;
-			for (;;) {
-				if (i >= len) {
-					*why = "unterminated string";
-					goto fail;
-				}
-				if (src[i] == '\\') {
-					if (i + 1 < len && src[i + 1] == '\n')
-						line++;
-					i += 2;
-					continue;
-				}
-				if (src[i] == '\n') {
-					if (!triple) {
-						*why = "unterminated string";
-						goto fail;
-					}
-					line++;
-				}
-				if (src[i] == q) {
-					if (!triple) {
-						i++;
-						break;
-					}
-					if (i + 2 < len && src[i + 1] == q && src[i + 2] == q) {
-						i += 3;
-						break;
-					}
-				}
-				i++;
-			}
-			push(&t, CA_PY_STRING, src + start, i - start, line);
-			continue;
-		}
-		size_t oplen = 1;
-		for (int k = 0; ops3[k]; k++)
-			if (i + 3 <= len && !memcmp(src + i, ops3[k], 3))
-				oplen = 3;
-		if (oplen == 1)
-			for (int k = 0; ops2[k]; k++)
-				if (i + 2 <= len && !memcmp(src + i, ops2[k], 2))
-					oplen = 2;
-		if (oplen == 1) {
-			if (strchr("([{", c))
-				depth++;
-			else if (strchr(")]}", c) && depth > 0)
-				depth--;
-		}
-		push(&t, CA_PY_OP, src + i, oplen, line);
-		i += oplen;
+		if (next_token(&x) != 0)
+			goto fail;
 	}
-	if (t.n && t.v[t.n - 1].kind != CA_PY_NEWLINE && t.v[t.n - 1].kind != CA_PY_DEDENT &&
-	    t.v[t.n - 1].kind != CA_PY_INDENT)
-		push(&t, CA_PY_NEWLINE, src + len, 0, line);
-	while (nindent > 1) {
-		nindent--;
-		push(&t, CA_PY_DEDENT, src + len, 0, line);
+	struct toks *t = &x.t;
+	if (t->n && t->v[t->n - 1].kind != CA_PY_NEWLINE && t->v[t->n - 1].kind != CA_PY_DEDENT &&
+	    t->v[t->n - 1].kind != CA_PY_INDENT)
+		push(t, CA_PY_NEWLINE, src + len, 0, x.line);
+	while (x.nindent > 1) {
+		x.nindent--;
+		push(t, CA_PY_DEDENT, src + len, 0, x.line);
 	}
-	push(&t, CA_PY_END, src + len, 0, line);
-	*tokens = t.v;
-	*ntokens = t.n;
+	push(t, CA_PY_END, src + len, 0, x.line);
+	*tokens = t->v;
+	*ntokens = t->n;
 	return 0;
 fail:
-	free(t.v);
+	*why = x.why;
+	free(x.t.v);
 	return -1;
 }
 
