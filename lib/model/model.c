@@ -176,6 +176,19 @@ static int add_tensor(struct ca_model *m, int cap, const char *name, int ndim, i
 	return 0;
 }
 
+/* An attention projection of a layer: its weight [out, in], then its bias [out] when it has one. */
+static void add_projection(struct ca_model *m, int cap, int layer, const char *which, int64_t out, int64_t in,
+	int bias)
+{
+	char n[96];
+	snprintf(n, sizeof n, "model.layers.%d.self_attn.%s_proj.weight", layer, which);
+	add_tensor(m, cap, n, 2, out, in);
+	if (bias) {
+		snprintf(n, sizeof n, "model.layers.%d.self_attn.%s_proj.bias", layer, which);
+		add_tensor(m, cap, n, 1, out, 0);
+	}
+}
+
 /* The tensor table of a configuration, in the order we keep and write them. */
 static void build_table(struct ca_model *m)
 {
@@ -189,18 +202,10 @@ static void build_table(struct ca_model *m)
 	for (int l = 0; l < c->num_layers; l++) {
 #define LAYER(suffix, ...) (snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix), add_tensor(m, cap, n, __VA_ARGS__))
 		LAYER("input_layernorm.weight", 1, C, 0);
-		LAYER("self_attn.q_proj.weight", 2, QD, C);
-		if (c->qkv_bias)
-			LAYER("self_attn.q_proj.bias", 1, QD, 0);
-		LAYER("self_attn.k_proj.weight", 2, KD, C);
-		if (c->qkv_bias)
-			LAYER("self_attn.k_proj.bias", 1, KD, 0);
-		LAYER("self_attn.v_proj.weight", 2, KD, C);
-		if (c->qkv_bias)
-			LAYER("self_attn.v_proj.bias", 1, KD, 0);
-		LAYER("self_attn.o_proj.weight", 2, C, QD);
-		if (c->o_bias)
-			LAYER("self_attn.o_proj.bias", 1, C, 0);
+		add_projection(m, cap, l, "q", QD, C, c->qkv_bias);
+		add_projection(m, cap, l, "k", KD, C, c->qkv_bias);
+		add_projection(m, cap, l, "v", KD, C, c->qkv_bias);
+		add_projection(m, cap, l, "o", C, QD, c->o_bias);
 		if (c->qk_norm) {
 			LAYER("self_attn.q_norm.weight", 1, c->head_dim, 0);
 			LAYER("self_attn.k_norm.weight", 1, c->head_dim, 0);
