@@ -602,11 +602,7 @@ static jv complete(jv f, struct worker *w, jv answer)
 	f = jv_object_set(f, jv_string("eager_ms"), has_eager ? jv_number(round(eager * 1e4) / 1e4) : jv_null());
 	f = jv_object_set(f, jv_string("compile_ms"), ca_json_number(answer, "compile_ms", &compiled) == 1 ?
 	                  jv_number(round(compiled * 1e4) / 1e4) : jv_null());
-	jv shape = ca_json_get(answer, "output_shape");
-	if (jv_get_kind(shape) == JV_KIND_ARRAY)
-		f = jv_object_set(f, jv_string("output_shape"), shape);
-	else
-		jv_free(shape);
+	f = ca_json_copy_field(f, answer, "output_shape", JV_KIND_ARRAY);
 	jv c = ca_json_path(answer, "checks.executable");
 	int ran = jv_get_kind(c) == JV_KIND_TRUE;
 	jv_free(c);
