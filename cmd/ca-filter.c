@@ -1080,9 +1080,7 @@ int main(int argc, char **argv)
 		ca_err_warn("stopped by signal %d; every record read was written", (int)stop_signal);
 		exit_status = 128 + stop_signal;
 	}
-	for (size_t i = 0; i < cfg.ngpus; i++)
-		free(cfg.gpus[i]);
-	free(cfg.gpus);
+	ca_free_strings(cfg.gpus, cfg.ngpus);
 	if (isatty(2) || progress)
 		ca_err_warn("%lld accepted, %lld rejected", accepted, rejected);
 	return ca_err_finish(exit_status);

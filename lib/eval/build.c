@@ -528,9 +528,7 @@ void argv_append(struct argv_list *a, const struct argv_list *b)
 
 void argv_free(struct argv_list *a)
 {
-	for (size_t i = 0; i < a->n; i++)
-		free(a->v[i]);
-	free(a->v);
+	ca_free_strings(a->v, a->n);
 	memset(a, 0, sizeof *a);
 }
 
