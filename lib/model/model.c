@@ -527,25 +527,14 @@ double ca_model_adamw_step(struct ca_model *m, const struct ca_adamw *o)
 		m->adam_v = ca_xcalloc(m->nparams, sizeof(float));
 	}
 	double norm = ca_model_grad_norm(m);
-	/* As torch.nn.utils.clip_grad_norm_: scale by max / (norm + 1e-6) when above. */
-	float clip = 1.0f;
-	if (o->max_grad_norm > 0 && norm > o->max_grad_norm)
-		clip = (float)(o->max_grad_norm / (norm + 1e-6));
-	m->adam_step++;
-	double bc1 = 1.0 - pow(o->beta1, (double)m->adam_step);
-	double bc2 = 1.0 - pow(o->beta2, (double)m->adam_step);
-	float lr = (float)o->lr, b1 = (float)o->beta1, b2 = (float)o->beta2;
-	float step_size = (float)(o->lr / bc1);
-	float bc2_sqrt = (float)sqrt(bc2);
-	float decay = (float)(1.0 - o->lr * o->weight_decay);
+	struct ca_adamw_scalars s = ca_adamw_scalars(o, norm, ++m->adam_step);
 	for (size_t i = 0; i < m->nparams; i++) {
-		float g = m->grad[i] * clip;
-		float mi = m->adam_m[i] = b1 * m->adam_m[i] + (1.0f - b1) * g;
-		float vi = m->adam_v[i] = b2 * m->adam_v[i] + (1.0f - b2) * g * g;
-		float p = m->params[i] * decay;
-		m->params[i] = p - step_size * mi / (sqrtf(vi) / bc2_sqrt + (float)o->eps);
+		float g = m->grad[i] * s.clip;
+		float mi = m->adam_m[i] = s.beta1 * m->adam_m[i] + (1.0f - s.beta1) * g;
+		float vi = m->adam_v[i] = s.beta2 * m->adam_v[i] + (1.0f - s.beta2) * g * g;
+		float p = m->params[i] * s.decay;
+		m->params[i] = p - s.step_size * mi / (sqrtf(vi) / s.bc2_sqrt + s.eps);
 	}
-	(void)lr;
 	return norm;
 }
 
