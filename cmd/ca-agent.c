@@ -854,12 +854,7 @@ static jv sampled_tokens(jv response, jv choice)
 		jv_free(out);
 		return jv_invalid();
 	}
-	jv finish = obj_get(choice, "finish_reason");
-	if (jv_get_kind(finish) == JV_KIND_STRING)
-		out = jv_object_set(out, jv_string("finish_reason"), finish);
-	else
-		jv_free(finish);
-	return out;
+	return ca_json_copy_field(out, choice, "finish_reason", JV_KIND_STRING);
 }
 
 /* Extract the assistant message from policy output; jv_invalid with a reason when it is not one. */
@@ -1247,17 +1242,8 @@ static jv assistant_message(jv msg)
 	jv content = obj_get(msg, "content");
 	jv am = jv_object_set(jv_object(), jv_string("role"), jv_string("assistant"));
 	am = jv_object_set(am, jv_string("content"), jv_get_kind(content) == JV_KIND_STRING ? content : (jv_free(content), jv_null()));
-	jv reasoning = obj_get(msg, "reasoning_content");
-	if (jv_get_kind(reasoning) == JV_KIND_STRING)
-		am = jv_object_set(am, jv_string("reasoning_content"), reasoning);
-	else
-		jv_free(reasoning);
-	jv completion = obj_get(msg, "completion");
-	if (jv_get_kind(completion) == JV_KIND_OBJECT)
-		am = jv_object_set(am, jv_string("completion"), completion);
-	else
-		jv_free(completion);
-	return am;
+	am = ca_json_copy_field(am, msg, "reasoning_content", JV_KIND_STRING);
+	return ca_json_copy_field(am, msg, "completion", JV_KIND_OBJECT);
 }
 
 /* What one checked tool call observes: a trusted command on a snapshot, or the tool itself. */

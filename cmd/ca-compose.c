@@ -452,9 +452,7 @@ static int compose_tasks(const struct options *o, const struct pool *p, double t
 	}
 	if (llm_failures)
 		status = ca_err_worst(status, CA_EXIT_SYSTEM);
-	for (size_t i = 0; i < seen.cap; i++)
-		free(seen.key[i]);
-	free(seen.key);
+	ca_free_strings(seen.key, seen.cap);  /* a hash table: the empty slots are NULL */
 	return status;
 }
 

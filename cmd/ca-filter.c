@@ -609,11 +609,7 @@ static jv complete(jv f, struct worker *w, jv answer)
 	f = jv_object_set(f, jv_string("eager_ms"), has_eager ? jv_number(round(eager * 1e4) / 1e4) : jv_null());
 	f = jv_object_set(f, jv_string("compile_ms"), ca_json_number(answer, "compile_ms", &compiled) == 1 ?
 	                  jv_number(round(compiled * 1e4) / 1e4) : jv_null());
-	jv shape = ca_json_get(answer, "output_shape");
-	if (jv_get_kind(shape) == JV_KIND_ARRAY)
-		f = jv_object_set(f, jv_string("output_shape"), shape);
-	else
-		jv_free(shape);
+	f = ca_json_copy_field(f, answer, "output_shape", JV_KIND_ARRAY);
 	jv c = ca_json_path(answer, "checks.executable");
 	int ran = jv_get_kind(c) == JV_KIND_TRUE;
 	jv_free(c);
@@ -1091,9 +1087,7 @@ int main(int argc, char **argv)
 		ca_err_warn("stopped by signal %d; every record read was written", (int)stop_signal);
 		exit_status = 128 + stop_signal;
 	}
-	for (size_t i = 0; i < cfg.ngpus; i++)
-		free(cfg.gpus[i]);
-	free(cfg.gpus);
+	ca_free_strings(cfg.gpus, cfg.ngpus);
 	if (isatty(2) || progress)
 		ca_err_warn("%lld accepted, %lld rejected", accepted, rejected);
 	return ca_err_finish(exit_status);

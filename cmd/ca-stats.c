@@ -399,9 +399,7 @@ int main(int argc, char **argv)
 	free(records);
 	free(st.groups);
 	jv_free(st.index);
-	for (int i = 0; i < cfg.np; i++)
-		free(cfg.p_text[i]);
-	free(cfg.p_text);
+	ca_free_strings(cfg.p_text, (size_t)cfg.np);
 	free(cfg.p);
 	free(cfg.by);
 	return ca_err_finish(status);

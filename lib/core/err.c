@@ -146,6 +146,13 @@ char *ca_xstrdup(const char *s)
 	return memcpy(ca_xmalloc(n), s, n);
 }
 
+void ca_free_strings(char **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
 int ca_err_finish(int status)
 {
 	if (fflush(stdout) != 0 || ferror(stdout)) {

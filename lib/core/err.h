@@ -56,6 +56,8 @@ void *ca_xmalloc(size_t n);
 void *ca_xcalloc(size_t n, size_t size);
 void *ca_xrealloc(void *p, size_t n);
 char *ca_xstrdup(const char *s);
+/* Free the n strings of v (NULL ones allowed), then v itself. */
+void ca_free_strings(char **v, size_t n);
 
 /*
  * Flush stdout and report failure (for example ENOSPC on /dev/full):

@@ -115,6 +115,15 @@ char *ca_json_strdup(jv obj, const char *key)
 	return s;
 }
 
+jv ca_json_copy_field(jv dst, jv src, const char *key, jv_kind kind)
+{
+	jv v = ca_json_get(src, key);
+	if (jv_get_kind(v) == kind)
+		return jv_object_set(dst, jv_string(key), v);
+	jv_free(v);
+	return dst;
+}
+
 jv ca_json_num_or_null(double x)
 {
 	return isfinite(x) ? jv_number(x) : jv_null();

@@ -23,6 +23,8 @@ int ca_json_number(jv obj, const char *key, double *out);
 int ca_json_bool(jv obj, const char *key);
 /* String at key as a C string owned by the caller (malloc), or NULL. Borrows obj. */
 char *ca_json_strdup(jv obj, const char *key);
+/* dst (consumed) with src's field key set on it when that is of the given kind, else dst as it was. Borrows src. */
+jv ca_json_copy_field(jv dst, jv src, const char *key, jv_kind kind);
 /* jv number, or null when x is not finite (JSON has no NaN/Inf). */
 jv ca_json_num_or_null(double x);
 /*

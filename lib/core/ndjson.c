@@ -548,12 +548,24 @@ static int put(const char *text, size_t len)
 	return len == 0 || fwrite(text, 1, len, stdout) == len ? 0 : -1;
 }
 
-/* Write a value (consumed) as libjq prints it. */
+/* Write a value as libjq prints it. Borrows value. */
 static int put_jv(jv value)
 {
-	jv text = jv_dump_string(value, 0);
+	jv text = jv_dump_string(jv_copy(value), 0);
 	int rc = put(jv_string_value(text), (size_t)jv_string_length_bytes(jv_copy(text)));
 	jv_free(text);
+	return rc;
+}
+
+/* Write a member "key":value, copied from a source line's text when member is not NULL,
+ * else printed as libjq prints it. Borrows key and value. */
+static int put_member(const struct ca_json_member *member, jv key, jv value)
+{
+	int rc = member ? put(member->key.start, member->key.len) : put_jv(key);
+	if (rc == 0)
+		rc = put(":", 1);
+	if (rc == 0)
+		rc = member ? put(member->value.start, member->value.len) : put_jv(value);
 	return rc;
 }
 
@@ -617,27 +629,10 @@ static int write_from(jv record, struct source *sources, size_t nsources)
 			if (rc == 0 && !first)
 				rc = put(",", 1);
 			first = 0;
-			if (e) {
-				jv_free(key);
-				jv_free(value);
-				if (rc == 0)
-					rc = put(e->member->key.start, e->member->key.len);
-				if (rc == 0)
-					rc = put(":", 1);
-				if (rc == 0)
-					rc = put(e->member->value.start, e->member->value.len);
-				continue;
-			}
 			if (rc == 0)
-				rc = put_jv(key);
-			else
-				jv_free(key);
-			if (rc == 0)
-				rc = put(":", 1);
-			if (rc == 0)
-				rc = put_jv(value);
-			else
-				jv_free(value);
+				rc = put_member(e ? e->member : NULL, key, value);
+			jv_free(key);
+			jv_free(value);
 		}
 		if (rc == 0)
 			rc = put("}", 1);

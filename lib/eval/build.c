@@ -528,9 +528,7 @@ void argv_append(struct argv_list *a, const struct argv_list *b)
 
 void argv_free(struct argv_list *a)
 {
-	for (size_t i = 0; i < a->n; i++)
-		free(a->v[i]);
-	free(a->v);
+	ca_free_strings(a->v, a->n);
 	memset(a, 0, sizeof *a);
 }
 
@@ -969,13 +967,19 @@ static int prepare_flags(struct build *b)
 	return 0;
 }
 
+/* How every candidate's name starts: the format of the name, then the flavour. */
+static void name_begin(struct ca_sha256 *h, const char *flavour)
+{
+	ca_sha256_init(h);
+	ca_sha256_string(h, "ca-build 1");
+	ca_sha256_string(h, flavour);
+}
+
 /* The candidate's name: the flavour, architecture, compilers, flags, torch and every source. */
 static void workspace_hash(struct build *b)
 {
 	struct ca_sha256 h;
-	ca_sha256_init(&h);
-	ca_sha256_string(&h, "ca-build 1");
-	ca_sha256_string(&h, b->flavour);
+	name_begin(&h, b->flavour);
 	ca_sha256_string(&h, b->arch);
 	ca_sha256_string(&h, b->tools);
 	argv_hash(&h, &b->common);
@@ -1441,9 +1445,7 @@ static int read_workspace(struct build *b, const char *dir)
 static void kernelbench_result(struct build *b)
 {
 	struct ca_sha256 h;
-	ca_sha256_init(&h);
-	ca_sha256_string(&h, "ca-build 1");
-	ca_sha256_string(&h, b->flavour);
+	name_begin(&h, b->flavour);
 	for (size_t i = 0; i < b->src.n; i++) {
 		ca_sha256_string(&h, b->src.v[i].rel);
 		ca_sha256_update(&h, b->src.v[i].data, b->src.v[i].len);

@@ -40,6 +40,33 @@ static const char *label(const char *name)
 }
 
 /*
+ * What both loops gather beside the errors: the reference's range, and
+ * whether the candidate is all zeros or one value throughout (a degenerate
+ * output that a loose tolerance could otherwise pass).
+ */
+struct ref_range {
+	double absmax, min, max;
+	int cand_zero, cand_const;
+};
+
+static const struct ref_range range_empty = {0, INFINITY, -INFINITY, 1, 1};
+
+static inline void range_add(struct ref_range *g, double rv, double cv, double cand_first)
+{
+	double a = fabs(rv);
+	if (a > g->absmax)
+		g->absmax = a;
+	if (rv < g->min)
+		g->min = rv;
+	if (rv > g->max)
+		g->max = rv;
+	if (cv != 0)
+		g->cand_zero = 0;
+	if (cv != cand_first)
+		g->cand_const = 0;
+}
+
+/*
  * float32 tensors of millions of elements (full-size tasks reach billions)
  * are compared by several threads, each over a slice, in one pass that
  * gathers what the two passes of the general loop below gather; the
@@ -50,17 +77,17 @@ struct f32_part {
 	uint64_t lo, hi;
 	double atol, rtol;
 	float cfirst;
-	int stats;                   /* 1: gather the reference's range and the candidate's constancy */
-	double absmax, rmin, rmax, max_abs, max_rel;
-	int cand_zero, cand_const;
+	int stats;                   /* 1: gather range */
+	struct ref_range range;
+	double max_abs, max_rel;
 	uint64_t bad_c, bad_r, first_bad;  /* first non-finite candidate / reference element, first mismatch */
 };
 
 static void *f32_part_run(void *arg)
 {
 	struct f32_part *p = arg;
-	double absmax = 0, rmin = INFINITY, rmax = -INFINITY, max_abs = 0, max_rel = 0;
-	int cand_zero = 1, cand_const = 1;
+	struct ref_range range = range_empty;
+	double max_abs = 0, max_rel = 0;
 	uint64_t first_bad = UINT64_MAX;
 	p->bad_c = p->bad_r = UINT64_MAX;
 	for (uint64_t i = p->lo; i < p->hi; i++) {
@@ -72,19 +99,8 @@ static void *f32_part_run(void *arg)
 				p->bad_r = i;
 			continue;
 		}
-		if (p->stats) {
-			double a = fabs(rv);
-			if (a > absmax)
-				absmax = a;
-			if (rv < rmin)
-				rmin = rv;
-			if (rv > rmax)
-				rmax = rv;
-			if (cv != 0)
-				cand_zero = 0;
-			if (p->c[i] != p->cfirst)
-				cand_const = 0;
-		}
+		if (p->stats)
+			range_add(&range, rv, cv, p->cfirst);
 		double d = fabs(cv - rv);
 		if (d > max_abs)
 			max_abs = d;
@@ -93,13 +109,9 @@ static void *f32_part_run(void *arg)
 		if (!(d <= p->atol + p->rtol * fabs(rv)) && first_bad == UINT64_MAX)
 			first_bad = i;
 	}
-	p->absmax = absmax;
-	p->rmin = rmin;
-	p->rmax = rmax;
+	p->range = range;
 	p->max_abs = max_abs;
 	p->max_rel = max_rel;
-	p->cand_zero = cand_zero;
-	p->cand_const = cand_const;
 	p->first_bad = first_bad;
 	return NULL;
 }
@@ -130,6 +142,17 @@ static int f32_run(struct f32_part *parts, const struct f32_part *proto, uint64_
 
 #define FAIL(...) do { snprintf(r->message, sizeof r->message, __VA_ARGS__); r->ok = 0; return 0; } while (0)
 
+/* 0 with the message set when the candidate (n elements, the first cand_first) is degenerate where the reference is not. */
+static int range_check(const struct ref_range *g, uint64_t n, double cand_first, const char *name,
+		struct ca_compare_result *r)
+{
+	if (n >= 2 && g->cand_zero && g->absmax > 0)
+		FAIL("%s: all zeros where the reference's output is not", name);
+	if (n >= 2 && g->cand_const && g->max - g->min > 1e-6 * g->absmax)
+		FAIL("%s: every element is %g where the reference's output varies", name, cand_first);
+	return 1;
+}
+
 static int compare_f32_parallel(const struct ca_tensor *rt, const struct ca_tensor *ct,
 		const struct ca_compare_options *o, struct ca_compare_result *r)
 {
@@ -145,8 +168,8 @@ static int compare_f32_parallel(const struct ca_tensor *rt, const struct ca_tens
 	proto.stats = 1;
 	int np = f32_run(parts, &proto, n);
 	uint64_t bad_c = UINT64_MAX, bad_r = UINT64_MAX, first_bad = UINT64_MAX;
-	double absmax = 0, rmin = INFINITY, rmax = -INFINITY, max_abs = 0, max_rel = 0;
-	int cand_zero = 1, cand_const = 1;
+	struct ref_range range = range_empty;
+	double max_abs = 0, max_rel = 0;
 	for (int i = 0; i < np; i++) {
 		struct f32_part *p = &parts[i];
 		if (p->bad_c < bad_c)
@@ -155,13 +178,13 @@ static int compare_f32_parallel(const struct ca_tensor *rt, const struct ca_tens
 			bad_r = p->bad_r;
 		if (p->first_bad < first_bad)
 			first_bad = p->first_bad;
-		absmax = p->absmax > absmax ? p->absmax : absmax;
-		rmin = p->rmin < rmin ? p->rmin : rmin;
-		rmax = p->rmax > rmax ? p->rmax : rmax;
+		range.absmax = p->range.absmax > range.absmax ? p->range.absmax : range.absmax;
+		range.min = p->range.min < range.min ? p->range.min : range.min;
+		range.max = p->range.max > range.max ? p->range.max : range.max;
+		range.cand_zero &= p->range.cand_zero;
+		range.cand_const &= p->range.cand_const;
 		max_abs = p->max_abs > max_abs ? p->max_abs : max_abs;
 		max_rel = p->max_rel > max_rel ? p->max_rel : max_rel;
-		cand_zero &= p->cand_zero;
-		cand_const &= p->cand_const;
 	}
 	/* As the general loop: the first non-finite element decides, the candidate's first at a tie. */
 	if (bad_c != UINT64_MAX && bad_c <= bad_r) {
@@ -176,9 +199,9 @@ static int compare_f32_parallel(const struct ca_tensor *rt, const struct ca_tens
 		return 0;
 	}
 	double atol = o->atol;
-	if (absmax < o->atol) {
+	if (range.absmax < o->atol) {
 		/* A tensor entirely below atol: atol scaled to it, the mismatch search again. */
-		atol = o->atol * absmax;
+		atol = o->atol * range.absmax;
 		proto.atol = atol;
 		proto.stats = 0;
 		np = f32_run(parts, &proto, n);
@@ -192,10 +215,8 @@ static int compare_f32_parallel(const struct ca_tensor *rt, const struct ca_tens
 	if (max_rel > r->max_rel_err)
 		r->max_rel_err = max_rel;
 	r->elements += n;
-	if (n >= 2 && cand_zero && absmax > 0)
-		FAIL("%s: all zeros where the reference's output is not", name);
-	if (n >= 2 && cand_const && rmax - rmin > 1e-6 * absmax)
-		FAIL("%s: every element is %g where the reference's output varies", name, (double)proto.cfirst);
+	if (!range_check(&range, n, proto.cfirst, name, r))
+		return 0;
 	if (first_bad != UINT64_MAX)
 		FAIL("%s: element %llu is %g, expected %g (atol %g, rtol %g)", name,
 			(unsigned long long)first_bad, (double)proto.c[first_bad], (double)proto.r[first_bad], atol, o->rtol);
@@ -228,8 +249,7 @@ static int compare_one(const struct ca_tensor *rt, const struct ca_tensor *ct,
 	uint64_t n = rt->numel;
 	if (n >= F32_PARALLEL && rt->dtype == CA_DT_F32 && ct->dtype == CA_DT_F32 && !scalars)
 		return compare_f32_parallel(rt, ct, o, r);
-	double ref_absmax = 0, ref_min = INFINITY, ref_max = -INFINITY;
-	int cand_zero = 1, cand_const = 1;
+	struct ref_range range = range_empty;
 	double cand_first = n ? value_at(ct, 0) : 0;
 	for (uint64_t i = 0; i < n; i++) {
 		double rv = value_at(rt, i), cv = value_at(ct, i);
@@ -242,21 +262,12 @@ static int compare_one(const struct ca_tensor *rt, const struct ca_tensor *ct,
 			r->ok = 0;
 			return 0;
 		}
-		if (fabs(rv) > ref_absmax)
-			ref_absmax = fabs(rv);
-		if (rv < ref_min)
-			ref_min = rv;
-		if (rv > ref_max)
-			ref_max = rv;
-		if (cv != 0)
-			cand_zero = 0;
-		if (cv != cand_first)
-			cand_const = 0;
+		range_add(&range, rv, cv, cand_first);
 	}
 	/* A tensor entirely below atol would accept any small output: scale atol to it. */
 	double atol = o->atol;
-	if (ref_absmax < o->atol && !scalars)
-		atol = o->atol * ref_absmax;
+	if (range.absmax < o->atol && !scalars)
+		atol = o->atol * range.absmax;
 	uint64_t first_bad = UINT64_MAX;
 	double bad_r = 0, bad_c = 0;
 	for (uint64_t i = 0; i < n; i++) {
@@ -273,10 +284,8 @@ static int compare_one(const struct ca_tensor *rt, const struct ca_tensor *ct,
 		}
 	}
 	r->elements += n;
-	if (n >= 2 && cand_zero && ref_absmax > 0)
-		FAIL("%s: all zeros where the reference's output is not", name);
-	if (n >= 2 && cand_const && ref_max - ref_min > 1e-6 * ref_absmax)
-		FAIL("%s: every element is %g where the reference's output varies", name, cand_first);
+	if (!range_check(&range, n, cand_first, name, r))
+		return 0;
 	if (first_bad != UINT64_MAX)
 		FAIL("%s: element %llu is %g, expected %g (atol %g, rtol %g)", name,
 			(unsigned long long)first_bad, bad_c, bad_r, atol, o->rtol);

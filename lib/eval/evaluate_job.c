@@ -50,16 +50,8 @@ void job_fault(struct job *j, jv fault, const char *prefix)
 	char msg[4096];
 	snprintf(msg, sizeof msg, "%s%s", prefix ? prefix : "", error ? error : "unknown failure");
 	job_fail(j, stage ? stage : "crash", msg);
-	jv detail = ca_json_get(fault, "detail");
-	if (jv_get_kind(detail) == JV_KIND_STRING)
-		j->result = jv_object_set(j->result, jv_string("detail"), detail);
-	else
-		jv_free(detail);
-	jv forbidden = ca_json_get(fault, "forbidden");
-	if (jv_get_kind(forbidden) == JV_KIND_ARRAY)
-		j->result = jv_object_set(j->result, jv_string("forbidden"), forbidden);
-	else
-		jv_free(forbidden);
+	j->result = ca_json_copy_field(j->result, fault, "detail", JV_KIND_STRING);
+	j->result = ca_json_copy_field(j->result, fault, "forbidden", JV_KIND_ARRAY);
 	free(stage);
 	free(error);
 	jv_free(fault);

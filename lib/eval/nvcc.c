@@ -628,17 +628,13 @@ static void plan_free(struct plan *pl)
 {
 	for (size_t i = 0; i < pl->n; i++) {
 		struct step *s = &pl->v[i];
-		for (size_t w = 0; w < s->nwords; w++)
-			free(s->words[w]);
-		free(s->words);
+		ca_free_strings(s->words, s->nwords);
 		free(s->line);
 		free(s->deps);
 		free(s->module_id);
 	}
 	free(pl->v);
-	for (size_t i = 0; i < pl->nenv; i++)
-		free(pl->env[i]);
-	free(pl->env);
+	ca_free_strings(pl->env, pl->nenv);
 	free(pl->notes);
 	free(pl->procs);
 }

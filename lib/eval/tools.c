@@ -782,9 +782,7 @@ static void walk_tree(const char *dir, int depth, struct walk *w)
 
 static void walk_free(struct walk *w)
 {
-	for (size_t i = 0; i < w->n; i++)
-		free(w->files[i]);
-	free(w->files);
+	ca_free_strings(w->files, w->n);
 }
 
 static char *tool_glob(struct ca_tools *t, jv args, int *is_error)
@@ -1356,15 +1354,9 @@ void ca_tools_free(struct ca_tools *t)
 		free(job);
 	}
 	free(t->jobs);
-	for (size_t i = 0; i < t->nprotected; i++)
-		free(t->protected[i]);
-	free(t->protected);
-	for (size_t i = 0; i < t->nhide; i++)
-		free(t->hide[i]);
-	free(t->hide);
-	for (size_t i = 0; i < t->nread; i++)
-		free(t->read_set[i]);
-	free(t->read_set);
+	ca_free_strings(t->protected, t->nprotected);
+	ca_free_strings(t->hide, t->nhide);
+	ca_free_strings(t->read_set, t->nread);
 	free(t->state_dir);
 	free(t->cwd);
 	free(t->env);

@@ -176,6 +176,19 @@ static int add_tensor(struct ca_model *m, int cap, const char *name, int ndim, i
 	return 0;
 }
 
+/* An attention projection of a layer: its weight [out, in], then its bias [out] when it has one. */
+static void add_projection(struct ca_model *m, int cap, int layer, const char *which, int64_t out, int64_t in,
+	int bias)
+{
+	char n[96];
+	snprintf(n, sizeof n, "model.layers.%d.self_attn.%s_proj.weight", layer, which);
+	add_tensor(m, cap, n, 2, out, in);
+	if (bias) {
+		snprintf(n, sizeof n, "model.layers.%d.self_attn.%s_proj.bias", layer, which);
+		add_tensor(m, cap, n, 1, out, 0);
+	}
+}
+
 /* The tensor table of a configuration, in the order we keep and write them. */
 static void build_table(struct ca_model *m)
 {
@@ -189,18 +202,10 @@ static void build_table(struct ca_model *m)
 	for (int l = 0; l < c->num_layers; l++) {
 #define LAYER(suffix, ...) (snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix), add_tensor(m, cap, n, __VA_ARGS__))
 		LAYER("input_layernorm.weight", 1, C, 0);
-		LAYER("self_attn.q_proj.weight", 2, QD, C);
-		if (c->qkv_bias)
-			LAYER("self_attn.q_proj.bias", 1, QD, 0);
-		LAYER("self_attn.k_proj.weight", 2, KD, C);
-		if (c->qkv_bias)
-			LAYER("self_attn.k_proj.bias", 1, KD, 0);
-		LAYER("self_attn.v_proj.weight", 2, KD, C);
-		if (c->qkv_bias)
-			LAYER("self_attn.v_proj.bias", 1, KD, 0);
-		LAYER("self_attn.o_proj.weight", 2, C, QD);
-		if (c->o_bias)
-			LAYER("self_attn.o_proj.bias", 1, C, 0);
+		add_projection(m, cap, l, "q", QD, C, c->qkv_bias);
+		add_projection(m, cap, l, "k", KD, C, c->qkv_bias);
+		add_projection(m, cap, l, "v", KD, C, c->qkv_bias);
+		add_projection(m, cap, l, "o", C, QD, c->o_bias);
 		if (c->qk_norm) {
 			LAYER("self_attn.q_norm.weight", 1, c->head_dim, 0);
 			LAYER("self_attn.k_norm.weight", 1, c->head_dim, 0);
@@ -522,25 +527,14 @@ double ca_model_adamw_step(struct ca_model *m, const struct ca_adamw *o)
 		m->adam_v = ca_xcalloc(m->nparams, sizeof(float));
 	}
 	double norm = ca_model_grad_norm(m);
-	/* As torch.nn.utils.clip_grad_norm_: scale by max / (norm + 1e-6) when above. */
-	float clip = 1.0f;
-	if (o->max_grad_norm > 0 && norm > o->max_grad_norm)
-		clip = (float)(o->max_grad_norm / (norm + 1e-6));
-	m->adam_step++;
-	double bc1 = 1.0 - pow(o->beta1, (double)m->adam_step);
-	double bc2 = 1.0 - pow(o->beta2, (double)m->adam_step);
-	float lr = (float)o->lr, b1 = (float)o->beta1, b2 = (float)o->beta2;
-	float step_size = (float)(o->lr / bc1);
-	float bc2_sqrt = (float)sqrt(bc2);
-	float decay = (float)(1.0 - o->lr * o->weight_decay);
+	struct ca_adamw_scalars s = ca_adamw_scalars(o, norm, ++m->adam_step);
 	for (size_t i = 0; i < m->nparams; i++) {
-		float g = m->grad[i] * clip;
-		float mi = m->adam_m[i] = b1 * m->adam_m[i] + (1.0f - b1) * g;
-		float vi = m->adam_v[i] = b2 * m->adam_v[i] + (1.0f - b2) * g * g;
-		float p = m->params[i] * decay;
-		m->params[i] = p - step_size * mi / (sqrtf(vi) / bc2_sqrt + (float)o->eps);
+		float g = m->grad[i] * s.clip;
+		float mi = m->adam_m[i] = s.beta1 * m->adam_m[i] + (1.0f - s.beta1) * g;
+		float vi = m->adam_v[i] = s.beta2 * m->adam_v[i] + (1.0f - s.beta2) * g * g;
+		float p = m->params[i] * s.decay;
+		m->params[i] = p - s.step_size * mi / (sqrtf(vi) / s.bc2_sqrt + s.eps);
 	}
-	(void)lr;
 	return norm;
 }
 

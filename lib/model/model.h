@@ -39,6 +39,7 @@
 #ifndef CA_MODEL_H
 #define CA_MODEL_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -168,6 +169,31 @@ struct ca_adamw {
 	double lr, beta1, beta2, eps, weight_decay;
 	double max_grad_norm;  /* <= 0: no clipping */
 };
+/*
+ * The scalars of AdamW's step number step (counted from 1) for a gradient
+ * of the given norm. Inline because the CUDA backend, a library that links
+ * none of ours, takes its step from them too: both do the same arithmetic.
+ */
+struct ca_adamw_scalars {
+	float clip;  /* as torch.nn.utils.clip_grad_norm_: max / (norm + 1e-6) when above, else 1 */
+	float beta1, beta2, step_size, bc2_sqrt, eps, decay;
+};
+static inline struct ca_adamw_scalars ca_adamw_scalars(const struct ca_adamw *o, double norm, long step)
+{
+	struct ca_adamw_scalars s;
+	s.clip = 1.0f;
+	if (o->max_grad_norm > 0 && norm > o->max_grad_norm)
+		s.clip = (float)(o->max_grad_norm / (norm + 1e-6));
+	double bc1 = 1.0 - pow(o->beta1, (double)step);
+	double bc2 = 1.0 - pow(o->beta2, (double)step);
+	s.beta1 = (float)o->beta1;
+	s.beta2 = (float)o->beta2;
+	s.step_size = (float)(o->lr / bc1);
+	s.bc2_sqrt = (float)sqrt(bc2);
+	s.eps = (float)o->eps;
+	s.decay = (float)(1.0 - o->lr * o->weight_decay);
+	return s;
+}
 /* One AdamW step (decoupled weight decay, bias correction, as torch.optim.AdamW).
  * Returns the gradient norm before clipping. */
 double ca_model_adamw_step(struct ca_model *m, const struct ca_adamw *opt);

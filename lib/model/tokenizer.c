@@ -627,6 +627,17 @@ void ca_tokenizer_free(struct ca_tokenizer *t)
 
 /* ---- loading ---- */
 
+/* The steps of a normalizer or pre-tokenizer: the array field of a Sequence, or node alone. Borrows node. */
+static jv sequence_steps(jv node, const char *field)
+{
+	jv list = jv_get_kind(node) == JV_KIND_OBJECT ? jv_object_get(jv_copy(node), jv_string(field)) : jv_invalid();
+	if (jv_get_kind(list) != JV_KIND_ARRAY) {
+		jv_free(list);
+		list = JV_ARRAY(jv_copy(node));
+	}
+	return list;
+}
+
 /* The normalizer: none, or NFC (alone or in a Sequence); anything else is refused. Consumes norm. */
 static int check_normalizer(struct ca_tokenizer *t, jv norm, char why[CA_TOKENIZER_WHY])
 {
@@ -634,12 +645,7 @@ static int check_normalizer(struct ca_tokenizer *t, jv norm, char why[CA_TOKENIZ
 		jv_free(norm);
 		return 0;
 	}
-	jv list = jv_get_kind(norm) == JV_KIND_OBJECT ? jv_object_get(jv_copy(norm), jv_string("normalizers"))
-						       : jv_invalid();
-	if (jv_get_kind(list) != JV_KIND_ARRAY) {
-		jv_free(list);
-		list = JV_ARRAY(jv_copy(norm));
-	}
+	jv list = sequence_steps(norm, "normalizers");
 	int rc = 0;
 	for (int i = 0; i < jv_array_length(jv_copy(list)) && rc == 0; i++) {
 		jv item = jv_array_get(jv_copy(list), i);
@@ -661,11 +667,7 @@ static int check_normalizer(struct ca_tokenizer *t, jv norm, char why[CA_TOKENIZ
 /* Find the Split regex in the pre-tokenizer and decide which pattern it is. Consumes pre. */
 static int check_pre_tokenizer(struct ca_tokenizer *t, jv pre, char why[CA_TOKENIZER_WHY])
 {
-	jv list = jv_object_get(jv_copy(pre), jv_string("pretokenizers"));
-	if (jv_get_kind(list) != JV_KIND_ARRAY) {
-		jv_free(list);
-		list = JV_ARRAY(jv_copy(pre));
-	}
+	jv list = sequence_steps(pre, "pretokenizers");
 	int found = 0, rc = 0;
 	for (int i = 0; i < jv_array_length(jv_copy(list)) && rc == 0; i++) {
 		jv p = jv_array_get(jv_copy(list), i);

@@ -79,6 +79,13 @@ int main(void)
 	char *s = ca_json_strdup(r, "s");
 	CHECK(s && strcmp(s, "x") == 0);
 	free(s);
+	/* A field copied only when it is of the kind asked for. */
+	jv dst = ca_json_copy_field(jv_object(), r, "s", JV_KIND_STRING);
+	dst = ca_json_copy_field(dst, r, "verify", JV_KIND_ARRAY);
+	dst = ca_json_copy_field(dst, r, "absent", JV_KIND_STRING);
+	dst = ca_json_copy_field(dst, jv_null(), "s", JV_KIND_STRING);
+	jv want = jv_parse("{\"s\": \"x\"}");
+	CHECK(jv_equal(dst, want));
 	jv_free(r);
 
 	/* The scanner accepts exactly what it can vouch for. */

@@ -24,6 +24,30 @@ __device__ static float group_sum(float x)
 	return x;
 }
 
+// The dot product of a row's 16 dims held by this lane with b's, summed over the D / 16 lanes that
+// hold the row.
+template <int D>
+__device__ __forceinline__ static float row_dot(const float *a, const float *b)
+{
+	float x = 0.0f;
+	for (int i = 0; i < 16; i++)
+		x += a[i] * b[i];
+	return group_sum<D>(x);
+}
+
+// Rows [row0, row0 + n) of head `head` of two [rows, heads, D] tensors a and b into the shared
+// tiles as and bs (n * D floats each), by the whole block.
+template <int D>
+__device__ __forceinline__ static void load_tiles(float *as, float *bs, const float *a, const float *b, int row0, int n,
+						int heads, int head)
+{
+	for (int i = threadIdx.x; i < n * D; i += THREADS) {
+		size_t src = ((size_t)(row0 + i / D) * heads + head) * D + i % D;
+		as[i] = a[src];
+		bs[i] = b[src];
+	}
+}
+
 // Block (tile of queries, head h): online softmax over the keys of each
 // query's own sequence up to itself.
 template <int D>
@@ -50,19 +74,12 @@ attention_forward_kernel(bf16 *out, float *lse, const float *q, const float *k, 
 	for (int kt = seq_start[q0]; kt <= qlast; kt += BK) {
 		int nk = min(BK, qlast - kt + 1);
 		__syncthreads();
-		for (int i = threadIdx.x; i < nk * D; i += THREADS) {
-			size_t src = ((size_t)(kt + i / D) * NKV + g) * D + i % D;
-			ks[i] = k[src];
-			vs[i] = v[src];
-		}
+		load_tiles<D>(ks, vs, k, v, kt, nk, NKV, g);
 		__syncthreads();
 		for (int j = 0; j < nk; j++) {
 			int s = kt + j;
 			const float *kr = ks + j * D + part * 16;
-			float dot = 0.0f;
-			for (int i = 0; i < 16; i++)
-				dot += qr[i] * kr[i];
-			dot = group_sum<D>(dot);
+			float dot = row_dot<D>(qr, kr);
 			if (active && s >= start && s <= t) {
 				if (dot > mx) {
 					float corr = expf(mx - dot);
@@ -158,22 +175,12 @@ attention_dq_kernel(float *dq, const float *dout, const float *delta, const floa
 	for (int kt = seq_start[q0]; kt <= qlast; kt += BK) {
 		int nk = min(BK, qlast - kt + 1);
 		__syncthreads();
-		for (int i = threadIdx.x; i < nk * D; i += THREADS) {
-			size_t src = ((size_t)(kt + i / D) * NKV + g) * D + i % D;
-			ks[i] = k[src];
-			vs[i] = v[src];
-		}
+		load_tiles<D>(ks, vs, k, v, kt, nk, NKV, g);
 		__syncthreads();
 		for (int j = 0; j < nk; j++) {
 			int s = kt + j;
 			const float *kr = ks + j * D + part * 16, *vr = vs + j * D + part * 16;
-			float dot = 0.0f, dp = 0.0f;
-			for (int i = 0; i < 16; i++) {
-				dot += qr[i] * kr[i];
-				dp += dor[i] * vr[i];
-			}
-			dot = group_sum<D>(dot);
-			dp = group_sum<D>(dp);
+			float dot = row_dot<D>(qr, kr), dp = row_dot<D>(dor, vr);
 			if (active && s >= start && s <= t) {
 				float ds = expf(dot - L) * (dp - Dt);
 				for (int i = 0; i < 16; i++)
@@ -218,11 +225,7 @@ attention_dkv_kernel(float *dk, float *dv, const float *dout, const float *delta
 		for (int qt = k0; qt < qend; qt += BQ) {
 			int nq = min(BQ, qend - qt);
 			__syncthreads();
-			for (int i = threadIdx.x; i < nq * D; i += THREADS) {
-				size_t src = ((size_t)(qt + i / D) * NH + h) * D + i % D;
-				qs[i] = q[src];
-				dos[i] = dout[src];
-			}
+			load_tiles<D>(qs, dos, q, dout, qt, nq, NH, h);
 			for (int i = threadIdx.x; i < nq; i += THREADS) {
 				ls[i] = lse[(size_t)(qt + i) * NH + h];
 				dls[i] = delta[(size_t)(qt + i) * NH + h];
@@ -232,13 +235,7 @@ attention_dkv_kernel(float *dk, float *dv, const float *dout, const float *delta
 			for (int j = 0; j < nq; j++) {
 				int t = qt + j;
 				const float *qrow = qs + j * D + part * 16, *drow = dos + j * D + part * 16;
-				float dot = 0.0f, dp = 0.0f;
-				for (int i = 0; i < 16; i++) {
-					dot += kr[i] * qrow[i];
-					dp += vr[i] * drow[i];
-				}
-				dot = group_sum<D>(dot);
-				dp = group_sum<D>(dp);
+				float dot = row_dot<D>(kr, qrow), dp = row_dot<D>(vr, drow);
 				if (active && t >= s && sts[j] <= s) {
 					float p = expf(dot - ls[j]), ds = p * (dp - dls[j]);
 					for (int i = 0; i < 16; i++) {

@@ -40,6 +40,27 @@ __device__ static void load_tile(bf16 *dst, const float *src, int row0, int n, s
 	}
 }
 
+// The same rows of head col / D of two [rows, stride] matrices (keys and values, or queries and
+// their output gradients) into two tiles.
+template <int D>
+__device__ __forceinline__ static void load_tiles(bf16 *dst_a, bf16 *dst_b, const float *a, const float *b, int row0,
+						int n, size_t stride, size_t col)
+{
+	load_tile<D>(dst_a, a, row0, n, stride, col);
+	load_tile<D>(dst_b, b, row0, n, stride, col);
+}
+
+// acc += A[16 x 16] B[16 x 16]: a row-major bf16 (lda), b bf16 as BFrag lays it out (ldb).
+template <typename BFrag>
+__device__ __forceinline__ static void mma_16x16(acc_frag &acc, const bf16 *a, int lda, const bf16 *b, int ldb)
+{
+	a_row fa;
+	BFrag fb;
+	wmma::load_matrix_sync(fa, a, lda);
+	wmma::load_matrix_sync(fb, b, ldb);
+	wmma::mma_sync(acc, fa, fb, acc);
+}
+
 // C[16 x 64] (fp32 in shared, ld ldc) = A[16 x K] B^T, A row-major bf16 (lda), B [64 x K] row-major
 // bf16 (ldb): the scores of 16 rows against a tile (B^T is B read as a column-major fragment).
 template <int K>
@@ -48,13 +69,8 @@ __device__ static void mm_16x64(float *c, int ldc, const bf16 *a, int lda, const
 	for (int j = 0; j < TILE / 16; j++) {
 		acc_frag acc;
 		wmma::fill_fragment(acc, 0.0f);
-		for (int kk = 0; kk < K / 16; kk++) {
-			a_row fa;
-			b_col fb;
-			wmma::load_matrix_sync(fa, a + kk * 16, lda);
-			wmma::load_matrix_sync(fb, b + (size_t)j * 16 * ldb + kk * 16, ldb);
-			wmma::mma_sync(acc, fa, fb, acc);
-		}
+		for (int kk = 0; kk < K / 16; kk++)
+			mma_16x16<b_col>(acc, a + kk * 16, lda, b + (size_t)j * 16 * ldb + kk * 16, ldb);
 		wmma::store_matrix_sync(c + j * 16, acc, ldc, wmma::mem_row_major);
 	}
 }
@@ -66,13 +82,8 @@ __device__ static void mm_acc_16xD(float *c, int ldc, const bf16 *a, int lda, co
 	for (int j = 0; j < D / 16; j++) {
 		acc_frag acc;
 		wmma::load_matrix_sync(acc, c + j * 16, ldc, wmma::mem_row_major);
-		for (int kk = 0; kk < TILE / 16; kk++) {
-			a_row fa;
-			b_row fb;
-			wmma::load_matrix_sync(fa, a + kk * 16, lda);
-			wmma::load_matrix_sync(fb, b + (size_t)kk * 16 * ldb + j * 16, ldb);
-			wmma::mma_sync(acc, fa, fb, acc);
-		}
+		for (int kk = 0; kk < TILE / 16; kk++)
+			mma_16x16<b_row>(acc, a + kk * 16, lda, b + (size_t)kk * 16 * ldb + j * 16, ldb);
 		wmma::store_matrix_sync(c + j * 16, acc, ldc, wmma::mem_row_major);
 	}
 }
@@ -109,8 +120,7 @@ wmma_forward_kernel(bf16 *out, float *lse, const float *q, const float *k, const
 	for (int kt = seq_start[q0]; kt <= qlast; kt += TILE) {
 		int nk = min(TILE, qlast - kt + 1);
 		__syncthreads();
-		load_tile<D>(Ks, k, kt, nk, (size_t)NKV * D, (size_t)g * D);
-		load_tile<D>(Vs, v, kt, nk, (size_t)NKV * D, (size_t)g * D);
+		load_tiles<D>(Ks, Vs, k, v, kt, nk, (size_t)NKV * D, (size_t)g * D);
 		__syncthreads();
 		mm_16x64<D>(Sw, G::LDS, Qw, G::LDB, Ks, G::LDB);
 		__syncwarp();
@@ -167,8 +177,7 @@ wmma_dq_kernel(float *dq, const float *dout, const float *delta, const float *ls
 	int h = blockIdx.y, g = h / (NH / NKV), q0 = blockIdx.x * TILE;
 	int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 	int nq = min(TILE, T - q0);
-	load_tile<D>(Qs, q, q0, nq, (size_t)NH * D, (size_t)h * D);
-	load_tile<D>(dOs, dout, q0, nq, (size_t)NH * D, (size_t)h * D);
+	load_tiles<D>(Qs, dOs, q, dout, q0, nq, (size_t)NH * D, (size_t)h * D);
 	acc_frag dQf[D / 16];
 	for (int j = 0; j < D / 16; j++)
 		wmma::fill_fragment(dQf[j], 0.0f);
@@ -183,8 +192,7 @@ wmma_dq_kernel(float *dq, const float *dout, const float *delta, const float *ls
 	for (int kt = seq_start[q0]; kt <= qlast; kt += TILE) {
 		int nk = min(TILE, qlast - kt + 1);
 		__syncthreads();
-		load_tile<D>(Ks, k, kt, nk, (size_t)NKV * D, (size_t)g * D);
-		load_tile<D>(Vs, v, kt, nk, (size_t)NKV * D, (size_t)g * D);
+		load_tiles<D>(Ks, Vs, k, v, kt, nk, (size_t)NKV * D, (size_t)g * D);
 		__syncthreads();
 		mm_16x64<D>(Sw, G::LDS, Qw, G::LDB, Ks, G::LDB);
 		mm_16x64<D>(DPw, G::LDS, dOw, G::LDB, Vs, G::LDB);
@@ -201,13 +209,8 @@ wmma_dq_kernel(float *dq, const float *dout, const float *delta, const float *ls
 		}
 		__syncwarp();
 		for (int j = 0; j < D / 16; j++)
-			for (int kk = 0; kk < TILE / 16; kk++) {
-				a_row fa;
-				b_row fb;
-				wmma::load_matrix_sync(fa, dSw + kk * 16, G::LDP);
-				wmma::load_matrix_sync(fb, Ks + (size_t)kk * 16 * G::LDB + j * 16, G::LDB);
-				wmma::mma_sync(dQf[j], fa, fb, dQf[j]);
-			}
+			for (int kk = 0; kk < TILE / 16; kk++)
+				mma_16x16<b_row>(dQf[j], dSw + kk * 16, G::LDP, Ks + (size_t)kk * 16 * G::LDB + j * 16, G::LDB);
 	}
 	float *out = dq + ((size_t)(q0 + warp * 16) * NH + h) * D;
 	for (int j = 0; j < D / 16; j++) {
@@ -236,8 +239,7 @@ wmma_dkv_kernel(float *dkh, float *dvh, const float *dout, const float *delta, c
 	int h = blockIdx.y, g = h / (NH / NKV), k0 = blockIdx.x * TILE;
 	int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 	int nk = min(TILE, T - k0);
-	load_tile<D>(Ks, k, k0, nk, (size_t)NKV * D, (size_t)g * D);
-	load_tile<D>(Vs, v, k0, nk, (size_t)NKV * D, (size_t)g * D);
+	load_tiles<D>(Ks, Vs, k, v, k0, nk, (size_t)NKV * D, (size_t)g * D);
 	acc_frag dKf[D / 16], dVf[D / 16];
 	for (int j = 0; j < D / 16; j++) {
 		wmma::fill_fragment(dKf[j], 0.0f);
@@ -253,8 +255,7 @@ wmma_dkv_kernel(float *dkh, float *dvh, const float *dout, const float *delta, c
 	for (int qt = k0; qt < qend; qt += TILE) {
 		int nq = min(TILE, qend - qt);
 		__syncthreads();
-		load_tile<D>(Qs, q, qt, nq, (size_t)NH * D, (size_t)h * D);
-		load_tile<D>(dOs, dout, qt, nq, (size_t)NH * D, (size_t)h * D);
+		load_tiles<D>(Qs, dOs, q, dout, qt, nq, (size_t)NH * D, (size_t)h * D);
 		for (int i = threadIdx.x; i < TILE; i += WT) {
 			bool ok = i < nq;
 			Lq[i] = ok ? lse[(size_t)(qt + i) * NH + h] : 0.0f;
@@ -279,14 +280,8 @@ wmma_dkv_kernel(float *dkh, float *dvh, const float *dout, const float *delta, c
 		__syncwarp();
 		for (int j = 0; j < D / 16; j++)
 			for (int kk = 0; kk < TILE / 16; kk++) {
-				a_row fp, fs;
-				b_row fo, fq;
-				wmma::load_matrix_sync(fp, PTw + kk * 16, G::LDP);
-				wmma::load_matrix_sync(fo, dOs + (size_t)kk * 16 * G::LDB + j * 16, G::LDB);
-				wmma::mma_sync(dVf[j], fp, fo, dVf[j]);
-				wmma::load_matrix_sync(fs, dSTw + kk * 16, G::LDP);
-				wmma::load_matrix_sync(fq, Qs + (size_t)kk * 16 * G::LDB + j * 16, G::LDB);
-				wmma::mma_sync(dKf[j], fs, fq, dKf[j]);
+				mma_16x16<b_row>(dVf[j], PTw + kk * 16, G::LDP, dOs + (size_t)kk * 16 * G::LDB + j * 16, G::LDB);
+				mma_16x16<b_row>(dKf[j], dSTw + kk * 16, G::LDP, Qs + (size_t)kk * 16 * G::LDB + j * 16, G::LDB);
 			}
 	}
 	size_t off = ((size_t)(k0 + warp * 16) * NH + h) * D;

@@ -41,19 +41,21 @@ __device__ static inline float warp_max(float x)
 	return x;
 }
 
-// Sum over a block of up to 1024 threads (blockDim.x a multiple of 32);
-// every thread gets it, and shared (32 floats) may be written again at once.
-__device__ static inline float block_sum(float x, float *shared)
+// A reduction over a block of up to 1024 threads (blockDim.x a multiple of
+// 32) by a warp reduction and its identity; every thread gets it, and shared
+// (32 floats) may be written again at once.
+template <float (*warp_reduce)(float)>
+__device__ static inline float block_reduce(float x, float *shared, float identity)
 {
 	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-	x = warp_sum(x);
+	x = warp_reduce(x);
 	__syncthreads();
 	if (lane == 0)
 		shared[warp] = x;
 	__syncthreads();
-	x = threadIdx.x < nwarps ? shared[threadIdx.x] : 0.0f;
+	x = threadIdx.x < nwarps ? shared[threadIdx.x] : identity;
 	if (warp == 0)
-		x = warp_sum(x);
+		x = warp_reduce(x);
 	if (threadIdx.x == 0)
 		shared[0] = x;
 	__syncthreads();
@@ -62,23 +64,14 @@ __device__ static inline float block_sum(float x, float *shared)
 	return r;
 }
 
+__device__ static inline float block_sum(float x, float *shared)
+{
+	return block_reduce<warp_sum>(x, shared, 0.0f);
+}
+
 __device__ static inline float block_max(float x, float *shared)
 {
-	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-	x = warp_max(x);
-	__syncthreads();
-	if (lane == 0)
-		shared[warp] = x;
-	__syncthreads();
-	x = threadIdx.x < nwarps ? shared[threadIdx.x] : -INFINITY;
-	if (warp == 0)
-		x = warp_max(x);
-	if (threadIdx.x == 0)
-		shared[0] = x;
-	__syncthreads();
-	float r = shared[0];
-	__syncthreads();
-	return r;
+	return block_reduce<warp_max>(x, shared, -INFINITY);
 }
 
 // Qwen3's q/k norm: RMSNorm over one head's D values (ca_nn_rmsnorm_forward

@@ -1008,16 +1008,9 @@ extern "C" int ca_cuda_model_adamw_step(struct ca_cuda_model *g, const struct ca
 	for (int i = 0; i < nb; i++)
 		s += partial[i];
 	double norm = sqrt(s);
-	// As torch.nn.utils.clip_grad_norm_: scale by max / (norm + 1e-6) when above.
-	float clip = 1.0f;
-	if (o->max_grad_norm > 0 && norm > o->max_grad_norm)
-		clip = (float)(o->max_grad_norm / (norm + 1e-6));
-	g->adam_step++;
-	double bc1 = 1.0 - pow(o->beta1, (double)g->adam_step);
-	double bc2 = 1.0 - pow(o->beta2, (double)g->adam_step);
-	nn_cuda_adamw(g->params, g->params16, g->grad, g->adam_m, g->adam_v, n, clip, (float)o->beta1,
-		      (float)o->beta2, (float)(o->lr / bc1), (float)sqrt(bc2), (float)o->eps,
-		      (float)(1.0 - o->lr * o->weight_decay));
+	struct ca_adamw_scalars a = ca_adamw_scalars(o, norm, ++g->adam_step);
+	nn_cuda_adamw(g->params, g->params16, g->grad, g->adam_m, g->adam_v, n, a.clip, a.beta1, a.beta2, a.step_size,
+		      a.bc2_sqrt, a.eps, a.decay);
 	phase(PH_NONE);
 	CUDA_TRY(cudaGetLastError());
 	CUDA_TRY(cudaDeviceSynchronize());
