@@ -150,9 +150,13 @@ $(BIN)/test-model-cuda $(BIN)/test-train-cuda: $(BIN)/%: tests/cuda/%.c $(MODEL_
 $(BIN)/bench-train-cuda: bench/bench-train-cuda.c $(MODEL_CUDA_OBJ) $(LIBCA) $(LIB_HDR)
 	@mkdir -p $(@D)
 	$(CC) $(CA_CFLAGS) $(LIB_INC) $(LDFLAGS) -o $@ $< $(MODEL_CUDA_OBJ) $(LIBCA) $(LDLIBS) $(MODEL_CUDA_LIBS)
-$(BIN)/libca-model-cuda.so: $(MODEL_CUDA_OBJ)
+# lib/core/err.c built position-independent for the library, which links none of libca.a.
+$(BUILD)/cuda/err.o: lib/core/err.c lib/core/err.h
 	@mkdir -p $(@D)
-	$(CC) -shared -o $@ $(MODEL_CUDA_OBJ) $(MODEL_CUDA_LIBS)
+	$(CC) $(CA_CFLAGS) -fPIC $(LIB_INC_core) -c -o $@ $<
+$(BIN)/libca-model-cuda.so: $(MODEL_CUDA_OBJ) $(BUILD)/cuda/err.o
+	@mkdir -p $(@D)
+	$(CC) -shared -o $@ $(MODEL_CUDA_OBJ) $(BUILD)/cuda/err.o $(MODEL_CUDA_LIBS)
 
 # The policy engine's CPU throughput against PyTorch (bench/bench-policy.sh, bench/policy-engine.md).
 bench-policy: all

@@ -10,7 +10,12 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+/* C++ too: the CUDA backend (lib/model/cuda) reports through ca_err_why. */
+#ifdef __cplusplus
+extern "C" {
+#else
 #include <stdnoreturn.h>
+#endif
 
 enum {
 	CA_EXIT_OK = 0,        /* everything succeeded */
@@ -28,8 +33,8 @@ const char *ca_err_prog(void);
 void ca_err_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Same, with ": strerror(errno)" appended. */
 void ca_err_warn_sys(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-noreturn void ca_err_die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-noreturn void ca_err_die_sys(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+__attribute__((__noreturn__)) void ca_err_die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+__attribute__((__noreturn__)) void ca_err_die_sys(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /*
  * A library call that reports a failure instead of dying writes its reason
@@ -67,5 +72,9 @@ int ca_err_finish(int status);
 
 /* Combine statuses: the most serious one wins (4 > 3 > 2 > 1 > 0). */
 int ca_err_worst(int a, int b);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

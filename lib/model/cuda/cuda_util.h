@@ -3,8 +3,9 @@
  * written once (C++ only, header-only, everything internal to the file
  * that includes it): the bf16 type, grid sizes, warp and block reductions,
  * fp32/bf16 conversions for kernels templated on the matrix type, and on
- * the host set_why and CUDA_TRY, which put a failed call's reason into the
- * caller's why buffer (CA_MODEL_WHY bytes).
+ * the host set_why (lib/core's ca_err_why, linked into the library) and
+ * CUDA_TRY, which put a failed call's reason into the caller's why buffer
+ * (CA_MODEL_WHY bytes).
  */
 #ifndef CA_CUDA_UTIL_H
 #define CA_CUDA_UTIL_H
@@ -12,11 +13,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 
 extern "C" {
+#include "err.h"
 #include "model.h"
 }
 
@@ -103,13 +104,8 @@ template <typename W> __device__ static inline W from_float(float x);
 template <> __device__ inline float from_float<float>(float x) { return x; }
 template <> __device__ inline bf16 from_float<bf16>(float x) { return __float2bfloat16(x); }
 
-static inline void set_why(char *why, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(why, CA_MODEL_WHY, fmt, ap);
-	va_end(ap);
-}
+// A failed call's reason into a why[CA_MODEL_WHY], as the rest of the model does.
+#define set_why(why, ...) ca_err_why((why), CA_MODEL_WHY, __VA_ARGS__)
 
 // In a host function with a char *why that returns int: on failure, the
 // call and CUDA's reason into why, and return -1.
