@@ -778,16 +778,14 @@ def time_ms(task, model, seeds, warmup, iters, compiled=None):
     # Workers share the GPU: the timed part runs alone, under a lock file
     # ca-filter names, so one task's timing is not another's compile.
     path = os.environ.get("CA_SYNTH_TIMING_LOCK")
-    lock = None
-    if path:
-        try:
-            # read-only is enough for flock, and all a sandboxed worker gets
-            lock = open(path, "r")
-        except OSError:
-            lock = None
-    if lock is None:
+    if not path:
         return time_ms_unlocked(task, model, seeds, warmup, iters, compiled)
     import fcntl
+    try:
+        # read-only is enough for flock, and all a sandboxed worker gets
+        lock = open(path, "r")
+    except OSError:
+        return time_ms_unlocked(task, model, seeds, warmup, iters, compiled)
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
