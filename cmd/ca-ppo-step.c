@@ -42,7 +42,6 @@ struct totals {
 	const struct config *cfg;
 	double loss, pg_loss, pg_clipfrac, clipped_high, clipped_low, pg_clipfrac_lower, approx_kl, entropy, kl, grad_norm;
 	double ratio_min, ratio_max;
-	int updates;
 };
 
 /* verl's masked_whiten over every policy token of the batch; fewer than two is bad data, as verl raises. */
@@ -138,7 +137,6 @@ static void update(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx
 			t->ratio_max = y[11 + 2 * r];
 	}
 	free(y);
-	t->updates++;
 }
 
 /* A step's start: fresh totals, the advantages whitened when asked. */
@@ -150,23 +148,22 @@ static void begin(struct ca_train_data *d, void *ctx)
 		whiten(d);
 }
 
-static jv stats(struct ca_train_engine *e, const struct ca_train_data *d, jv r, void *ctx)
+static jv stats(struct ca_train_engine *e, const struct ca_train_data *d, int updates, jv r, void *ctx)
 {
 	(void)e;
 	(void)d;
 	const struct totals *t = ctx;
-	r = jv_object_set(r, jv_string("updates"), jv_number(t->updates));
-	r = jv_object_set(r, jv_string("loss"), ca_train_mean(t->loss, t->updates));
-	r = jv_object_set(r, jv_string("pg_loss"), ca_train_mean(t->pg_loss, t->updates));
-	r = jv_object_set(r, jv_string("pg_clipfrac"), ca_train_mean(t->pg_clipfrac, t->updates));
-	r = jv_object_set(r, jv_string("pg_clipfrac_lower"), ca_train_mean(t->pg_clipfrac_lower, t->updates));
-	r = jv_object_set(r, jv_string("ratio_clipped_high_frac"), ca_train_mean(t->clipped_high, t->updates));
-	r = jv_object_set(r, jv_string("ratio_clipped_low_frac"), ca_train_mean(t->clipped_low, t->updates));
-	r = jv_object_set(r, jv_string("approx_kl"), ca_train_mean(t->approx_kl, t->updates));
-	r = jv_object_set(r, jv_string("entropy"), ca_train_mean(t->entropy, t->updates));
+	r = jv_object_set(r, jv_string("loss"), ca_train_mean(t->loss, updates));
+	r = jv_object_set(r, jv_string("pg_loss"), ca_train_mean(t->pg_loss, updates));
+	r = jv_object_set(r, jv_string("pg_clipfrac"), ca_train_mean(t->pg_clipfrac, updates));
+	r = jv_object_set(r, jv_string("pg_clipfrac_lower"), ca_train_mean(t->pg_clipfrac_lower, updates));
+	r = jv_object_set(r, jv_string("ratio_clipped_high_frac"), ca_train_mean(t->clipped_high, updates));
+	r = jv_object_set(r, jv_string("ratio_clipped_low_frac"), ca_train_mean(t->clipped_low, updates));
+	r = jv_object_set(r, jv_string("approx_kl"), ca_train_mean(t->approx_kl, updates));
+	r = jv_object_set(r, jv_string("entropy"), ca_train_mean(t->entropy, updates));
 	if (t->cfg->kl_coef != 0)
-		r = jv_object_set(r, jv_string("kl"), ca_train_mean(t->kl, t->updates));
-	r = jv_object_set(r, jv_string("grad_norm"), ca_train_mean(t->grad_norm, t->updates));
+		r = jv_object_set(r, jv_string("kl"), ca_train_mean(t->kl, updates));
+	r = jv_object_set(r, jv_string("grad_norm"), ca_train_mean(t->grad_norm, updates));
 	r = jv_object_set(r, jv_string("ratio_min"), isfinite(t->ratio_min) ? jv_number(t->ratio_min) : jv_null());
 	return jv_object_set(r, jv_string("ratio_max"), isfinite(t->ratio_max) ? jv_number(t->ratio_max) : jv_null());
 }

@@ -710,10 +710,21 @@ static void whole_batch_denominators(struct ca_train_pack *p, const struct ca_tr
 	p->all_horizon = longest > 1 ? longest - 1 : 1;
 }
 
+/* An epoch's mini-batches: as asked, but no more than there are sequences. */
+static int epoch_mini_batches(const struct ca_train_data *d, const struct ca_train_opts *o)
+{
+	return o->mini_batches < d->nseq ? o->mini_batches : d->nseq;
+}
+
+int ca_train_updates(const struct ca_train_data *d, const struct ca_train_opts *o)
+{
+	return epoch_mini_batches(d, o) * o->epochs;
+}
+
 double ca_train_epochs(struct ca_train_engine *e, const struct ca_train_data *d, const struct ca_train_opts *o,
 	ca_train_update_fn update, void *ctx)
 {
-	int nmb = o->mini_batches < d->nseq ? o->mini_batches : d->nseq;
+	int nmb = epoch_mini_batches(d, o);
 	double seconds = 0;
 	for (int epoch = 0; epoch < o->epochs; epoch++)
 		for (int k = 0; k < nmb; k++) {
@@ -750,7 +761,7 @@ jv ca_train_stats_begin(const char *command, const struct ca_model *m, const str
 		d->rewarded ? jv_number(d->reward_sum / (double)d->rewarded) : jv_null());
 	r = jv_object_set(r, jv_string("reward_3_share"),
 		d->rewarded ? jv_number((double)d->reward_3 / (double)d->rewarded) : jv_null());
-	r = jv_object_set(r, jv_string("updates"), jv_number(o->mini_batches * o->epochs));
+	r = jv_object_set(r, jv_string("updates"), jv_number(ca_train_updates(d, o)));
 	return r;
 }
 
@@ -854,7 +865,8 @@ static jv step(const struct ca_train_step *s, const struct ca_train_opts *o, str
 	}
 	double update_seconds = ca_train_epochs(&r->e, &r->d, o, s->update, s->ctx);
 	engine_sync(&r->e);
-	jv rec = s->stats(&r->e, &r->d, ca_train_stats_begin(s->command, r->m, &r->d, o), s->ctx);
+	jv rec = s->stats(&r->e, &r->d, ca_train_updates(&r->d, o), ca_train_stats_begin(s->command, r->m, &r->d, o),
+		s->ctx);
 	if (r->e.api && r->e.api->peak_bytes)
 		rec = jv_object_set(rec, jv_string("device_peak_bytes"), jv_number((double)r->e.api->peak_bytes()));
 	/* Every rank holds the same weights: rank 0 alone writes them and the record. */

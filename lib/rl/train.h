@@ -198,6 +198,11 @@ void ca_train_engine_close(struct ca_train_engine *e);
 
 /* A command's update of one packed mini-batch. */
 typedef void (*ca_train_update_fn)(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx);
+/*
+ * How many updates the epochs make: one per mini-batch per epoch, and no
+ * more mini-batches than sequences.
+ */
+int ca_train_updates(const struct ca_train_data *d, const struct ca_train_opts *o);
 /* Every epoch over every mini-batch: pack it and update; returns the seconds spent updating. */
 double ca_train_epochs(struct ca_train_engine *e, const struct ca_train_data *d, const struct ca_train_opts *o,
 	ca_train_update_fn update, void *ctx);
@@ -209,7 +214,7 @@ double ca_train_now(void);
 /* sum / n as a number, null when n is 0 or the mean is not finite. */
 jv ca_train_mean(double sum, double n);
 
-/* The fields every stats record starts with. */
+/* The fields every stats record starts with, "updates" (ca_train_updates) last. */
 jv ca_train_stats_begin(const char *command, const struct ca_model *m, const struct ca_train_data *d,
 	const struct ca_train_opts *o);
 
@@ -225,8 +230,8 @@ struct ca_train_step {
 	/* Before the epochs (may be NULL): reset ctx's totals, prepare the batch; may die. */
 	void (*begin)(struct ca_train_data *d, void *ctx);
 	ca_train_update_fn update;
-	/* After the epochs, the trained weights in e->m: the command's fields added to r. */
-	jv (*stats)(struct ca_train_engine *e, const struct ca_train_data *d, jv r, void *ctx);
+	/* After the epochs, the trained weights in e->m: the command's fields added to r (means over updates). */
+	jv (*stats)(struct ca_train_engine *e, const struct ca_train_data *d, int updates, jv r, void *ctx);
 	void *ctx;
 };
 
