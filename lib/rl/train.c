@@ -423,9 +423,7 @@ struct ca_model *ca_train_load(const char *dir, int critic)
 	struct stat st;
 	if (stat(dir, &st) < 0)
 		ca_err_die_sys(CA_EXIT_SYSTEM, "%s", dir);
-	struct ca_model *m = ca_model_load(dir, why);
-	if (!m)
-		ca_err_die(CA_EXIT_DATA, "%s", why);
+	struct ca_model *m = ca_model_open(dir);
 	/* Freed before dying: a server (ca_train_serve) catches the die and goes on. */
 	const char *kind = critic && !m->cfg.critic ? "not a critic checkpoint (no value head score.weight)" :
 		!critic && m->cfg.critic ? "a critic checkpoint, wanted a policy (language-model head)" : NULL;
