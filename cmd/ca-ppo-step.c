@@ -192,9 +192,7 @@ int main(int argc, char **argv)
 	ca_train_opts_default(&cfg.train, 3e-6);
 	int c;
 	ca_err_init(argv[0]);
-	while ((c = getopt_long(argc, argv, "hm:o:", longopts, NULL)) != -1) {
-		if (ca_train_opt(&cfg.train, c, optarg))
-			continue;
+	while ((c = ca_train_getopt(&cfg.train, argc, argv, longopts)) != -1) {
 		switch (c) {
 		case OPT_ADV: cfg.advantages = optarg; break;
 		case OPT_CLIP_HIGH: cfg.clip.high = ca_opt_double("--clip-high", optarg, 0, 1e9); break;
@@ -212,7 +210,6 @@ int main(int argc, char **argv)
 		default: ca_opt_common(c, usage_text);
 		}
 	}
-	ca_train_opts_check(&cfg.train, usage_text, argc - optind);
 	struct totals t = {.cfg = &cfg};
 	struct ca_train_step step = {
 		.command = "ca-ppo-step", .critic = 0, .begin = begin, .update = update, .stats = stats, .ctx = &t,
@@ -222,7 +219,5 @@ int main(int argc, char **argv)
 			[CA_TRAIN_REF_LOGPROBS] = cfg.kl_coef != 0 ? "ref_logprobs" : NULL,
 		},
 	};
-	if (cfg.train.serve)
-		return ca_train_serve(&step, &cfg.train);
-	return ca_train_run(&step, &cfg.train, argc - optind, argv + optind);
+	return ca_train_start(&step, &cfg.train, usage_text, argc - optind, argv + optind);
 }

@@ -71,19 +71,11 @@ int main(int argc, char **argv)
 	ca_train_opts_default(&o, 3e-6);
 	int c;
 	ca_err_init(argv[0]);
-	while ((c = getopt_long(argc, argv, "hm:o:", longopts, NULL)) != -1) {
-		if (ca_train_opt(&o, c, optarg))
-			continue;
-		switch (c) {
-		default: ca_opt_common(c, usage_text);
-		}
-	}
-	ca_train_opts_check(&o, usage_text, argc - optind);
+	while ((c = ca_train_getopt(&o, argc, argv, longopts)) != -1)
+		ca_opt_common(c, usage_text);
 	struct totals t = {.o = &o};
 	struct ca_train_step step = {
 		.command = "ca-sft-step", .critic = 0, .begin = begin, .update = update, .stats = stats, .ctx = &t,
 	};
-	if (o.serve)
-		return ca_train_serve(&step, &o);
-	return ca_train_run(&step, &o, argc - optind, argv + optind);
+	return ca_train_start(&step, &o, usage_text, argc - optind, argv + optind);
 }

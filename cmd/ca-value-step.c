@@ -115,15 +115,12 @@ int main(int argc, char **argv)
 	struct totals t = {.o = &o, .clip = INFINITY};
 	int c;
 	ca_err_init(argv[0]);
-	while ((c = getopt_long(argc, argv, "hm:o:", longopts, NULL)) != -1) {
-		if (ca_train_opt(&o, c, optarg))
-			continue;
+	while ((c = ca_train_getopt(&o, argc, argv, longopts)) != -1) {
 		switch (c) {
 		case OPT_CLIP: t.clip = ca_opt_double("--clip-value", optarg, 0, 1e30); break;
 		default: ca_opt_common(c, usage_text);
 		}
 	}
-	ca_train_opts_check(&o, usage_text, argc - optind);
 	struct ca_train_step step = {
 		.command = "ca-value-step", .critic = 1, .begin = begin, .update = update, .stats = stats, .ctx = &t,
 		.names = {
@@ -131,7 +128,5 @@ int main(int argc, char **argv)
 			[CA_TRAIN_VALUES] = isfinite(t.clip) ? "values" : NULL,
 		},
 	};
-	if (o.serve)
-		return ca_train_serve(&step, &o);
-	return ca_train_run(&step, &o, argc - optind, argv + optind);
+	return ca_train_start(&step, &o, usage_text, argc - optind, argv + optind);
 }

@@ -514,7 +514,8 @@ void ca_train_opts_default(struct ca_train_opts *o, double lr)
 	};
 }
 
-int ca_train_opt(struct ca_train_opts *o, int id, const char *arg)
+/* Take one of the shared options (ids from CA_TRAIN_OPT_*, 'm', 'o') into o; 1 if it was one. */
+static int take_option(struct ca_train_opts *o, int id, const char *arg)
 {
 	switch (id) {
 	case CA_TRAIN_OPT_AGG:
@@ -549,7 +550,16 @@ int ca_train_opt(struct ca_train_opts *o, int id, const char *arg)
 	return 0;
 }
 
-void ca_train_opts_check(struct ca_train_opts *o, const char *usage, int nfiles)
+int ca_train_getopt(struct ca_train_opts *o, int argc, char **argv, const struct option *longopts)
+{
+	int c;
+	do
+		c = getopt_long(argc, argv, "hm:o:", longopts, NULL);
+	while (c != -1 && take_option(o, c, optarg));
+	return c;
+}
+
+static void check_options(struct ca_train_opts *o, const char *usage, int nfiles)
 {
 	if (o->serve && (o->model || o->output || nfiles > 0)) {
 		ca_err_warn("--serve takes no -m, -o or files: each request names its own");
@@ -1051,4 +1061,13 @@ int ca_train_serve(const struct ca_train_step *s, const struct ca_train_opts *o)
 	resident_drop(&r);
 	ca_dist_close(&r.e.dist);
 	return ca_err_finish(worst);
+}
+
+int ca_train_start(const struct ca_train_step *s, struct ca_train_opts *o, const char *usage, int nfiles,
+	char **files)
+{
+	check_options(o, usage, nfiles);
+	if (o->serve)
+		return ca_train_serve(s, o);
+	return ca_train_run(s, o, nfiles, files);
 }
