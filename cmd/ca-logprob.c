@@ -232,19 +232,11 @@ int main(int argc, char **argv)
 		fputs(usage_text, stderr);
 		ca_opt_bad_usage();
 	}
-	char why[CA_MODEL_WHY];
-	if (device == CA_DEVICE_CUDA) {
-		s.cuda = ca_device_cuda(why);
-		if (!s.cuda)
-			ca_err_die(CA_EXIT_SYSTEM, "%s", why);
-		if (!s.cuda->model_upload || !s.cuda->model_forward || !s.cuda->model_free)
-			ca_err_die(CA_EXIT_SYSTEM, "%s has no forward pass (rebuild with make model-cuda)", s.cuda->path);
-	}
-	s.model = ca_model_load(dir, why);
-	if (!s.model)
-		ca_err_die(CA_EXIT_DATA, "%s", why);
+	s.cuda = ca_device_open(device, CA_DEVICE_FORWARD);
+	s.model = ca_model_open(dir);
 	if (s.entropy && s.model->cfg.critic)
 		ca_err_die(CA_EXIT_USAGE, "--entropy needs a policy checkpoint, %s is a critic", dir);
+	char why[CA_MODEL_WHY];
 	if (s.cuda && !(s.gpu = s.cuda->model_upload(s.model, why)))
 		ca_err_die(CA_EXIT_SYSTEM, "%s", why);
 

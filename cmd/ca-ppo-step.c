@@ -42,7 +42,6 @@ struct totals {
 	const struct config *cfg;
 	double loss, pg_loss, pg_clipfrac, clipped_high, clipped_low, pg_clipfrac_lower, approx_kl, entropy, kl, grad_norm;
 	double ratio_min, ratio_max;
-	int updates;
 };
 
 /* verl's masked_whiten over every policy token of the batch; fewer than two is bad data, as verl raises. */
@@ -138,7 +137,6 @@ static void update(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx
 			t->ratio_max = y[11 + 2 * r];
 	}
 	free(y);
-	t->updates++;
 }
 
 /* A step's start: fresh totals, the advantages whitened when asked. */
@@ -150,23 +148,22 @@ static void begin(struct ca_train_data *d, void *ctx)
 		whiten(d);
 }
 
-static jv stats(struct ca_train_engine *e, const struct ca_train_data *d, jv r, void *ctx)
+static jv stats(struct ca_train_engine *e, const struct ca_train_data *d, int updates, jv r, void *ctx)
 {
 	(void)e;
 	(void)d;
 	const struct totals *t = ctx;
-	r = jv_object_set(r, jv_string("updates"), jv_number(t->updates));
-	r = jv_object_set(r, jv_string("loss"), ca_train_mean(t->loss, t->updates));
-	r = jv_object_set(r, jv_string("pg_loss"), ca_train_mean(t->pg_loss, t->updates));
-	r = jv_object_set(r, jv_string("pg_clipfrac"), ca_train_mean(t->pg_clipfrac, t->updates));
-	r = jv_object_set(r, jv_string("pg_clipfrac_lower"), ca_train_mean(t->pg_clipfrac_lower, t->updates));
-	r = jv_object_set(r, jv_string("ratio_clipped_high_frac"), ca_train_mean(t->clipped_high, t->updates));
-	r = jv_object_set(r, jv_string("ratio_clipped_low_frac"), ca_train_mean(t->clipped_low, t->updates));
-	r = jv_object_set(r, jv_string("approx_kl"), ca_train_mean(t->approx_kl, t->updates));
-	r = jv_object_set(r, jv_string("entropy"), ca_train_mean(t->entropy, t->updates));
+	r = jv_object_set(r, jv_string("loss"), ca_train_mean(t->loss, updates));
+	r = jv_object_set(r, jv_string("pg_loss"), ca_train_mean(t->pg_loss, updates));
+	r = jv_object_set(r, jv_string("pg_clipfrac"), ca_train_mean(t->pg_clipfrac, updates));
+	r = jv_object_set(r, jv_string("pg_clipfrac_lower"), ca_train_mean(t->pg_clipfrac_lower, updates));
+	r = jv_object_set(r, jv_string("ratio_clipped_high_frac"), ca_train_mean(t->clipped_high, updates));
+	r = jv_object_set(r, jv_string("ratio_clipped_low_frac"), ca_train_mean(t->clipped_low, updates));
+	r = jv_object_set(r, jv_string("approx_kl"), ca_train_mean(t->approx_kl, updates));
+	r = jv_object_set(r, jv_string("entropy"), ca_train_mean(t->entropy, updates));
 	if (t->cfg->kl_coef != 0)
-		r = jv_object_set(r, jv_string("kl"), ca_train_mean(t->kl, t->updates));
-	r = jv_object_set(r, jv_string("grad_norm"), ca_train_mean(t->grad_norm, t->updates));
+		r = jv_object_set(r, jv_string("kl"), ca_train_mean(t->kl, updates));
+	r = jv_object_set(r, jv_string("grad_norm"), ca_train_mean(t->grad_norm, updates));
 	r = jv_object_set(r, jv_string("ratio_min"), isfinite(t->ratio_min) ? jv_number(t->ratio_min) : jv_null());
 	return jv_object_set(r, jv_string("ratio_max"), isfinite(t->ratio_max) ? jv_number(t->ratio_max) : jv_null());
 }
@@ -195,9 +192,7 @@ int main(int argc, char **argv)
 	ca_train_opts_default(&cfg.train, 3e-6);
 	int c;
 	ca_err_init(argv[0]);
-	while ((c = getopt_long(argc, argv, "hm:o:", longopts, NULL)) != -1) {
-		if (ca_train_opt(&cfg.train, c, optarg))
-			continue;
+	while ((c = ca_train_getopt(&cfg.train, argc, argv, longopts)) != -1) {
 		switch (c) {
 		case OPT_ADV: cfg.advantages = optarg; break;
 		case OPT_CLIP_HIGH: cfg.clip.high = ca_opt_double("--clip-high", optarg, 0, 1e9); break;
@@ -215,7 +210,6 @@ int main(int argc, char **argv)
 		default: ca_opt_common(c, usage_text);
 		}
 	}
-	ca_train_opts_check(&cfg.train, usage_text, argc - optind);
 	struct totals t = {.cfg = &cfg};
 	struct ca_train_step step = {
 		.command = "ca-ppo-step", .critic = 0, .begin = begin, .update = update, .stats = stats, .ctx = &t,
@@ -225,7 +219,5 @@ int main(int argc, char **argv)
 			[CA_TRAIN_REF_LOGPROBS] = cfg.kl_coef != 0 ? "ref_logprobs" : NULL,
 		},
 	};
-	if (cfg.train.serve)
-		return ca_train_serve(&step, &cfg.train);
-	return ca_train_run(&step, &cfg.train, argc - optind, argv + optind);
+	return ca_train_start(&step, &cfg.train, usage_text, argc - optind, argv + optind);
 }

@@ -868,17 +868,8 @@ int main(int argc, char **argv)
 		fputs(usage_text, stderr);
 		ca_opt_bad_usage();
 	}
-	char why[CA_MODEL_WHY];
-	if (cfg.device == CA_DEVICE_CUDA) {
-		cfg.cuda = ca_device_cuda(why);
-		if (!cfg.cuda)
-			ca_err_die(CA_EXIT_SYSTEM, "%s", why);
-		if (!cfg.cuda->sampler_new || !cfg.cuda->sampler_generate || !cfg.cuda->sampler_free)
-			ca_err_die(CA_EXIT_SYSTEM, "%s has no sampler (rebuild with make model-cuda)", cfg.cuda->path);
-	}
-	cfg.model = ca_model_load(dir, why);
-	if (!cfg.model)
-		ca_err_die(CA_EXIT_DATA, "%s", why);
+	cfg.cuda = ca_device_open(cfg.device, CA_DEVICE_SAMPLER);
+	cfg.model = ca_model_open(dir);
 	if (cfg.model->cfg.critic)
 		ca_err_die(CA_EXIT_USAGE, "%s is a critic checkpoint; sampling needs a policy", dir);
 	cfg.tok = ca_tokenizer_load(dir, cfg.tok_why);

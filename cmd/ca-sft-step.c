@@ -22,7 +22,6 @@ static const char usage_text[] =
 struct totals {
 	const struct ca_train_opts *o;
 	double loss, grad_norm, entropy;
-	int updates;
 };
 
 static void update(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx)
@@ -42,7 +41,6 @@ static void update(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx
 	ca_train_sum(e, x, 2);
 	t->loss += x[0];
 	t->entropy += x[1];
-	t->updates++;
 }
 
 static void begin(struct ca_train_data *d, void *ctx)
@@ -52,15 +50,14 @@ static void begin(struct ca_train_data *d, void *ctx)
 	*t = (struct totals){.o = t->o};
 }
 
-static jv stats(struct ca_train_engine *e, const struct ca_train_data *d, jv r, void *ctx)
+static jv stats(struct ca_train_engine *e, const struct ca_train_data *d, int updates, jv r, void *ctx)
 {
 	(void)e;
 	(void)d;
 	const struct totals *t = ctx;
-	r = jv_object_set(r, jv_string("updates"), jv_number(t->updates));
-	r = jv_object_set(r, jv_string("loss"), ca_train_mean(t->loss, t->updates));
-	r = jv_object_set(r, jv_string("entropy"), ca_train_mean(t->entropy, t->updates));
-	return jv_object_set(r, jv_string("grad_norm"), ca_train_mean(t->grad_norm, t->updates));
+	r = jv_object_set(r, jv_string("loss"), ca_train_mean(t->loss, updates));
+	r = jv_object_set(r, jv_string("entropy"), ca_train_mean(t->entropy, updates));
+	return jv_object_set(r, jv_string("grad_norm"), ca_train_mean(t->grad_norm, updates));
 }
 
 int main(int argc, char **argv)
@@ -74,19 +71,11 @@ int main(int argc, char **argv)
 	ca_train_opts_default(&o, 3e-6);
 	int c;
 	ca_err_init(argv[0]);
-	while ((c = getopt_long(argc, argv, "hm:o:", longopts, NULL)) != -1) {
-		if (ca_train_opt(&o, c, optarg))
-			continue;
-		switch (c) {
-		default: ca_opt_common(c, usage_text);
-		}
-	}
-	ca_train_opts_check(&o, usage_text, argc - optind);
+	while ((c = ca_train_getopt(&o, argc, argv, longopts)) != -1)
+		ca_opt_common(c, usage_text);
 	struct totals t = {.o = &o};
 	struct ca_train_step step = {
 		.command = "ca-sft-step", .critic = 0, .begin = begin, .update = update, .stats = stats, .ctx = &t,
 	};
-	if (o.serve)
-		return ca_train_serve(&step, &o);
-	return ca_train_run(&step, &o, argc - optind, argv + optind);
+	return ca_train_start(&step, &o, usage_text, argc - optind, argv + optind);
 }

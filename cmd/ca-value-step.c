@@ -28,7 +28,6 @@ struct totals {
 	double clip;
 	double loss, clipfrac, grad_norm, vpred, resid_sq, ret_sum, ret_sq;
 	long tokens;
-	int updates;
 };
 
 static void update(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx)
@@ -67,7 +66,6 @@ static void update(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx
 	}
 	t->loss += loss;
 	t->clipfrac += clipfrac;
-	t->updates++;
 }
 
 static void begin(struct ca_train_data *d, void *ctx)
@@ -77,7 +75,7 @@ static void begin(struct ca_train_data *d, void *ctx)
 	*t = (struct totals){.o = t->o, .clip = t->clip};
 }
 
-static jv stats(struct ca_train_engine *e, const struct ca_train_data *d, jv r, void *ctx)
+static jv stats(struct ca_train_engine *e, const struct ca_train_data *d, int updates, jv r, void *ctx)
 {
 	(void)d;
 	struct totals *t = ctx;
@@ -86,9 +84,8 @@ static jv stats(struct ca_train_engine *e, const struct ca_train_data *d, jv r, 
 		ca_train_sum(e, x, 5);
 		t->vpred = x[0], t->resid_sq = x[1], t->ret_sum = x[2], t->ret_sq = x[3], t->tokens = (long)x[4];
 	}
-	r = jv_object_set(r, jv_string("updates"), jv_number(t->updates));
-	r = jv_object_set(r, jv_string("vf_loss"), ca_train_mean(t->loss, t->updates));
-	r = jv_object_set(r, jv_string("vf_clipfrac"), ca_train_mean(t->clipfrac, t->updates));
+	r = jv_object_set(r, jv_string("vf_loss"), ca_train_mean(t->loss, updates));
+	r = jv_object_set(r, jv_string("vf_clipfrac"), ca_train_mean(t->clipfrac, updates));
 	r = jv_object_set(r, jv_string("vpred_mean"), ca_train_mean(t->vpred, (double)t->tokens));
 	r = jv_object_set(r, jv_string("returns_mean"), ca_train_mean(t->ret_sum, (double)t->tokens));
 	/* verl's vf_explained_var: 1 - Var(returns - V) / Var(returns), biased variances. */
@@ -101,7 +98,7 @@ static jv stats(struct ca_train_engine *e, const struct ca_train_data *d, jv r, 
 		ev = ca_json_num_or_null(1 - var_e / (var_r + CA_PPO_MEAN_EPS));
 	}
 	r = jv_object_set(r, jv_string("vf_explained_var"), ev);
-	return jv_object_set(r, jv_string("grad_norm"), ca_train_mean(t->grad_norm, t->updates));
+	return jv_object_set(r, jv_string("grad_norm"), ca_train_mean(t->grad_norm, updates));
 }
 
 int main(int argc, char **argv)
@@ -118,15 +115,12 @@ int main(int argc, char **argv)
 	struct totals t = {.o = &o, .clip = INFINITY};
 	int c;
 	ca_err_init(argv[0]);
-	while ((c = getopt_long(argc, argv, "hm:o:", longopts, NULL)) != -1) {
-		if (ca_train_opt(&o, c, optarg))
-			continue;
+	while ((c = ca_train_getopt(&o, argc, argv, longopts)) != -1) {
 		switch (c) {
 		case OPT_CLIP: t.clip = ca_opt_double("--clip-value", optarg, 0, 1e30); break;
 		default: ca_opt_common(c, usage_text);
 		}
 	}
-	ca_train_opts_check(&o, usage_text, argc - optind);
 	struct ca_train_step step = {
 		.command = "ca-value-step", .critic = 1, .begin = begin, .update = update, .stats = stats, .ctx = &t,
 		.names = {
@@ -134,7 +128,5 @@ int main(int argc, char **argv)
 			[CA_TRAIN_VALUES] = isfinite(t.clip) ? "values" : NULL,
 		},
 	};
-	if (o.serve)
-		return ca_train_serve(&step, &o);
-	return ca_train_run(&step, &o, argc - optind, argv + optind);
+	return ca_train_start(&step, &o, usage_text, argc - optind, argv + optind);
 }

@@ -836,28 +836,6 @@ static int loop_done(struct ca_ndjson_reader *r, int status, int write_failed)
 	return ca_err_finish(status);
 }
 
-int ca_ndjson_map(int nfiles, char **files, ca_record_fn fn, void *ctx)
-{
-	struct ca_ndjson_reader *r = ca_ndjson_open(nfiles, files);
-	int status = CA_EXIT_OK, rc = 0, kind;
-	const char *text;
-	size_t len;
-	while (rc == 0 && (kind = ca_ndjson_next_text(r, &text, &len)) != CA_NDJSON_EOF) {
-		jv record;
-		if (to_record(kind, text, len, &record) == CA_NDJSON_BAD) {
-			rc = write_bad_line(r, jv_string_value(record), &status);
-		} else {
-			int record_status = CA_EXIT_OK;
-			jv out = fn(jv_copy(record), ctx, &record_status);
-			status = ca_err_worst(status, record_status);
-			rc = write_output(out, record, text, len);
-		}
-		jv_free(record);
-		ca_ndjson_progress_tick();
-	}
-	return loop_done(r, status, rc != 0);
-}
-
 /* A record taken by a batch command and waiting for its batch to run. */
 struct held {
 	jv parsed;   /* as read: its field values are the originals */
@@ -931,6 +909,32 @@ int ca_ndjson_map_batch(int nfiles, char **files, ca_batch_take_fn take, ca_batc
 	free(b.items);
 	free(b.out);
 	return loop_done(r, status, rc != 0);
+}
+
+/* ca_ndjson_map is the batch loop with batches of one: fn's output waits in out for run to hand it over. */
+struct one_at_a_time {
+	ca_record_fn fn;
+	void *ctx;
+	jv out;
+};
+
+static int take_one(jv record, const char *where, void *ctx, int *status)
+{
+	struct one_at_a_time *one = ctx;
+	one->out = one->fn(record, one->ctx, status);
+	return 1;
+}
+
+static void run_one(void *ctx, jv *out, int n, int *status)
+{
+	struct one_at_a_time *one = ctx;
+	out[0] = one->out;
+}
+
+int ca_ndjson_map(int nfiles, char **files, ca_record_fn fn, void *ctx)
+{
+	struct one_at_a_time one = {.fn = fn, .ctx = ctx};
+	return ca_ndjson_map_batch(nfiles, files, take_one, run_one, &one);
 }
 
 /* The fast path of ca_ndjson_map_field; 0 when the caller must use jv. */

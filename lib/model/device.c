@@ -71,3 +71,18 @@ const struct ca_cuda_api *ca_device_cuda(char why[CA_MODEL_WHY])
 	opened = 1;
 	return &api;
 }
+
+const struct ca_cuda_api *ca_device_open(enum ca_device device, enum ca_device_use use)
+{
+	char why[CA_MODEL_WHY];
+	if (device != CA_DEVICE_CUDA)
+		return NULL;
+	const struct ca_cuda_api *cuda = ca_device_cuda(why);
+	if (!cuda)
+		ca_err_die(CA_EXIT_SYSTEM, "%s", why);
+	if (use == CA_DEVICE_FORWARD && (!cuda->model_upload || !cuda->model_forward || !cuda->model_free))
+		ca_err_die(CA_EXIT_SYSTEM, "%s has no forward pass (rebuild with make model-cuda)", cuda->path);
+	if (use == CA_DEVICE_SAMPLER && (!cuda->sampler_new || !cuda->sampler_generate || !cuda->sampler_free))
+		ca_err_die(CA_EXIT_SYSTEM, "%s has no sampler (rebuild with make model-cuda)", cuda->path);
+	return cuda;
+}

@@ -51,4 +51,12 @@ struct ca_cuda_api {
 /* Open the CUDA backend (once; later calls return the same table), or NULL with why set. */
 const struct ca_cuda_api *ca_device_cuda(char why[CA_MODEL_WHY]);
 
+/* What a command runs on the backend: the entry points it needs. */
+enum ca_device_use { CA_DEVICE_FORWARD, CA_DEVICE_SAMPLER };
+/*
+ * For a command's --device: on cuda the backend, with the entry points
+ * use needs; NULL on cpu. Dies (CA_EXIT_SYSTEM) where it cannot.
+ */
+const struct ca_cuda_api *ca_device_open(enum ca_device device, enum ca_device_use use);
+
 #endif

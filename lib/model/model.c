@@ -374,6 +374,15 @@ struct ca_model *ca_model_load(const char *dir, char why[CA_MODEL_WHY])
 	return m;
 }
 
+struct ca_model *ca_model_open(const char *dir)
+{
+	char why[CA_MODEL_WHY];
+	struct ca_model *m = ca_model_load(dir, why);
+	if (!m)
+		ca_err_die(CA_EXIT_DATA, "%s", why);
+	return m;
+}
+
 static int copy_file(const char *from, const char *to)
 {
 	size_t len;

@@ -118,6 +118,8 @@ struct ca_batch {
 
 /* Load a checkpoint directory; NULL with why set on failure. */
 struct ca_model *ca_model_load(const char *dir, char why[CA_MODEL_WHY]);
+/* ca_model_load for a command's -m DIR: dies (CA_EXIT_DATA) with the reason where it fails. */
+struct ca_model *ca_model_open(const char *dir);
 void ca_model_free(struct ca_model *m);
 /*
  * Write config.json and the weights (same dtype as loaded unless dtype >= 0,

@@ -45,7 +45,7 @@ struct ca_tokenizer {
 	int byte_id[256];      /* id of each single byte */
 	struct str_map vocab;  /* raw bytes -> id */
 	struct pair_map merges;
-	int max_digits;        /* 1 (Qwen2) or 3 (Llama 3) */
+	int max_digits;        /* 1 (Qwen2) or 3 (Llama 3); 0 until the pre-tokenizer's Split is seen */
 	int ignore_merges;
 	int nfc;               /* the normalizer is NFC */
 	int nadded;
@@ -638,6 +638,42 @@ static jv sequence_steps(jv node, const char *field)
 	return list;
 }
 
+/*
+ * A step's check, given its "type" (NULL where that is no string): 0, or -1
+ * with why set where the step is refused. Borrows step.
+ */
+typedef int step_check_fn(struct ca_tokenizer *t, jv step, const char *type, char why[CA_TOKENIZER_WHY]);
+
+/* Check each step of a normalizer or pre-tokenizer (see sequence_steps) until one is refused. Consumes node. */
+static int check_steps(struct ca_tokenizer *t, jv node, const char *field, step_check_fn *check,
+	char why[CA_TOKENIZER_WHY])
+{
+	jv list = sequence_steps(node, field);
+	int rc = 0;
+	for (int i = 0; i < jv_array_length(jv_copy(list)) && rc == 0; i++) {
+		jv step = jv_array_get(jv_copy(list), i);
+		jv type = jv_get_kind(step) == JV_KIND_OBJECT ? jv_object_get(jv_copy(step), jv_string("type")) : jv_invalid();
+		rc = check(t, step, jv_get_kind(type) == JV_KIND_STRING ? jv_string_value(type) : NULL, why);
+		jv_free(type);
+		jv_free(step);
+	}
+	jv_free(list);
+	jv_free(node);
+	return rc;
+}
+
+static int check_normalizer_step(struct ca_tokenizer *t, jv step, const char *type, char why[CA_TOKENIZER_WHY])
+{
+	(void)step;
+	if (type && strcmp(type, "NFC") == 0) {
+		t->nfc = 1;
+		return 0;
+	}
+	ca_err_why(why, CA_TOKENIZER_WHY, "tokenizer.json: normalizer %s is not supported (NFC only)",
+		type ? type : "(none)");
+	return -1;
+}
+
 /* The normalizer: none, or NFC (alone or in a Sequence); anything else is refused. Consumes norm. */
 static int check_normalizer(struct ca_tokenizer *t, jv norm, char why[CA_TOKENIZER_WHY])
 {
@@ -645,70 +681,54 @@ static int check_normalizer(struct ca_tokenizer *t, jv norm, char why[CA_TOKENIZ
 		jv_free(norm);
 		return 0;
 	}
-	jv list = sequence_steps(norm, "normalizers");
-	int rc = 0;
-	for (int i = 0; i < jv_array_length(jv_copy(list)) && rc == 0; i++) {
-		jv item = jv_array_get(jv_copy(list), i);
-		jv type = jv_get_kind(item) == JV_KIND_OBJECT ? jv_object_get(item, jv_string("type")) : (jv_free(item), jv_invalid());
-		const char *ty = jv_get_kind(type) == JV_KIND_STRING ? jv_string_value(type) : "(none)";
-		if (strcmp(ty, "NFC") == 0) {
-			t->nfc = 1;
-		} else {
-			ca_err_why(why, CA_TOKENIZER_WHY, "tokenizer.json: normalizer %s is not supported (NFC only)", ty);
-			rc = -1;
-		}
-		jv_free(type);
-	}
-	jv_free(list);
-	jv_free(norm);
-	return rc;
+	return check_steps(t, norm, "normalizers", check_normalizer_step, why);
 }
 
-/* Find the Split regex in the pre-tokenizer and decide which pattern it is. Consumes pre. */
-static int check_pre_tokenizer(struct ca_tokenizer *t, jv pre, char why[CA_TOKENIZER_WHY])
+/* A Split step decides which pattern it is (t->max_digits); a ByteLevel step must not split or add a space. */
+static int check_pre_tokenizer_step(struct ca_tokenizer *t, jv step, const char *type, char why[CA_TOKENIZER_WHY])
 {
-	jv list = sequence_steps(pre, "pretokenizers");
-	int found = 0, rc = 0;
-	for (int i = 0; i < jv_array_length(jv_copy(list)) && rc == 0; i++) {
-		jv p = jv_array_get(jv_copy(list), i);
-		jv type = jv_object_get(jv_copy(p), jv_string("type"));
-		const char *ty = jv_get_kind(type) == JV_KIND_STRING ? jv_string_value(type) : "";
-		if (strcmp(ty, "Split") == 0) {
-			jv re = jv_object_get(jv_object_get(jv_copy(p), jv_string("pattern")), jv_string("Regex"));
-			const char *s = jv_get_kind(re) == JV_KIND_STRING ? jv_string_value(re) : "";
-			if (strcmp(s, qwen2_pattern) == 0) {
-				t->max_digits = 1, found = 1;
-			} else if (strcmp(s, llama3_pattern) == 0) {
-				t->max_digits = 3, found = 1;
-			} else {
-				ca_err_why(why, CA_TOKENIZER_WHY, "tokenizer.json: unsupported pre-tokenizer pattern (Qwen2 and Llama 3 only)");
-				rc = -1;
-			}
-			jv_free(re);
-		} else if (strcmp(ty, "ByteLevel") == 0) {
-			jv use = jv_object_get(jv_copy(p), jv_string("use_regex"));
-			jv prefix = jv_object_get(jv_copy(p), jv_string("add_prefix_space"));
-			if (jv_get_kind(use) == JV_KIND_TRUE || jv_get_kind(prefix) == JV_KIND_TRUE) {
-				ca_err_why(why, CA_TOKENIZER_WHY, "tokenizer.json: ByteLevel with use_regex or add_prefix_space is not supported");
-				rc = -1;
-			}
-			jv_free(use);
-			jv_free(prefix);
+	int rc = 0;
+	if (!type)
+		type = "";
+	if (strcmp(type, "Split") == 0) {
+		jv re = jv_object_get(jv_object_get(jv_copy(step), jv_string("pattern")), jv_string("Regex"));
+		const char *s = jv_get_kind(re) == JV_KIND_STRING ? jv_string_value(re) : "";
+		if (strcmp(s, qwen2_pattern) == 0) {
+			t->max_digits = 1;
+		} else if (strcmp(s, llama3_pattern) == 0) {
+			t->max_digits = 3;
 		} else {
-			ca_err_why(why, CA_TOKENIZER_WHY, "tokenizer.json: pre-tokenizer %s is not supported", ty);
+			ca_err_why(why, CA_TOKENIZER_WHY, "tokenizer.json: unsupported pre-tokenizer pattern (Qwen2 and Llama 3 only)");
 			rc = -1;
 		}
-		jv_free(type);
-		jv_free(p);
-	}
-	jv_free(list);
-	jv_free(pre);
-	if (rc == 0 && !found) {
-		ca_err_why(why, CA_TOKENIZER_WHY,
-			"tokenizer.json: no Split pre-tokenizer (byte-level BPE of Qwen2/Llama 3 expected)");
+		jv_free(re);
+	} else if (strcmp(type, "ByteLevel") == 0) {
+		jv use = jv_object_get(jv_copy(step), jv_string("use_regex"));
+		jv prefix = jv_object_get(jv_copy(step), jv_string("add_prefix_space"));
+		if (jv_get_kind(use) == JV_KIND_TRUE || jv_get_kind(prefix) == JV_KIND_TRUE) {
+			ca_err_why(why, CA_TOKENIZER_WHY, "tokenizer.json: ByteLevel with use_regex or add_prefix_space is not supported");
+			rc = -1;
+		}
+		jv_free(use);
+		jv_free(prefix);
+	} else {
+		ca_err_why(why, CA_TOKENIZER_WHY, "tokenizer.json: pre-tokenizer %s is not supported", type);
 		rc = -1;
 	}
 	return rc;
+}
+
+/* The pre-tokenizer: a Split of a pattern we know, and at most a plain ByteLevel beside it. Consumes pre. */
+static int check_pre_tokenizer(struct ca_tokenizer *t, jv pre, char why[CA_TOKENIZER_WHY])
+{
+	if (check_steps(t, pre, "pretokenizers", check_pre_tokenizer_step, why) < 0)
+		return -1;
+	if (!t->max_digits) {
+		ca_err_why(why, CA_TOKENIZER_WHY,
+			"tokenizer.json: no Split pre-tokenizer (byte-level BPE of Qwen2/Llama 3 expected)");
+		return -1;
+	}
+	return 0;
 }
 
 /* A merge entry: "a b" (older files) or ["a", "b"]. */

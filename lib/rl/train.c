@@ -423,9 +423,7 @@ struct ca_model *ca_train_load(const char *dir, int critic)
 	struct stat st;
 	if (stat(dir, &st) < 0)
 		ca_err_die_sys(CA_EXIT_SYSTEM, "%s", dir);
-	struct ca_model *m = ca_model_load(dir, why);
-	if (!m)
-		ca_err_die(CA_EXIT_DATA, "%s", why);
+	struct ca_model *m = ca_model_open(dir);
 	/* Freed before dying: a server (ca_train_serve) catches the die and goes on. */
 	const char *kind = critic && !m->cfg.critic ? "not a critic checkpoint (no value head score.weight)" :
 		!critic && m->cfg.critic ? "a critic checkpoint, wanted a policy (language-model head)" : NULL;
@@ -516,7 +514,8 @@ void ca_train_opts_default(struct ca_train_opts *o, double lr)
 	};
 }
 
-int ca_train_opt(struct ca_train_opts *o, int id, const char *arg)
+/* Take one of the shared options (ids from CA_TRAIN_OPT_*, 'm', 'o') into o; 1 if it was one. */
+static int take_option(struct ca_train_opts *o, int id, const char *arg)
 {
 	switch (id) {
 	case CA_TRAIN_OPT_AGG:
@@ -551,7 +550,16 @@ int ca_train_opt(struct ca_train_opts *o, int id, const char *arg)
 	return 0;
 }
 
-void ca_train_opts_check(struct ca_train_opts *o, const char *usage, int nfiles)
+int ca_train_getopt(struct ca_train_opts *o, int argc, char **argv, const struct option *longopts)
+{
+	int c;
+	do
+		c = getopt_long(argc, argv, "hm:o:", longopts, NULL);
+	while (c != -1 && take_option(o, c, optarg));
+	return c;
+}
+
+static void check_options(struct ca_train_opts *o, const char *usage, int nfiles)
 {
 	if (o->serve && (o->model || o->output || nfiles > 0)) {
 		ca_err_warn("--serve takes no -m, -o or files: each request names its own");
@@ -710,10 +718,21 @@ static void whole_batch_denominators(struct ca_train_pack *p, const struct ca_tr
 	p->all_horizon = longest > 1 ? longest - 1 : 1;
 }
 
+/* An epoch's mini-batches: as asked, but no more than there are sequences. */
+static int epoch_mini_batches(const struct ca_train_data *d, const struct ca_train_opts *o)
+{
+	return o->mini_batches < d->nseq ? o->mini_batches : d->nseq;
+}
+
+int ca_train_updates(const struct ca_train_data *d, const struct ca_train_opts *o)
+{
+	return epoch_mini_batches(d, o) * o->epochs;
+}
+
 double ca_train_epochs(struct ca_train_engine *e, const struct ca_train_data *d, const struct ca_train_opts *o,
 	ca_train_update_fn update, void *ctx)
 {
-	int nmb = o->mini_batches < d->nseq ? o->mini_batches : d->nseq;
+	int nmb = epoch_mini_batches(d, o);
 	double seconds = 0;
 	for (int epoch = 0; epoch < o->epochs; epoch++)
 		for (int k = 0; k < nmb; k++) {
@@ -750,7 +769,7 @@ jv ca_train_stats_begin(const char *command, const struct ca_model *m, const str
 		d->rewarded ? jv_number(d->reward_sum / (double)d->rewarded) : jv_null());
 	r = jv_object_set(r, jv_string("reward_3_share"),
 		d->rewarded ? jv_number((double)d->reward_3 / (double)d->rewarded) : jv_null());
-	r = jv_object_set(r, jv_string("updates"), jv_number(o->mini_batches * o->epochs));
+	r = jv_object_set(r, jv_string("updates"), jv_number(ca_train_updates(d, o)));
 	return r;
 }
 
@@ -854,7 +873,8 @@ static jv step(const struct ca_train_step *s, const struct ca_train_opts *o, str
 	}
 	double update_seconds = ca_train_epochs(&r->e, &r->d, o, s->update, s->ctx);
 	engine_sync(&r->e);
-	jv rec = s->stats(&r->e, &r->d, ca_train_stats_begin(s->command, r->m, &r->d, o), s->ctx);
+	jv rec = s->stats(&r->e, &r->d, ca_train_updates(&r->d, o), ca_train_stats_begin(s->command, r->m, &r->d, o),
+		s->ctx);
 	if (r->e.api && r->e.api->peak_bytes)
 		rec = jv_object_set(rec, jv_string("device_peak_bytes"), jv_number((double)r->e.api->peak_bytes()));
 	/* Every rank holds the same weights: rank 0 alone writes them and the record. */
@@ -1041,4 +1061,13 @@ int ca_train_serve(const struct ca_train_step *s, const struct ca_train_opts *o)
 	resident_drop(&r);
 	ca_dist_close(&r.e.dist);
 	return ca_err_finish(worst);
+}
+
+int ca_train_start(const struct ca_train_step *s, struct ca_train_opts *o, const char *usage, int nfiles,
+	char **files)
+{
+	check_options(o, usage, nfiles);
+	if (o->serve)
+		return ca_train_serve(s, o);
+	return ca_train_run(s, o, nfiles, files);
 }

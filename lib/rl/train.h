@@ -19,6 +19,7 @@
 #ifndef CA_TRAIN_H
 #define CA_TRAIN_H
 
+#include <getopt.h>
 #include <stddef.h>
 
 #include <jv.h>
@@ -134,14 +135,13 @@ struct ca_train_opts {
 	const char *model, *output;
 };
 void ca_train_opts_default(struct ca_train_opts *o, double lr);
-/* Handle one of the shared options (ids from CA_TRAIN_OPT_*, 'm', 'o'); 1 if it was one. */
-int ca_train_opt(struct ca_train_opts *o, int id, const char *arg);
 /*
- * After getopt, with the number of file operands: -m is required, and
- * --serve takes neither -m, -o nor files (else usage to stderr and exit
- * 2); -o defaults to -m.
+ * getopt_long over a step command's arguments, its longopts holding
+ * CA_TRAIN_LONGOPTS: the shared options (ids from CA_TRAIN_OPT_*, -m, -o)
+ * are taken into o here; returns the next other one for the command (its
+ * own, 'h', or '?'), or -1 at the end with the file operands from optind.
  */
-void ca_train_opts_check(struct ca_train_opts *o, const char *usage, int nfiles);
+int ca_train_getopt(struct ca_train_opts *o, int argc, char **argv, const struct option *longopts);
 enum {
 	CA_TRAIN_OPT_AGG = 1000, CA_TRAIN_OPT_BETA1, CA_TRAIN_OPT_BETA2, CA_TRAIN_OPT_DEVICE, CA_TRAIN_OPT_EPOCHS,
 	CA_TRAIN_OPT_EPS, CA_TRAIN_OPT_LOSS_SCALE_FACTOR, CA_TRAIN_OPT_LR, CA_TRAIN_OPT_MAX_GRAD_NORM,
@@ -198,6 +198,11 @@ void ca_train_engine_close(struct ca_train_engine *e);
 
 /* A command's update of one packed mini-batch. */
 typedef void (*ca_train_update_fn)(struct ca_train_engine *e, struct ca_train_pack *p, void *ctx);
+/*
+ * How many updates the epochs make: one per mini-batch per epoch, and no
+ * more mini-batches than sequences.
+ */
+int ca_train_updates(const struct ca_train_data *d, const struct ca_train_opts *o);
 /* Every epoch over every mini-batch: pack it and update; returns the seconds spent updating. */
 double ca_train_epochs(struct ca_train_engine *e, const struct ca_train_data *d, const struct ca_train_opts *o,
 	ca_train_update_fn update, void *ctx);
@@ -209,7 +214,7 @@ double ca_train_now(void);
 /* sum / n as a number, null when n is 0 or the mean is not finite. */
 jv ca_train_mean(double sum, double n);
 
-/* The fields every stats record starts with. */
+/* The fields every stats record starts with, "updates" (ca_train_updates) last. */
 jv ca_train_stats_begin(const char *command, const struct ca_model *m, const struct ca_train_data *d,
 	const struct ca_train_opts *o);
 
@@ -225,8 +230,8 @@ struct ca_train_step {
 	/* Before the epochs (may be NULL): reset ctx's totals, prepare the batch; may die. */
 	void (*begin)(struct ca_train_data *d, void *ctx);
 	ca_train_update_fn update;
-	/* After the epochs, the trained weights in e->m: the command's fields added to r. */
-	jv (*stats)(struct ca_train_engine *e, const struct ca_train_data *d, jv r, void *ctx);
+	/* After the epochs, the trained weights in e->m: the command's fields added to r (means over updates). */
+	jv (*stats)(struct ca_train_engine *e, const struct ca_train_data *d, int updates, jv r, void *ctx);
 	void *ctx;
 };
 
@@ -244,5 +249,13 @@ int ca_train_run(const struct ca_train_step *s, const struct ca_train_opts *o, i
  * ca-ppo-step(1), SERVE MODE. Returns the worst status of the requests.
  */
 int ca_train_serve(const struct ca_train_step *s, const struct ca_train_opts *o);
+/*
+ * A step command after its options, with its file operands: -m is
+ * required, and --serve takes neither -m, -o nor files (else usage to
+ * stderr and exit 2); -o defaults to -m. Then ca_train_serve or
+ * ca_train_run; returns the exit status.
+ */
+int ca_train_start(const struct ca_train_step *s, struct ca_train_opts *o, const char *usage, int nfiles,
+	char **files);
 
 #endif
