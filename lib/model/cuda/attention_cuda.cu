@@ -35,6 +35,30 @@ __device__ __forceinline__ static float row_dot(const float *a, const float *b)
 	return group_sum<D>(x);
 }
 
+// The query a thread of the forward's and dq's tiling works on: its head h (key/value head g), the
+// block's first query q0, the 16 dims (part) and the row t it holds, whether t is a real row
+// (the last one stands in for it where not: tc) and where tc's sequence starts.
+struct query_slot {
+	int h, g, q0, part, t;
+	bool active;
+	int tc, start;
+};
+template <int D>
+__device__ __forceinline__ static query_slot query_of_thread(const int *seq_start, int T, int NH, int NKV)
+{
+	constexpr int NTQ = D / 16, BQ = THREADS / NTQ;
+	query_slot s;
+	s.h = blockIdx.y;
+	s.g = s.h / (NH / NKV);
+	s.q0 = blockIdx.x * BQ;
+	s.part = threadIdx.x % NTQ;
+	s.t = s.q0 + (int)threadIdx.x / NTQ;
+	s.active = s.t < T;
+	s.tc = s.active ? s.t : T - 1;
+	s.start = seq_start[s.tc];
+	return s;
+}
+
 // Rows [row0, row0 + n) of head `head` of two [rows, heads, D] tensors a and b into the shared
 // tiles as and bs (n * D floats each), by the whole block.
 template <int D>
@@ -48,6 +72,20 @@ __device__ __forceinline__ static void load_tiles(float *as, float *bs, const fl
 	}
 }
 
+// The key tile from kt (BK keys at most, none past the query tile's last query qlast): keys and
+// values of key/value head g into ks and vs, by the whole block. How many keys it holds.
+template <int D>
+__device__ __forceinline__ static int load_key_tile(float *ks, float *vs, const float *k, const float *v, int kt, int qlast,
+						    int NKV, int g)
+{
+	constexpr int BK = 4096 / D;
+	int nk = min(BK, qlast - kt + 1);
+	__syncthreads();
+	load_tiles<D>(ks, vs, k, v, kt, nk, NKV, g);
+	__syncthreads();
+	return nk;
+}
+
 // Block (tile of queries, head h): online softmax over the keys of each
 // query's own sequence up to itself.
 template <int D>
@@ -58,11 +96,7 @@ attention_forward_kernel(bf16 *out, float *lse, const float *q, const float *k, 
 	constexpr int NTQ = D / 16, BQ = THREADS / NTQ, BK = 4096 / D;
 	__shared__ __align__(16) float ks[BK * D];
 	__shared__ __align__(16) float vs[BK * D];
-	int h = blockIdx.y, g = h / (NH / NKV);
-	int q0 = blockIdx.x * BQ, part = threadIdx.x % NTQ;
-	int t = q0 + (int)threadIdx.x / NTQ;
-	bool active = t < T;
-	int tc = active ? t : T - 1, start = seq_start[tc];
+	auto [h, g, q0, part, t, active, tc, start] = query_of_thread<D>(seq_start, T, NH, NKV);
 	float scale = rsqrtf((float)D), qr[16], acc[16];
 	const float *qp = q + ((size_t)tc * NH + h) * D + part * 16;
 	for (int i = 0; i < 16; i++) {
@@ -72,10 +106,7 @@ attention_forward_kernel(bf16 *out, float *lse, const float *q, const float *k, 
 	float mx = -INFINITY, l = 0.0f;
 	int qlast = min(q0 + BQ, T) - 1;
 	for (int kt = seq_start[q0]; kt <= qlast; kt += BK) {
-		int nk = min(BK, qlast - kt + 1);
-		__syncthreads();
-		load_tiles<D>(ks, vs, k, v, kt, nk, NKV, g);
-		__syncthreads();
+		int nk = load_key_tile<D>(ks, vs, k, v, kt, qlast, NKV, g);
 		for (int j = 0; j < nk; j++) {
 			int s = kt + j;
 			const float *kr = ks + j * D + part * 16;
@@ -158,11 +189,7 @@ attention_dq_kernel(float *dq, const float *dout, const float *delta, const floa
 	constexpr int NTQ = D / 16, BQ = THREADS / NTQ, BK = 4096 / D;
 	__shared__ __align__(16) float ks[BK * D];
 	__shared__ __align__(16) float vs[BK * D];
-	int h = blockIdx.y, g = h / (NH / NKV);
-	int q0 = blockIdx.x * BQ, part = threadIdx.x % NTQ;
-	int t = q0 + (int)threadIdx.x / NTQ;
-	bool active = t < T;
-	int tc = active ? t : T - 1, start = seq_start[tc];
+	auto [h, g, q0, part, t, active, tc, start] = query_of_thread<D>(seq_start, T, NH, NKV);
 	float scale = rsqrtf((float)D), qr[16], dor[16], acc[16];
 	size_t off = ((size_t)tc * NH + h) * D + part * 16;
 	for (int i = 0; i < 16; i++) {
@@ -173,10 +200,7 @@ attention_dq_kernel(float *dq, const float *dout, const float *delta, const floa
 	float L = lse[(size_t)tc * NH + h], Dt = delta[(size_t)tc * NH + h];
 	int qlast = min(q0 + BQ, T) - 1;
 	for (int kt = seq_start[q0]; kt <= qlast; kt += BK) {
-		int nk = min(BK, qlast - kt + 1);
-		__syncthreads();
-		load_tiles<D>(ks, vs, k, v, kt, nk, NKV, g);
-		__syncthreads();
+		int nk = load_key_tile<D>(ks, vs, k, v, kt, qlast, NKV, g);
 		for (int j = 0; j < nk; j++) {
 			int s = kt + j;
 			const float *kr = ks + j * D + part * 16, *vr = vs + j * D + part * 16;

@@ -88,6 +88,41 @@ __device__ static void mm_acc_16xD(float *c, int ldc, const bf16 *a, int lda, co
 	}
 }
 
+// The query row a lane works on in a tile of nq queries from q0: its row r (two lanes a row), which
+// half of the row's 64 columns it holds, its token t, whether the row is real (rv), where t's
+// sequence starts, and the tile's last query.
+struct lane_row {
+	int r, half, t;
+	bool rv;
+	int tstart, qlast;
+};
+__device__ __forceinline__ static lane_row row_of_lane(int warp, int lane, int q0, int nq, const int *seq_start)
+{
+	lane_row x;
+	x.r = warp * 16 + lane / 2;
+	x.half = lane & 1;
+	x.t = q0 + x.r;
+	x.rv = x.r < nq;
+	x.tstart = x.rv ? seq_start[x.t] : 0;
+	x.qlast = q0 + nq - 1;
+	return x;
+}
+
+// The key tile from kt (up to the query tile's last query qlast): its keys and values into Ks and Vs
+// by the whole block, then this warp's scores against it, Sw = Qw K^T. How many keys it holds.
+template <int D>
+__device__ __forceinline__ static int key_tile_scores(float *Sw, const bf16 *Qw, bf16 *Ks, bf16 *Vs, const float *k,
+						      const float *v, int kt, int qlast, int NKV, int g)
+{
+	typedef geometry<D> G;
+	int nk = min(TILE, qlast - kt + 1);
+	__syncthreads();
+	load_tiles<D>(Ks, Vs, k, v, kt, nk, (size_t)NKV * D, (size_t)g * D);
+	__syncthreads();
+	mm_16x64<D>(Sw, G::LDS, Qw, G::LDB, Ks, G::LDB);
+	return nk;
+}
+
 template <int D>
 __global__ static void __launch_bounds__(WT)
 wmma_forward_kernel(bf16 *out, float *lse, const float *q, const float *k, const float *v, const int *seq_start,
@@ -111,18 +146,12 @@ wmma_forward_kernel(bf16 *out, float *lse, const float *q, const float *k, const
 		Ls[threadIdx.x] = 0.0f;
 	}
 	float scale = rsqrtf((float)D);
-	int r = warp * 16 + lane / 2, half = lane & 1, t = q0 + r;
-	bool rv = r < nq;
-	int tstart = rv ? seq_start[t] : 0, qlast = q0 + nq - 1;
+	auto [r, half, t, rv, tstart, qlast] = row_of_lane(warp, lane, q0, nq, seq_start);
 	const bf16 *Qw = Qs + warp * 16 * G::LDB;
 	float *Sw = Ss + warp * 16 * G::LDS, *Ow = Os + warp * 16 * G::LDO;
 	bf16 *Pw = Ps + warp * 16 * G::LDP;
 	for (int kt = seq_start[q0]; kt <= qlast; kt += TILE) {
-		int nk = min(TILE, qlast - kt + 1);
-		__syncthreads();
-		load_tiles<D>(Ks, Vs, k, v, kt, nk, (size_t)NKV * D, (size_t)g * D);
-		__syncthreads();
-		mm_16x64<D>(Sw, G::LDS, Qw, G::LDB, Ks, G::LDB);
+		int nk = key_tile_scores<D>(Sw, Qw, Ks, Vs, k, v, kt, qlast, NKV, g);
 		__syncwarp();
 		float mold = Ms[r], lold = Ls[r], sc[32], mx = -INFINITY;
 		for (int c = 0; c < 32; c++) {
@@ -182,19 +211,13 @@ wmma_dq_kernel(float *dq, const float *dout, const float *delta, const float *ls
 	for (int j = 0; j < D / 16; j++)
 		wmma::fill_fragment(dQf[j], 0.0f);
 	float scale = rsqrtf((float)D);
-	int r = warp * 16 + lane / 2, half = lane & 1, t = q0 + r;
-	bool rv = r < nq;
-	int tstart = rv ? seq_start[t] : 0, qlast = q0 + nq - 1;
+	auto [r, half, t, rv, tstart, qlast] = row_of_lane(warp, lane, q0, nq, seq_start);
 	float L = rv ? lse[(size_t)t * NH + h] : 0.0f, Dt = rv ? delta[(size_t)t * NH + h] : 0.0f;
 	const bf16 *Qw = Qs + warp * 16 * G::LDB, *dOw = dOs + warp * 16 * G::LDB;
 	float *Sw = Ss + warp * 16 * G::LDS, *DPw = DPs + warp * 16 * G::LDS;
 	bf16 *dSw = dSs + warp * 16 * G::LDP;
 	for (int kt = seq_start[q0]; kt <= qlast; kt += TILE) {
-		int nk = min(TILE, qlast - kt + 1);
-		__syncthreads();
-		load_tiles<D>(Ks, Vs, k, v, kt, nk, (size_t)NKV * D, (size_t)g * D);
-		__syncthreads();
-		mm_16x64<D>(Sw, G::LDS, Qw, G::LDB, Ks, G::LDB);
+		int nk = key_tile_scores<D>(Sw, Qw, Ks, Vs, k, v, kt, qlast, NKV, g);
 		mm_16x64<D>(DPw, G::LDS, dOw, G::LDB, Vs, G::LDB);
 		__syncwarp();
 		for (int c = 0; c < 32; c++) {
