@@ -308,12 +308,9 @@ static char **worker_env(int index)
 	snprintf(buf, sizeof buf, "CA_SYNTH_TIMING_LOCK=%s", lock_path);
 	env[k++] = ca_xstrdup(buf);
 	/* The workload check times with ca-profile's loop, CUPTI's window included (see ca_runner.time_model). */
-	snprintf(buf, sizeof buf, "%s/libca-cupti.so", ca_paths_bindir());
-	if (strcmp(cfg.device, "cpu") != 0 && access(buf, R_OK) == 0) {
-		char val[PATH_MAX + 80];
-		snprintf(val, sizeof val, "CA_CUPTI_LIB=%s", buf);
-		env[k++] = ca_xstrdup(val);
-	}
+	char *cupti = strcmp(cfg.device, "cpu") != 0 ? ca_runner_cupti_env() : NULL;
+	if (cupti)
+		env[k++] = cupti;
 	env[k] = NULL;
 	return env;
 }

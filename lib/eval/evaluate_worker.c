@@ -89,11 +89,10 @@ static char **make_env(const struct slot *s, int candidate)
 		snprintf(buf, sizeof buf, "CUDA_VISIBLE_DEVICES=%d", s->gpu);
 		env = strv_push(env, &n, buf);
 	}
-	snprintf(buf, sizeof buf, "%s/libca-cupti.so", ca_paths_bindir());
-	if (access(buf, R_OK) == 0) {
-		char val[PATHLEN + 16];
-		snprintf(val, sizeof val, "CA_CUPTI_LIB=%s", buf);
-		env = strv_push(env, &n, val);
+	char *cupti = ca_runner_cupti_env();
+	if (cupti) {
+		env = strv_push(env, &n, cupti);
+		free(cupti);
 	}
 	/* A candidate's torch extension builds compile through ca-nvcc (see ca-nvcc(1)), unless CA_NVCC_PARALLEL=0. */
 	const char *parallel = getenv("CA_NVCC_PARALLEL");

@@ -4,11 +4,15 @@
  * process group, close; and its command line inside ca-sandbox.
  */
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "err.h"
+#include "paths.h"
 #include "runner.h"
 #include "sandbox.h"
 
@@ -151,4 +155,16 @@ char **ca_runner_sandboxed(const struct ca_sandbox *sb, const char *const *argv,
 	char **cmd = ca_sandbox_command(&with, NULL, argv);
 	free(passed);
 	return cmd;
+}
+
+char *ca_runner_cupti_env(void)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/libca-cupti.so", ca_paths_bindir());
+	if (access(path, R_OK) != 0)
+		return NULL;
+	size_t len = strlen(path) + sizeof "CA_CUPTI_LIB=";
+	char *entry = ca_xmalloc(len);
+	snprintf(entry, len, "CA_CUPTI_LIB=%s", path);
+	return entry;
 }

@@ -79,4 +79,12 @@ void ca_runner_forget(struct ca_runner *r);
 char **ca_runner_sandboxed(const struct ca_sandbox *sb, const char *const *argv, char *const *env,
 		const char *const *pass);
 
+/*
+ * "CA_CUPTI_LIB=PATH" for a runner's environment, PATH the CUPTI shim
+ * installed beside the commands (bin/libca-cupti.so), so the runner's
+ * timed loop reads CUPTI's device windows; allocated, or NULL where it is
+ * not installed.
+ */
+char *ca_runner_cupti_env(void);
+
 #endif
