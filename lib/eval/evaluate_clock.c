@@ -147,6 +147,21 @@ int digest_agrees(const double mine[3], const double theirs[3])
 		fabs(mine[2] - theirs[2]) <= tol2;
 }
 
+/*
+ * Whether a candidate's output digest c is within tolerance of the
+ * reference's (ref, over numel elements): every element within
+ * atol + rtol * |ref| moves the sum and the sum of magnitudes by at most
+ * numel * atol + rtol * (ref's sum of magnitudes), and the sum of squares
+ * by the square of it expanded; plus rounding in float64.
+ */
+int digest_within(const struct ca_compare_options *tol, const double ref[3], double numel, const double c[3])
+{
+	double a = tol->atol, t = tol->rtol, round = 1e-9 * (ref[1] + fabs(c[1]) + ref[2] + fabs(c[2])) + 1e-300;
+	double b01 = numel * a + t * ref[1] + round;
+	double b2 = (2 * a + 2 * a * t) * ref[1] + numel * a * a + (2 * t + t * t) * ref[2] + round;
+	return fabs(c[0] - ref[0]) <= b01 && fabs(c[1] - ref[1]) <= b01 && fabs(c[2] - ref[2]) <= b2;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;

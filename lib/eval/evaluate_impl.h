@@ -207,7 +207,22 @@ int loop_clock_calls(const struct loop_clock *c, double *out, int n);
 int loop_clock_phases(const struct loop_clock *c, double *inputs, double *call, int n);
 int file_digest(const char *path, double out[3]);
 int digest_agrees(const double mine[3], const double theirs[3]);
+int digest_within(const struct ca_compare_options *tol, const double ref[3], double numel, const double c[3]);
 double quantile_of(double *v, int n, double q);
+/*
+ * evaluate_burst.c: a second clock, ours alone (see evaluate_burst.c):
+ * N calls back to back in the reference and in the candidate on the same
+ * fresh inputs, the whole request clocked from here.
+ */
+struct burst {
+	int calls;                /* calls per burst (0: none timed) */
+	double ref_s, cand_s;     /* each role's fastest burst on our clock */
+	double implied_us;        /* the candidate's time per call they imply */
+	double bound_us;          /* the least reported median that passes */
+};
+int burst_time(struct job *j, const struct loop_overhead *ref, struct burst *b);
+int burst_verdict(struct burst *b, double reported_us, double eager_us, char *msg, size_t size);
+
 int clock_verdict(const struct loop_clock *ours, jv reply, int iters, const struct loop_overhead *ref,
 		int on_cpu, double *wall_per_call, double *call_us, double *bound_us, char *msg, size_t size);
 
@@ -250,6 +265,8 @@ jv time_request(struct job *j, const char *mode, const char *keep_prefix, jv kee
 		const unsigned long long *live);
 jv keep_indices(const struct ca_eval_config *cfg, unsigned long long seed);
 void ship_unreveal(const struct job *j);
+void ship_path(const struct job *j, const char *what, int k, char *out, size_t size);
+int ship_write(struct job *j, unsigned long long seed, const char *path, jv *digests);
 
 /* evaluate_baseline.c */
 int profile_baselines(struct job *j, struct loop_overhead *overhead);

@@ -75,7 +75,7 @@ static int ship_warm(const struct job *j)
  * (tin-call-K, see struct loop_clock); the reference's, as rv-K in the
  * trusted directory the same way, so both loops pay the same.
  */
-static void ship_path(const struct job *j, const char *what, int k, char *out, size_t size)
+void ship_path(const struct job *j, const char *what, int k, char *out, size_t size)
 {
 	snprintf(out, size, "%s/tin-%s-%d.ten", j->slot->trusted, what, k);
 }
@@ -200,7 +200,7 @@ static double ship_bytes(const char *dir)
 }
 
 /* The reference draws the inputs under seed and writes them to path (0644), nothing run. */
-static int ship_write(struct job *j, unsigned long long seed, const char *path, jv *digests)
+int ship_write(struct job *j, unsigned long long seed, const char *path, jv *digests)
 {
 	unlink(path);  /* a new file: a link a candidate was shown stays with the old one */
 	jv req = set_str(set_num(set_str(jv_object(), "op", "inputs"), "seed", (double)seed), "out", path), reply;
@@ -383,10 +383,7 @@ static int digest_spot_checks(struct job *j, const struct loop_clock *ours, jv n
 		if (!(isfinite(ref[0]) && isfinite(ref[1]) && isfinite(ref[2]) && isfinite(n)))
 			continue;  /* a reference output that is not finite cannot be judged this way */
 		const double *c = ours->digests[index];
-		double a = cfg->tol.atol, t = cfg->tol.rtol, round = 1e-9 * (ref[1] + fabs(c[1]) + ref[2] + fabs(c[2])) + 1e-300;
-		double b01 = n * a + t * ref[1] + round;
-		double b2 = (2 * a + 2 * a * t) * ref[1] + n * a * a + (2 * t + t * t) * ref[2] + round;
-		if (!(fabs(c[0] - ref[0]) <= b01 && fabs(c[1] - ref[1]) <= b01 && fabs(c[2] - ref[2]) <= b2)) {
+		if (!digest_within(&cfg->tol, ref, n, c)) {
 			char msg[512];
 			snprintf(msg, sizeof msg, "timed call %d: the digest its tick carried (%.9g, %.9g, %.9g: sum, sum of "
 				"magnitudes, sum of squares) is not within tolerance of the reference's output on the same inputs "
@@ -424,8 +421,9 @@ struct candidate_loop {
 	jv reply;                       /* the worker's reply to the judged loop */
 	struct loop_overhead overhead;  /* the reference's, the loop judged against */
 	double wall_per_call, call_us, bound_us;  /* see clock_verdict */
+	struct burst burst;             /* the bursts, our clock alone (evaluate_burst.c) */
 	int clock_bad;
-	char clock_msg[256];
+	char clock_msg[512];
 	int retimed;                    /* how many times the loop was timed again */
 };
 
@@ -518,6 +516,23 @@ static int ship_inputs(struct job *j, struct candidate_loop *cl, jv *digests)
 }
 
 /*
+ * The bursts' verdict on a loop our clock between the lines accepted
+ * (see evaluate_burst.c; on a GPU only): 0 when the reported median is plausible, 1
+ * when not (the reason in cl->clock_msg), -1 with the record failed.
+ */
+static int burst_judge(struct job *j, struct candidate_loop *cl)
+{
+	double median = NAN, eager_us = NAN;
+	if (!strcmp(j->slot->cfg->device, "cpu"))
+		return 0;
+	ca_json_number(cl->reply, "median_us", &median);
+	ca_json_number(j->result, "eager_us", &eager_us);
+	if (burst_time(j, &cl->overhead, &cl->burst) != 0)
+		return -1;
+	return burst_verdict(&cl->burst, median, eager_us, cl->clock_msg, sizeof cl->clock_msg) != 0;
+}
+
+/*
  * The candidate, timed the same way as the baselines, until a loop on
  * the inputs the reference digested is judged: one our clock accepts, or
  * the last of RETIMES timed again. 0, or -1 with the record failed.
@@ -531,6 +546,12 @@ static int time_candidate(struct job *j, struct candidate_loop *cl, jv *digests)
 		if (drew_same_inputs(j, cl->reply, *digests)) {
 			cl->clock_bad = clock_verdict(&cl->ours, cl->reply, cfg->iters, &cl->overhead, !strcmp(cfg->device, "cpu"),
 				&cl->wall_per_call, &cl->call_us, &cl->bound_us, cl->clock_msg, sizeof cl->clock_msg) != 0;
+			if (!cl->clock_bad) {
+				int bad = burst_judge(j, cl);
+				if (bad < 0)
+					return -1;
+				cl->clock_bad = bad;
+			}
 			if (!cl->clock_bad || cl->retimed >= RETIMES)
 				return 0;
 			if (retime(j, cl, digests) != 0)
@@ -601,6 +622,14 @@ static void note_timing(struct job *j, const struct candidate_loop *cl, double *
 	clock = set_num(clock, "overhead_ready_us", cl->overhead.ready * 1e6);
 	clock = set_num(clock, "overhead_inputs_us", cl->overhead.inputs * 1e6);
 	clock = jv_object_set(clock, jv_string("loops"), jv_number(cl->retimed + 1));
+	if (cl->burst.calls > 0) {
+		jv burst = jv_object_set(jv_object(), jv_string("calls"), jv_number(cl->burst.calls));
+		burst = set_num(burst, "reference_ms", cl->burst.ref_s * 1e3);
+		burst = set_num(burst, "candidate_ms", cl->burst.cand_s * 1e3);
+		burst = set_num(burst, "implied_us", cl->burst.implied_us);
+		burst = set_num(burst, "min_reported_us", cl->burst.bound_us);
+		clock = jv_object_set(clock, jv_string("burst"), burst);
+	}
 	j->result = jv_object_set(j->result, jv_string("clock"), clock);
 }
 

@@ -139,6 +139,19 @@ Requests (paths are files; tensor files are described in lib/eval/tensor.h):
       "loop_s", "digests"
       (one per call drawn from seeds, one per set loaded from files) and,
       with trace, "kernels" (over the timed calls only).
+  {"op": "burst", "seeds": [S...] | "inputs": [P...], "in_digests": bool}
+      run the current model once per seed (or tensor file) back to back,
+      nothing sent until the last: each call's inputs drawn under its
+      seed as "time" draws them (or read from its file) while the call
+      before runs, the L2 flushed, the call, the sums of the output
+      before (see _out_sums), the next inputs, one synchronize; no line
+      and no other wait between calls (see Worker.op_burst). The
+      parent clocks the whole request from outside; the reference and the
+      candidate run it on the same seeds, so the difference of the two is
+      the calls' own (see lib/eval/evaluate_burst.c). Reply adds
+      "digests" (one per call, as _out_digest's), "numel" (the elements
+      of each call's output) and, with in_digests, "in_digests" (the
+      inputs', see digest()).
   {"op": "digests", "seeds": [S...]}
       reference: draw the inputs under each seed, one set at a time, as
       "time" and "inputs" do, without running the model. Reply adds
@@ -291,18 +304,37 @@ def digest(inputs):
     """A short fingerprint of a list of inputs (dtypes, shapes, float64
     sums), cheap on the device: two processes that drew the same inputs
     give the same string."""
+    return _digest_text(_digest_sums(inputs))
+
+
+def _digest_sums(inputs):
+    """digest() in two halves: this one launches the sums on the device
+    and reads nothing back; _digest_text reads them and writes the
+    string."""
     import torch
     parts = []
     for x in inputs:
         if isinstance(x, torch.Tensor):
             try:
-                s = repr(float(x.detach().sum(dtype=torch.float64))) if x.numel() else "0"
+                s = x.detach().sum(dtype=torch.float64) if x.numel() else "0"
             except Exception:
                 s = "?"
-            parts.append("%s%s:%s" % (str(x.dtype).replace("torch.", ""), list(x.shape), s))
+            parts.append(("%s%s:" % (str(x.dtype).replace("torch.", ""), list(x.shape)), s))
         else:
-            parts.append(repr(x)[:100])
-    return ";".join(parts)
+            parts.append((repr(x)[:100], None))
+    return parts
+
+
+def _digest_text(parts):
+    out = []
+    for head, s in parts:
+        if s is not None and not isinstance(s, str):
+            try:
+                s = repr(float(s))
+            except Exception:
+                s = "?"
+        out.append(head + (s or ""))
+    return ";".join(out)
 
 
 def _read_entries(path):
@@ -1187,6 +1219,49 @@ class Worker:
             reply["kernels"] = kernels[:50]
         return reply
 
+    def op_burst(self, req):
+        """The calls of a burst, back to back (see the request above). The
+        loop's own work is device work, alike in both roles, launched
+        while the call before runs: call i is followed on the current
+        stream by the sums of output i - 1 and the draw of inputs i + 1,
+        then one synchronize, so every kernel of the call is done (on any
+        stream) before its output is read, and no tensor a call could
+        still use on a side stream is freed or reused before it. The L2 is
+        flushed right before each call, and the host's launch of the call
+        overlaps the flush, as the timed loop's device window leaves a
+        call's launch latency out."""
+        _warm_done()
+        t = self.torch
+        files = req.get("inputs")
+        keys = files if files else [int(s) for s in req.get("seeds", [])]
+        if not keys:
+            raise _Stage("protocol", "a burst with no seeds or inputs")
+        ins, sums, numel = [], [], []
+
+        def load(key):
+            work = self.to_device(read_tensors(key)) if files else self.make_inputs(key)
+            if req.get("in_digests"):
+                ins.append(_digest_sums(work))
+            return work
+
+        work, prev = load(keys[0]), None
+        self.sync()
+        for i in range(len(keys)):
+            if self.flush_buffer is not None:
+                self.flush_buffer.zero_()
+            out = self._forward(self.model, work)
+            if prev is not None:
+                sums.append(_out_sums(prev))
+            following = load(keys[i + 1]) if i + 1 < len(keys) else None
+            self.sync()
+            prev = _leaves(out)
+            numel.append(sum(v.numel() if isinstance(v, t.Tensor) else 1 for _, v in prev if v is not None))
+            work, out, following = following, None, None
+        sums.append(_out_sums(prev))
+        self.sync()
+        digests = [[a if a == a and abs(a) != float("inf") else None for a in d.tolist()] for d in sums]
+        return {"digests": digests, "numel": numel, "in_digests": [_digest_text(p) for p in ins]}
+
     def _windowed(self, spans, extras, launches, brackets):
         """Each timed call's time with CUPTI: the device window, from the
         first kernel, copy or memset on any stream to the last one's end
@@ -1482,6 +1557,30 @@ def _out_digest(parts):
             f = float(v)
             acc = [acc[0] + f, acc[1] + abs(f), acc[2] + f * f]
     return [a if a == a and abs(a) != float("inf") else None for a in acc]
+
+
+def _out_sums(parts):
+    """_out_digest's three sums as a float64 tensor on the output's
+    device, nothing read back and no float64 copy of the output made
+    (the reductions widen as they read)."""
+    import torch
+    acc = None
+    for _, v in parts:
+        if isinstance(v, torch.Tensor):
+            if not v.numel():
+                continue
+            x = v.detach().reshape(-1)
+            if not x.is_floating_point() or x.device.type == "cpu":
+                x = x.to(torch.float64)  # on the CPU the widening reductions are slower than the copy
+            got = torch.stack([x.sum(dtype=torch.float64), torch.linalg.vector_norm(x, 1, dtype=torch.float64),
+                               torch.linalg.vector_norm(x, 2, dtype=torch.float64) ** 2])
+        elif v is not None:
+            f = float(v)
+            got = torch.tensor([f, abs(f), f * f], dtype=torch.float64)
+        else:
+            continue
+        acc = got if acc is None else acc + got.to(acc.device)
+    return acc if acc is not None else torch.zeros(3, dtype=torch.float64)
 
 
 def _digest_shape(parts):
@@ -1785,7 +1884,7 @@ def main():
             _warm_robust("cuda")
     ops = {"task": worker.op_task, "inputs": worker.op_inputs, "candidate": worker.op_candidate,
            "run": worker.op_run, "time": worker.op_time, "digests": worker.op_digests,
-           "resize": worker.op_resize}
+           "resize": worker.op_resize, "burst": worker.op_burst}
     for line in sys.stdin:
         if not line.strip():
             continue

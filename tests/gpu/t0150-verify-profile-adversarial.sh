@@ -146,6 +146,22 @@ expect_success 'with CUPTI, one-kernel candidates are timed on their kernels, si
 		map(select(.id == \"cheat/cupti_off\"))[0].profile | .ok and .candidate_us >= 0.95 * \$h" "$LOG/profiled.ndjson"
 '
 
+# The bursts (lib/eval/evaluate_burst.c): calls back to back on our clock
+# alone, against the reference's on the same inputs. A clock patched by
+# less than the half our clock between the worker's lines allows is
+# caught by them (1.5x on the matmul, also with its bursts made as cheap
+# as they can be); every honest candidate passes them.
+expect_success 'clocks patched 2.5x and 1.5x are caught by the bursts; honest candidates pass them' '
+	jq -r "select(.profile.clock.burst) | [.id, (.profile.candidate_us // .profile.reported_us), .profile.clock.burst.implied_us, .profile.clock.burst.min_reported_us, .profile.clock.burst.calls, .profile.clock.loops] | @tsv" \
+		"$LOG/profiled.ndjson" | sed "s/^/# /"
+	jq -e -s "map(select(.id == \"cheat/timer_mild\" or .id == \"cheat/timer_mild_matmul\" or .id == \"cheat/burst_lean\") | .profile) |
+		length == 3 and all((.ok | not) and .stage == \"timing\")" "$LOG/profiled.ndjson" >/dev/null &&
+	jq -e -s "map(select(.id == \"cheat/timer_mild_matmul\" or .id == \"cheat/burst_lean\") | .profile) |
+		all(.error | test(\"calls back to back\"))" "$LOG/profiled.ndjson" >/dev/null &&
+	jq -e -s "map(select(.id | startswith(\"honest/\")) | .profile) |
+		all(.clock.burst.calls >= 4 and .clock.burst.min_reported_us <= .candidate_us)" "$LOG/profiled.ndjson" >/dev/null
+'
+
 # The reward follows the whole verdict: a cheat caught at any stage, by
 # verify or by the profile, earns -1 whatever times its record holds, and
 # no profile that failed leaves a time where the reward reads one.
