@@ -17,7 +17,7 @@ if ! has_torch || ! command -v cc >/dev/null 2>&1; then
 fi
 C=$TRASH_BASE/candidates
 mkdir -p "$C"
-for c in honest/relu cheat/timer_patch cheat/tick_drop cheat/lazy_unchecked cheat/lazy_before cheat/precompute cheat/late_write cheat/recognise cheat/ship_peek cheat/dir_block; do
+for c in honest/relu cheat/timer_patch cheat/burst_lie cheat/tick_drop cheat/lazy_unchecked cheat/lazy_before cheat/precompute cheat/late_write cheat/recognise cheat/ship_peek cheat/dir_block; do
 	d=$C/$(basename "$c")
 	cp -R "$ADV/$c" "$d" && rm -rf "$d/kernels" && mkdir -p "$d/build" &&
 		cc -O2 -shared -fPIC -o "$d/build/libkernels.so" "$ADV/cpu/relu_cpu.c"
@@ -115,6 +115,20 @@ expect_success 'a patched clock is caught against our own (timed twice to be sur
 expect_success 'the record holds what our clock held each loop to' '
 	pick honest | jq -e ".profile as \$p | \$p.clock | .min_reported_us <= \$p.candidate_us and .overhead_ready_us > 0 and .overhead_inputs_us > 0 and .loops >= 1" &&
 	pick timer_patch | jq -e ".profile as \$p | \$p.clock | .loops == 6 and .min_reported_us > \$p.reported_us and (\$p | has(\"candidate_us\") | not)"
+'
+# The bursts (calls back to back, our clock alone) are judged on a GPU
+# only (tests/gpu/t0150); here CA_EVAL_CPU_BURSTS runs them with their
+# outputs checked and their numbers kept: drawn and shipped, and one
+# that answers without running its calls.
+expect_success 'bursts: outputs checked against the reference, drawn and shipped, numbers in the record' '
+	{ record honest relu_mid "$C/relu"; record lie relu_mid "$C/burst_lie"; record peek relu_mid "$C/ship_peek"; } |
+		CA_EVAL_CPU_BURSTS=1 ca-profile $OPTS >bursts.ndjson
+	jq -c "{id, ok: .profile.ok, stage: .profile.stage, burst: .profile.clock.burst, error: .profile.error}" bursts.ndjson | cut -c1-300 | sed "s/^/# /"
+	pick_b() { jq -c --arg id "$1" "select(.id == \$id) | .profile" bursts.ndjson; }
+	pick_b honest | jq -e ".ok and .clock.burst.calls >= 4 and .clock.burst.reference_ms > 0 and .clock.burst.candidate_ms > 0" >/dev/null &&
+	pick_b peek | jq -e ".ok and .inputs_shipped and .clock.burst.calls >= 4" >/dev/null &&
+	pick_b lie | jq -e "(.ok | not) and .stage == \"spot-check\" and (.error | test(\"burst call 0\"))" >/dev/null &&
+	test -z "$(find "$C" -name "tin-b-*")"
 '
 expect_success 'calls hidden from our per-call clock are caught' '
 	pick tick_drop | jq -e ".profile | (.ok | not) and .stage == \"timing\" and (.error | test(\"marked 0 of its 10\"))"

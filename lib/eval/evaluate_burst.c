@@ -24,7 +24,10 @@
  * of the inputs and outputs, milliseconds of Python and torch on a shared
  * CPU) varied between bursts of one candidate by more than its calls
  * (relu_mid on a 2-core machine: 9 to 49 ms implied for a 24 ms call).
+ * There $CA_EVAL_CPU_BURSTS runs them for the tests, outputs checked,
+ * times kept and not judged.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,25 +83,27 @@ static jv burst_request(const struct job *j, const unsigned long long *seeds, in
 		keys = jv_array_append(keys, jv_string(path));
 	}
 	jv req = jv_object_set(set_str(jv_object(), "op", "burst"), jv_string(j->ship ? "inputs" : "seeds"), keys);
-	/* The reference's read of the files we wrote is checked: the candidate was shown them and could write through. */
+	/* The reference's read of the files we wrote is checked against what we wrote. */
 	return jv_object_set(req, jv_string("in_digests"), jv_bool(j->ship && !cand));
 }
 
 /*
  * Shipped inputs: the reference writes each call's file (digests into
- * *written) and the candidate is shown it. 0, or -1 with the record failed.
+ * *written) and the candidate is shown a copy (not a link: what it writes
+ * there must not reach the reference's). 0, or -1 with the record failed.
  */
 static int burst_ship(struct job *j, const unsigned long long *seeds, int n, jv *written)
 {
 	gpu_lock(j->slot, LOCK_SH);
 	int rc = 0;
 	for (int k = 0; k < n && rc == 0; k++) {
-		char from[PATHLEN], to[PATHLEN];
+		char from[PATHLEN], to[PATHLEN], why[256];
 		ship_path(j, "b", k, from, sizeof from);
 		snprintf(to, sizeof to, "%s/tin-b-%d.ten", j->io, k);
 		rc = ship_write(j, seeds[k], from, written);
-		if (rc == 0 && reveal_file(from, to) != 0) {
-			job_fail(j, "system", "cannot show the candidate a burst's inputs");
+		unlink(to);
+		if (rc == 0 && reveal_copy(from, to) != 0) {
+			job_fail(j, placing_failed(errno, "a burst's shipped inputs", why, sizeof why), why);
 			rc = -1;
 		}
 	}
@@ -150,9 +155,7 @@ static int digest_at(jv reply, const char *key, int k, double d[3])
  * The candidate's burst against the reference's on the same inputs:
  * every output's digest within tolerance (inputs the candidate drew
  * otherwise give other outputs) and, shipped, the reference's inputs
- * those we wrote (a file the candidate was shown could be written
- * through, and the reference would then compute on the same altered
- * inputs). 0, or -1 with the record failed.
+ * those we wrote. 0, or -1 with the record failed.
  */
 static int burst_agrees(struct job *j, jv ref, jv cand, jv written, int n)
 {

@@ -175,6 +175,12 @@ int reveal_file(const char *from, const char *to)
 	unlink(to);
 	if (link(from, to) == 0)
 		return 0;
+	return reveal_copy(from, to);
+}
+
+/* Put a copy of the file from at to (which must not exist): nothing written there reaches from. 0, or -1. */
+int reveal_copy(const char *from, const char *to)
+{
 	int in = open(from, O_RDONLY | O_CLOEXEC), out = -1, rc = -1;
 	if (in >= 0)
 		out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);

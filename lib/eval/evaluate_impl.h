@@ -185,6 +185,7 @@ const char *write_files(const char *dir, jv files, char *why, size_t why_len);
 void chmod_tree(const char *dir);
 int has_kernel_sources(const char *dir);
 int reveal_file(const char *from, const char *to);
+int reveal_copy(const char *from, const char *to);
 const char *placing_failed(int err, const char *what, char *why, size_t size);
 
 /* evaluate_worker.c: a worker's start, requests and replies, and end. */

@@ -523,13 +523,16 @@ static int ship_inputs(struct job *j, struct candidate_loop *cl, jv *digests)
 static int burst_judge(struct job *j, struct candidate_loop *cl)
 {
 	double median = NAN, eager_us = NAN;
-	if (!strcmp(j->slot->cfg->device, "cpu"))
+	int on_cpu = !strcmp(j->slot->cfg->device, "cpu");
+	const char *cpu_bursts = getenv("CA_EVAL_CPU_BURSTS");
+	if (on_cpu && !(cpu_bursts && *cpu_bursts))
 		return 0;
 	ca_json_number(cl->reply, "median_us", &median);
 	ca_json_number(j->result, "eager_us", &eager_us);
 	if (burst_time(j, &cl->overhead, &cl->burst) != 0)
 		return -1;
-	return burst_verdict(&cl->burst, median, eager_us, cl->clock_msg, sizeof cl->clock_msg) != 0;
+	/* On the CPU (tests only) the bursts' outputs are checked and their numbers kept; their time is not judged. */
+	return !on_cpu && burst_verdict(&cl->burst, median, eager_us, cl->clock_msg, sizeof cl->clock_msg) != 0;
 }
 
 /*
@@ -544,6 +547,7 @@ static int time_candidate(struct job *j, struct candidate_loop *cl, jv *digests)
 		if (candidate_loop_run(j, cl) != 0)
 			return -1;
 		if (drew_same_inputs(j, cl->reply, *digests)) {
+			cl->burst.calls = 0;  /* none for this loop yet */
 			cl->clock_bad = clock_verdict(&cl->ours, cl->reply, cfg->iters, &cl->overhead, !strcmp(cfg->device, "cpu"),
 				&cl->wall_per_call, &cl->call_us, &cl->bound_us, cl->clock_msg, sizeof cl->clock_msg) != 0;
 			if (!cl->clock_bad) {
