@@ -10,9 +10,10 @@
  *
  * A burst sends no line between calls: N calls back to back, each with
  * its draw, L2 flush, one synchronize and the sums of its output, and
- * the whole request clocked from here (see ca_runner's Worker.op_burst). The reference and the candidate run it on the same
- * fresh inputs, ROUNDS times in turn, and each role's fastest burst is
- * kept (a busy moment only lengthens one). The two differ by N times
+ * the whole request clocked from here (see ca_runner's Worker.op_burst).
+ * The reference and the candidate run it on the same fresh inputs,
+ * ROUNDS times in turn, and each role's fastest burst is kept (a busy
+ * moment only lengthens one). The two differ by N times
  * the difference of their calls, with the loop's own work alike in both,
  * so the candidate's call takes the reference's reported time plus
  * (candidate - reference) / N, and its reported median may fall short of
@@ -47,7 +48,7 @@
  * implied time by: a fraction of it and some microseconds. A burst is
  * host-bound where calls are short, so a candidate's launch path (its
  * Python, ctypes) counts there and not in its device window: on the
- * H200, honest candidates reported 0.82-1.0 of the implied time, and
+ * H200, honest candidates reported 0.81-1.0 of the implied time, and
  * 57 us against 83 on a 60 us call (t0150, relu_pos).
  */
 #define TOL 0.2
