@@ -17,7 +17,7 @@ if ! has_torch || ! command -v cc >/dev/null 2>&1; then
 fi
 C=$TRASH_BASE/candidates
 mkdir -p "$C"
-for c in honest/relu cheat/timer_patch cheat/burst_lie cheat/tick_drop cheat/lazy_unchecked cheat/lazy_before cheat/precompute cheat/late_write cheat/recognise cheat/ship_peek cheat/dir_block; do
+for c in honest/relu cheat/timer_patch cheat/burst_lie cheat/hog cheat/tick_drop cheat/lazy_unchecked cheat/lazy_before cheat/precompute cheat/late_write cheat/recognise cheat/ship_peek cheat/dir_block; do
 	d=$C/$(basename "$c")
 	cp -R "$ADV/$c" "$d" && rm -rf "$d/kernels" && mkdir -p "$d/build" &&
 		cc -O2 -shared -fPIC -o "$d/build/libkernels.so" "$ADV/cpu/relu_cpu.c"
@@ -129,6 +129,16 @@ expect_success 'bursts: outputs checked against the reference, drawn and shipped
 	pick_b peek | jq -e ".ok and .inputs_shipped and .clock.burst.calls >= 4" >/dev/null &&
 	pick_b lie | jq -e "(.ok | not) and .stage == \"spot-check\" and (.error | test(\"burst call 0\"))" >/dev/null &&
 	test -z "$(find "$C" -name "tin-b-*")"
+'
+# cheat/hog spins on every core while its worker is idle, which is when
+# the reference's loops are timed: stopped then, it cannot inflate the
+# baseline (its own cache, so the reference is timed beside it).
+expect_success 'a candidate that loads the machine while the reference is timed does not slow it' '
+	record hog relu_mid "$C/hog" | CA_CACHE=$TRASH_BASE/hogcache ca-profile $OPTS >hog.ndjson
+	h=$(pick honest | jq .profile.eager_us) && g=$(jq .profile.eager_us hog.ndjson) &&
+	echo "reference beside honest relu $h us, beside hog $g us" &&
+	jq -e ".profile.ok" hog.ndjson >/dev/null &&
+	awk -v h="$h" -v g="$g" "BEGIN { exit !(g <= 1.5 * h) }"
 '
 expect_success 'calls hidden from our per-call clock are caught' '
 	pick tick_drop | jq -e ".profile | (.ok | not) and .stage == \"timing\" and (.error | test(\"marked 0 of its 10\"))"

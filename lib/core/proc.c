@@ -1,4 +1,5 @@
 /* proc: see proc.h. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -396,6 +397,81 @@ int ca_proc_wait_any(struct ca_proc *const *procs, size_t n, double timeout_s)
 	if (interrupted)
 		errno = EINTR;
 	return found;
+}
+
+/* The parent of pid from /proc/pid/stat (its name may hold spaces and parentheses); -1 when gone. */
+static pid_t parent_of(pid_t pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	char *end = strrchr(buf, ')');
+	int ppid = -1;
+	char state;
+	if (!end || sscanf(end + 1, " %c %d", &state, &ppid) != 2)
+		return -1;
+	return (pid_t)ppid;
+}
+
+/* Every process under /proc with its parent, into *pids and *parents; how many. */
+static int process_table(pid_t **pids, pid_t **parents)
+{
+	DIR *d = opendir("/proc");
+	int n = 0, cap = 0;
+	*pids = *parents = NULL;
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		char *end;
+		long v = strtol(e->d_name, &end, 10);
+		if (*end || v <= 0)
+			continue;
+		pid_t ppid = parent_of((pid_t)v);
+		if (ppid < 0)
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 256;
+			*pids = ca_xrealloc(*pids, (size_t)cap * sizeof **pids);
+			*parents = ca_xrealloc(*parents, (size_t)cap * sizeof **parents);
+		}
+		(*pids)[n] = (pid_t)v;
+		(*parents)[n++] = ppid;
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+int ca_proc_signal_tree(pid_t root, int sig)
+{
+	if (root <= 0)
+		return 0;
+	int total = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		total = 0;
+		pid_t *pids, *parents;
+		int n = process_table(&pids, &parents);
+		pid_t *tree = ca_xcalloc((size_t)n + 1, sizeof *tree);
+		int ntree = 0;
+		tree[ntree++] = root;
+		/* Breadth first: each found process's children are appended after it. */
+		for (int at = 0; at < ntree; at++)
+			for (int i = 0; i < n; i++)
+				if (parents[i] == tree[at] && pids[i] != root && ntree <= n)
+					tree[ntree++] = pids[i];
+		for (int i = 0; i < ntree; i++)
+			total += kill(tree[i], sig) == 0;
+		free(tree);
+		free(pids);
+		free(parents);
+	}
+	return total;
 }
 
 void ca_proc_kill(struct ca_proc *p, int sig)

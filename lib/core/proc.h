@@ -98,6 +98,14 @@ int ca_proc_wait_any(struct ca_proc *const *procs, size_t n, double timeout_s);
 /* Send sig to the child's process group (or to the child alone without new_group). */
 void ca_proc_kill(struct ca_proc *p, int sig);
 
+/*
+ * Send sig to root and every process below it, found by their parents in
+ * /proc (so also those that left its process group or session), parents
+ * before children, twice over for those forked meanwhile. How many
+ * processes the second pass signalled.
+ */
+int ca_proc_signal_tree(pid_t root, int sig);
+
 /* Start and finish; -1 (errno set) when it could not start. */
 int ca_proc_run(struct ca_proc *p);
 

@@ -177,9 +177,9 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached, int f
 		live[i] = fresh_seed();
 	jv req = time_request(j, mode, prefix, keep_indices(cfg, j->seed), &ours, live);
 	jv fault;
-	timed_loop_begin(s);
+	reference_loop_begin(j);
 	int rc = worker_call(&s->reference, req, cfg->timeout_s * 10 + (strcmp(mode, "compile") ? 0 : 600), &reply, &fault, &ours);
-	timed_loop_end(s);
+	reference_loop_end(j);
 	free(live);
 	ship_unreveal(j);
 	if (rc != 0) {

@@ -126,13 +126,18 @@ static void burst_unship(const struct job *j, int n)
 /* One role's burst (req consumed) on our clock: the seconds into *secs. 0, or -1 with the record failed. */
 static int burst_run(struct job *j, jv req, int cand, double *secs, jv *reply)
 {
-	struct slot *s = j->slot;
-	double timeout = s->cfg->timeout_s * 10;
-	timed_loop_begin(s);
+	double timeout = j->slot->cfg->timeout_s * 10;
+	if (cand)
+		timed_loop_begin(j->slot);
+	else
+		reference_loop_begin(j);
 	double t0 = ca_proc_now();
 	int rc = cand ? candidate_call(j, req, timeout, reply, NULL) : reference_call(j, req, timeout, reply);
 	*secs = ca_proc_now() - t0;
-	timed_loop_end(s);
+	if (cand)
+		timed_loop_end(j->slot);
+	else
+		reference_loop_end(j);
 	return rc;
 }
 

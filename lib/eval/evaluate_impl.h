@@ -195,6 +195,7 @@ int worker_ready(struct worker *w, double timeout_s, jv *fault);
 int worker_send(struct worker *w, jv req, jv *fault);
 int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, struct loop_clock *ours);
 int worker_call(struct worker *w, jv req, double timeout_s, jv *reply, jv *fault, struct loop_clock *ours);
+void worker_pause(struct worker *w, int pause);
 void worker_stop(struct worker *w, double grace);
 void worker_abandon(struct worker *w);
 
@@ -248,6 +249,8 @@ void job_fail(struct job *j, const char *stage, const char *error);
 void job_fault(struct job *j, jv fault, const char *prefix);
 void reference_failed(struct job *j, jv why);
 int reference_call(struct job *j, jv req, double timeout, jv *reply);
+void reference_loop_begin(struct job *j);
+void reference_loop_end(struct job *j);
 int reference_recv(struct job *j, double timeout, jv *reply);
 int candidate_call(struct job *j, jv req, double timeout, jv *reply, struct loop_clock *ours);
 unsigned long long fresh_seed(void);

@@ -411,6 +411,17 @@ int worker_start(struct slot *s, struct worker *w, int candidate, jv *fault)
 	return 0;
 }
 
+/*
+ * Stop (pause 1) or continue (pause 0) a worker's whole process tree, its
+ * sandbox and whatever it forked: while the reference is timed, an idle
+ * candidate cannot run work of its own beside it.
+ */
+void worker_pause(struct worker *w, int pause)
+{
+	if (w->run.running)
+		ca_proc_signal_tree(w->run.co.proc.pid, pause ? SIGSTOP : SIGCONT);
+}
+
 /* Wait for the ready line of a started worker. */
 int worker_ready(struct worker *w, double timeout_s, jv *fault)
 {

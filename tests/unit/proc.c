@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "proc.h"
@@ -241,6 +242,57 @@ static void test_coproc(void)
 	CHECK(ca_proc_now() - t0 < 2);
 }
 
+/* A process's state letter from /proc (R, S, T, ...), or 0 when gone. */
+static char state_of(pid_t pid)
+{
+	char path[64], buf[512], state = 0;
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (f && fgets(buf, sizeof buf, f)) {
+		char *end = strrchr(buf, ')');
+		if (end)
+			sscanf(end + 1, " %c", &state);
+	}
+	if (f)
+		fclose(f);
+	return state;
+}
+
+/* A child, and a grandchild that left for a session of its own: both stopped, both continued. */
+static void test_signal_tree(void)
+{
+	int fds[2];
+	CHECK(pipe(fds) == 0);
+	pid_t child = fork();
+	if (child == 0) {
+		pid_t g = fork();
+		if (g == 0) {
+			setsid();
+			for (;;)
+				pause();
+		}
+		if (write(fds[1], &g, sizeof g) != (ssize_t)sizeof g)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	pid_t grandchild = 0;
+	CHECK(read(fds[0], &grandchild, sizeof grandchild) == (ssize_t)sizeof grandchild);
+	close(fds[0]);
+	close(fds[1]);
+	usleep(20000);
+	CHECK(ca_proc_signal_tree(child, SIGSTOP) == 2);
+	usleep(20000);
+	CHECK(state_of(child) == 'T' && state_of(grandchild) == 'T');
+	CHECK(ca_proc_signal_tree(child, SIGCONT) == 2);
+	usleep(20000);
+	CHECK(state_of(child) == 'S' && state_of(grandchild) == 'S');
+	CHECK(ca_proc_signal_tree(0, SIGSTOP) == 0);
+	kill(grandchild, SIGKILL);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+}
+
 int main(void)
 {
 	test_statuses();
@@ -248,6 +300,7 @@ int main(void)
 	test_capture();
 	test_env_cwd();
 	test_coproc();
+	test_signal_tree();
 	if (failures) {
 		fprintf(stderr, "test-proc: %d checks failed\n", failures);
 		return 1;
