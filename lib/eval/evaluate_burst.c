@@ -141,17 +141,13 @@ static int burst_run(struct job *j, jv req, int cand, double *secs, jv *reply)
 	return rc;
 }
 
-/* Entry k of the array key of reply as three numbers (NAN where missing); the count of entries. */
-static int digest_at(jv reply, const char *key, int k, double d[3])
+/* Entry k of the digests of reply (digest_from); the count of entries. */
+static int digest_at(jv reply, int k, double d[3])
 {
-	jv a = ca_json_get(reply, key);
+	jv a = ca_json_get(reply, "digests");
 	int n = jv_get_kind(a) == JV_KIND_ARRAY ? jv_array_length(jv_copy(a)) : 0;
 	jv e = k < n ? jv_array_get(jv_copy(a), k) : jv_invalid();
-	for (int i = 0; i < 3; i++) {
-		jv x = jv_get_kind(e) == JV_KIND_ARRAY ? jv_array_get(jv_copy(e), i) : jv_invalid();
-		d[i] = jv_get_kind(x) == JV_KIND_NUMBER ? jv_number_value(x) : NAN;
-		jv_free(x);
-	}
+	digest_from(e, d);
 	jv_free(e);
 	jv_free(a);
 	return n;
@@ -176,8 +172,8 @@ static int burst_agrees(struct job *j, jv ref, jv cand, jv written, int n)
 			return -1;
 		}
 		double r[3], c[3], numel = NAN;
-		digest_at(ref, "digests", k, r);
-		if (digest_at(cand, "digests", k, c) != n) {
+		digest_at(ref, k, r);
+		if (digest_at(cand, k, c) != n) {
 			job_fail(j, "spot-check", "the candidate worker's burst did not digest every call");
 			return -1;
 		}
@@ -229,8 +225,10 @@ int burst_time(struct job *j, const struct loop_overhead *ref, struct burst *b)
 			jv_free(rr);
 		if (jv_is_valid(cr))
 			jv_free(cr);
-		b->ref_s = rs < b->ref_s ? rs : b->ref_s;
-		b->cand_s = cs < b->cand_s ? cs : b->cand_s;
+		if (rc == 0) {  /* a burst that failed is no time */
+			b->ref_s = rs < b->ref_s ? rs : b->ref_s;
+			b->cand_s = cs < b->cand_s ? cs : b->cand_s;
+		}
 	}
 	burst_unship(j, n);
 	jv_free(written);

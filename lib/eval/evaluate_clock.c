@@ -76,6 +76,17 @@ jv loop_clock_choose(struct loop_clock *c)
 	return jv_object_set(jv_object(), jv_string("keep"), keep);
 }
 
+/* A digest as the worker sends one (d borrowed): [sum, sum of magnitudes, sum of squares], NAN where missing. */
+void digest_from(jv d, double out[3])
+{
+	int have = jv_get_kind(d) == JV_KIND_ARRAY && jv_array_length(jv_copy(d)) == 3;
+	for (int k = 0; k < 3; k++) {
+		jv x = have ? jv_array_get(jv_copy(d), k) : jv_invalid();
+		out[k] = jv_get_kind(x) == JV_KIND_NUMBER ? jv_number_value(x) : NAN;
+		jv_free(x);
+	}
+}
+
 void loop_clock_note(struct loop_clock *c, const char *what, jv line)
 {
 	double now = ca_proc_now();
@@ -98,12 +109,7 @@ void loop_clock_note(struct loop_clock *c, const char *what, jv line)
 		}
 		c->ticks[c->nticks] = now;
 		jv d = ca_json_get(line, "d");
-		int have = jv_get_kind(d) == JV_KIND_ARRAY && jv_array_length(jv_copy(d)) == 3;
-		for (int k = 0; k < 3; k++) {
-			jv x = have ? jv_array_get(jv_copy(d), k) : jv_invalid();
-			c->digests[c->nticks][k] = jv_get_kind(x) == JV_KIND_NUMBER ? jv_number_value(x) : NAN;
-			jv_free(x);
-		}
+		digest_from(d, c->digests[c->nticks]);
 		jv_free(d);
 		c->nticks++;
 	}

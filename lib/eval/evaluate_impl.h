@@ -208,6 +208,7 @@ void loop_clock_note(struct loop_clock *c, const char *what, jv line);
 int loop_clock_calls(const struct loop_clock *c, double *out, int n);
 int loop_clock_phases(const struct loop_clock *c, double *inputs, double *call, int n);
 int file_digest(const char *path, double out[3]);
+void digest_from(jv d, double out[3]);
 int digest_agrees(const double mine[3], const double theirs[3]);
 int digest_within(const struct ca_compare_options *tol, const double ref[3], double numel, const double c[3]);
 double quantile_of(double *v, int n, double q);

@@ -371,12 +371,7 @@ static int digest_spot_checks(struct job *j, const struct loop_clock *ours, jv n
 		}
 		double ref[3] = {NAN, NAN, NAN}, n = NAN;
 		jv d = ca_json_get(reply, "out_digest");
-		for (int k = 0; k < 3 && jv_get_kind(d) == JV_KIND_ARRAY; k++) {
-			jv e = jv_array_get(jv_copy(d), k);
-			if (jv_get_kind(e) == JV_KIND_NUMBER)
-				ref[k] = jv_number_value(e);
-			jv_free(e);
-		}
+		digest_from(d, ref);
 		jv_free(d);
 		ca_json_number(reply, "out_numel", &n);
 		jv_free(reply);
