@@ -17,7 +17,7 @@ if ! has_torch || ! command -v cc >/dev/null 2>&1; then
 fi
 C=$TRASH_BASE/candidates
 mkdir -p "$C"
-for c in honest/relu cheat/timer_patch cheat/burst_lie cheat/hog cheat/tick_drop cheat/lazy_unchecked cheat/lazy_before cheat/precompute cheat/late_write cheat/recognise cheat/ship_peek cheat/dir_block; do
+for c in honest/relu cheat/timer_patch cheat/burst_lie cheat/hog cheat/tick_drop cheat/lazy_unchecked cheat/lazy_before cheat/stale_before cheat/precompute cheat/late_write cheat/recognise cheat/ship_peek cheat/dir_block; do
 	d=$C/$(basename "$c")
 	cp -R "$ADV/$c" "$d" && rm -rf "$d/kernels" && mkdir -p "$d/build" &&
 		cc -O2 -shared -fPIC -o "$d/build/libkernels.so" "$ADV/cpu/relu_cpu.c"
@@ -161,6 +161,15 @@ expect_success 'work done only in the calls named before the loop is caught by t
 		ca-profile --device cpu --no-sandbox --no-compile --iters 20 --keep 4 --warmup 2 --seed 3 >lazyb.ndjson
 	jq -c ".profile | {ok, stage, spot_checks_chosen, error}" lazyb.ndjson | cut -c1-400 | sed "s/^/# /"
 	jq -e ".profile | (.ok | not) and .stage == \"spot-check\" and .spot_checks_chosen == \"before\" and (.error | test(\"picked after the loop\"))" lazyb.ndjson
+'
+# stale_before names the checked calls before the loop too, and returns
+# its last checked output in every other call (and in its bursts): another
+# input's output, whose sums alone pass; the signed sums do not.
+expect_success 'another input'"'"'s output returned in the calls not named is caught by the signed sums of the digests' '
+	record stale relu_mid "$C/stale_before" |
+		ca-profile --device cpu --no-sandbox --no-compile --iters 20 --keep 4 --warmup 2 --seed 3 >stale.ndjson
+	jq -c ".profile | {ok, stage, spot_checks_chosen, error}" stale.ndjson | cut -c1-400 | sed "s/^/# /"
+	jq -e ".profile | (.ok | not) and .stage == \"spot-check\" and .spot_checks_chosen == \"before\" and (.error | test(\"picked after the loop\"))" stale.ndjson
 '
 # precompute reads the loop's request from its runner's frame before the
 # clock starts and computes every call's output under the seeds it names:

@@ -142,7 +142,7 @@ static int burst_run(struct job *j, jv req, int cand, double *secs, jv *reply)
 }
 
 /* Entry k of the digests of reply (digest_from); the count of entries. */
-static int digest_at(jv reply, int k, double d[3])
+static int digest_at(jv reply, int k, double d[DIGEST_LEN])
 {
 	jv a = ca_json_get(reply, "digests");
 	int n = jv_get_kind(a) == JV_KIND_ARRAY ? jv_array_length(jv_copy(a)) : 0;
@@ -171,7 +171,7 @@ static int burst_agrees(struct job *j, jv ref, jv cand, jv written, int n)
 			job_fail(j, "spot-check", msg);
 			return -1;
 		}
-		double r[3], c[3], numel = NAN;
+		double r[DIGEST_LEN], c[DIGEST_LEN], numel = NAN;
 		digest_at(ref, k, r);
 		if (digest_at(cand, k, c) != n) {
 			job_fail(j, "spot-check", "the candidate worker's burst did not digest every call");
@@ -184,10 +184,11 @@ static int burst_agrees(struct job *j, jv ref, jv cand, jv written, int n)
 		if (!(isfinite(r[0]) && isfinite(r[1]) && isfinite(r[2]) && isfinite(numel)))
 			continue;  /* a reference output that is not finite cannot be judged this way */
 		if (!digest_within(&j->slot->cfg->tol, r, numel, c)) {
-			char msg[512];
-			snprintf(msg, sizeof msg, "burst call %d: the output's digest (%.9g, %.9g, %.9g: sum, sum of magnitudes, "
-				"sum of squares) is not within tolerance of the reference's on the same inputs (%.9g, %.9g, %.9g "
-				"over %.0f elements)", k, c[0], c[1], c[2], r[0], r[1], r[2], numel);
+			char msg[1024], ct[384], rt[384];
+			digest_text(c, ct, sizeof ct);
+			digest_text(r, rt, sizeof rt);
+			snprintf(msg, sizeof msg, "burst call %d: the output's digest (%s) is not within tolerance of the "
+				"reference's on the same inputs (%s, over %.0f elements)", k, ct, rt, numel);
 			job_fail(j, "spot-check", msg);
 			return -1;
 		}

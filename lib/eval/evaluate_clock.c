@@ -76,12 +76,12 @@ jv loop_clock_choose(struct loop_clock *c)
 	return jv_object_set(jv_object(), jv_string("keep"), keep);
 }
 
-/* A digest as the worker sends one (d borrowed): [sum, sum of magnitudes, sum of squares], NAN where missing. */
-void digest_from(jv d, double out[3])
+/* A digest as the worker sends one (d borrowed), NAN where missing: see DIGEST_LEN. */
+void digest_from(jv d, double out[DIGEST_LEN])
 {
-	int have = jv_get_kind(d) == JV_KIND_ARRAY && jv_array_length(jv_copy(d)) == 3;
-	for (int k = 0; k < 3; k++) {
-		jv x = have ? jv_array_get(jv_copy(d), k) : jv_invalid();
+	int n = jv_get_kind(d) == JV_KIND_ARRAY ? jv_array_length(jv_copy(d)) : 0;
+	for (int k = 0; k < DIGEST_LEN; k++) {
+		jv x = k < n && n <= DIGEST_LEN ? jv_array_get(jv_copy(d), k) : jv_invalid();
 		out[k] = jv_get_kind(x) == JV_KIND_NUMBER ? jv_number_value(x) : NAN;
 		jv_free(x);
 	}
@@ -154,18 +154,61 @@ int digest_agrees(const double mine[3], const double theirs[3])
 }
 
 /*
- * Whether a candidate's output digest c is within tolerance of the
- * reference's (ref, over numel elements): every element within
- * atol + rtol * |ref| moves the sum and the sum of magnitudes by at most
- * numel * atol + rtol * (ref's sum of magnitudes), and the sum of squares
- * by the square of it expanded; plus rounding in float64.
+ * How many times the root of the sum of the squared per-element
+ * tolerances a signed sum may be off. For an honest output, whose errors
+ * e are within tolerance and owe nothing to the signs, the signed sum is
+ * off by sum(s e) with s random signs: more than SIGNED_K times
+ * sqrt(sum e^2) with odds under 2 exp(-SIGNED_K^2 / 2), 1e-14.
  */
-int digest_within(const struct ca_compare_options *tol, const double ref[3], double numel, const double c[3])
+#define SIGNED_K 8.0
+
+/*
+ * Whether a candidate's output digest c is within tolerance of the
+ * reference's (ref, over numel elements; see DIGEST_LEN), by the rule
+ * of ca_compare: atol scaled to the reference's largest magnitude where
+ * that is below atol.
+ * - Sums: every element within atol + rtol * |ref| moves the sum and the
+ *   sum of magnitudes by at most numel * atol + rtol * (ref's sum of
+ *   magnitudes), and the sum of squares by the square of it expanded;
+ *   plus rounding in float64. Sums alone do not tell one input's output
+ *   from another's: two draws of a distribution give outputs whose sums
+ *   differ by the root of their size, the bound by the size itself.
+ * - Signed sums: within SIGNED_K times the root of the sum of the squared
+ *   per-element tolerances, sqrt(numel atol^2 + 2 atol rtol sum|r| +
+ *   rtol^2 sum r^2); another input's output is off by about its spread
+ *   times the root of its size (relu of a normal draw with atol = rtol =
+ *   1e-2: 5x the bound, each signed sum passing with odds about 1 in 8,
+ *   all four 1 in 4000). Plus the rounding of the worker's float32
+ *   products, about the float epsilon times the root of the rows summed
+ *   (a row per 4096 elements) times the root of the sum of squares.
+ *   A reference's signed sum that is not finite is not judged; a
+ *   candidate's that is missing fails.
+ */
+int digest_within(const struct ca_compare_options *tol, const double ref[DIGEST_LEN], double numel,
+	const double c[DIGEST_LEN])
 {
-	double a = tol->atol, t = tol->rtol, round = 1e-9 * (ref[1] + fabs(c[1]) + ref[2] + fabs(c[2])) + 1e-300;
+	double a = isfinite(ref[3]) && ref[3] < tol->atol ? tol->atol * ref[3] : tol->atol;
+	double t = tol->rtol, round = 1e-9 * (ref[1] + fabs(c[1]) + ref[2] + fabs(c[2])) + 1e-300;
 	double b01 = numel * a + t * ref[1] + round;
 	double b2 = (2 * a + 2 * a * t) * ref[1] + numel * a * a + (2 * t + t * t) * ref[2] + round;
-	return fabs(c[0] - ref[0]) <= b01 && fabs(c[1] - ref[1]) <= b01 && fabs(c[2] - ref[2]) <= b2;
+	if (!(fabs(c[0] - ref[0]) <= b01 && fabs(c[1] - ref[1]) <= b01 && fabs(c[2] - ref[2]) <= b2))
+		return 0;
+	double spread = sqrt(numel * a * a + 2 * a * t * ref[1] + t * t * ref[2]);
+	double rows = ceil(numel / 4096.0) + 1;
+	double bs = SIGNED_K * spread + 1e-6 * sqrt(rows) * (sqrt(ref[2]) + sqrt(fabs(c[2]))) + round;
+	for (int k = DIGEST_LEN - DIGEST_SIGNED; k < DIGEST_LEN; k++)
+		if (isfinite(ref[k]) && !(fabs(c[k] - ref[k]) <= bs))
+			return 0;
+	return 1;
+}
+
+/* A digest for a message: "sum S, sum of magnitudes M, sum of squares Q, largest magnitude X, signed sums A B C D". */
+void digest_text(const double d[DIGEST_LEN], char *buf, size_t size)
+{
+	int n = snprintf(buf, size, "sum %.9g, sum of magnitudes %.9g, sum of squares %.9g, largest magnitude %.9g, "
+		"signed sums", d[0], d[1], d[2], d[3]);
+	for (int k = DIGEST_LEN - DIGEST_SIGNED; k < DIGEST_LEN && n > 0 && (size_t)n < size; k++)
+		n += snprintf(buf + n, size - (size_t)n, " %.9g", d[k]);
 }
 
 static int cmp_double(const void *a, const void *b)

@@ -50,6 +50,14 @@
 
 enum { PATHLEN = PATH_MAX + 64, MAX_SPARES = 8 };
 
+/*
+ * An output's digest as a worker sends one (ca_runner's _out_digest): its
+ * sum, sum of magnitudes, sum of squares and largest magnitude, then
+ * DIGEST_SIGNED sums of its elements under pseudo-random signs, all
+ * float64.
+ */
+enum { DIGEST_SIGNED = 4, DIGEST_LEN = 4 + DIGEST_SIGNED };
+
 /* A worker process (lib/py/ca_runner.py): the trusted reference, or a candidate in ca-sandbox. */
 struct worker {
 	struct ca_runner run;    /* its process; run.hello: the ready line */
@@ -99,13 +107,14 @@ struct loop_clock {
 	int asked[64], nasked;
 	/*
 	 * Each tick carries the digest of its call's output (sum, sum of
-	 * magnitudes, sum of squares, float64): a kept output written later
+	 * magnitudes, sum of squares, then signed sums: DIGEST_LEN float64,
+	 * see digest_within): a kept output written later
 	 * must match the digest sent while our clock ran, so the work cannot
 	 * be left for after the loop; with the checks named before the loop,
 	 * calls picked after it are compared with the reference's
 	 * (digest_spot_checks).
 	 */
-	double (*digests)[3];  /* digests[i]: tick i's (NAN where it sent none) */
+	double (*digests)[DIGEST_LEN];  /* digests[i]: tick i's (NAN where it sent none) */
 	/*
 	 * The timed calls' seeds, live[0..nlive) (NULL when the loop's inputs
 	 * are shipped as files), sent one at a time as the worker asks with
@@ -208,9 +217,11 @@ void loop_clock_note(struct loop_clock *c, const char *what, jv line);
 int loop_clock_calls(const struct loop_clock *c, double *out, int n);
 int loop_clock_phases(const struct loop_clock *c, double *inputs, double *call, int n);
 int file_digest(const char *path, double out[3]);
-void digest_from(jv d, double out[3]);
+void digest_from(jv d, double out[DIGEST_LEN]);
 int digest_agrees(const double mine[3], const double theirs[3]);
-int digest_within(const struct ca_compare_options *tol, const double ref[3], double numel, const double c[3]);
+int digest_within(const struct ca_compare_options *tol, const double ref[DIGEST_LEN], double numel,
+	const double c[DIGEST_LEN]);
+void digest_text(const double d[DIGEST_LEN], char *buf, size_t size);
 double quantile_of(double *v, int n, double q);
 /*
  * evaluate_burst.c: a second clock, ours alone (see evaluate_burst.c):

@@ -369,7 +369,7 @@ static int digest_spot_checks(struct job *j, const struct loop_clock *ours, jv n
 			rc = -1;
 			break;
 		}
-		double ref[3] = {NAN, NAN, NAN}, n = NAN;
+		double ref[DIGEST_LEN], n = NAN;
 		jv d = ca_json_get(reply, "out_digest");
 		digest_from(d, ref);
 		jv_free(d);
@@ -379,11 +379,12 @@ static int digest_spot_checks(struct job *j, const struct loop_clock *ours, jv n
 			continue;  /* a reference output that is not finite cannot be judged this way */
 		const double *c = ours->digests[index];
 		if (!digest_within(&cfg->tol, ref, n, c)) {
-			char msg[512];
-			snprintf(msg, sizeof msg, "timed call %d: the digest its tick carried (%.9g, %.9g, %.9g: sum, sum of "
-				"magnitudes, sum of squares) is not within tolerance of the reference's output on the same inputs "
-				"(%.9g, %.9g, %.9g over %.0f elements); the call was picked after the loop", index, c[0], c[1], c[2],
-				ref[0], ref[1], ref[2], n);
+			char msg[1024], ct[384], rt[384];
+			digest_text(c, ct, sizeof ct);
+			digest_text(ref, rt, sizeof rt);
+			snprintf(msg, sizeof msg, "timed call %d: the digest its tick carried (%s) is not within tolerance of "
+				"the reference's output on the same inputs (%s, over %.0f elements); the call was picked after "
+				"the loop", index, ct, rt, n);
 			job_fail(j, "spot-check", msg);
 			rc = -1;
 		}

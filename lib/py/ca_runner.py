@@ -121,8 +121,9 @@ Requests (paths are files; tensor files are described in lib/eval/tensor.h):
       "after"; "before" when keep was used; the copies are allocated
       before the clocked loop, shaped like the last warm-up output). Each
       tick is {"timing": "tick", "d": [sum, sum of magnitudes, sum of
-      squares]}, the float64 digest of that call's output (see
-      _out_digest), which an output written after the loop must match
+      squares, largest magnitude, signed sums...]}, the float64 digest of
+      that call's output (see _out_digest), whose sums an output written
+      after the loop must match
       and which, with keep used, the parent compares with the
       reference's on calls it picks after the loop; the kernels the
       digests launch are left out of "kernels" like the flushes (and
@@ -1540,47 +1541,101 @@ def _leaves(value):
 
 
 def _out_digest(parts):
-    """[sum, sum of magnitudes, sum of squares] over every element of an
-    output's entries (_leaves: tensors of any dtype and numbers, widened
-    to float64), None for a sum that is not finite. The parent computes
-    the same from the file written later."""
-    import torch
-    acc = [0.0, 0.0, 0.0]
-    for _, v in parts:
-        if isinstance(v, torch.Tensor):
-            if v.numel():
-                x = v.detach().reshape(-1).to(torch.float64)
-                got = torch.stack([x.sum(), torch.linalg.vector_norm(x, 1),
-                                   torch.linalg.vector_norm(x, 2) ** 2]).tolist()
-                acc = [a + g for a, g in zip(acc, got)]
-        elif v is not None:
-            f = float(v)
-            acc = [acc[0] + f, acc[1] + abs(f), acc[2] + f * f]
-    return [a if a == a and abs(a) != float("inf") else None for a in acc]
+    """An output's digest: [sum, sum of magnitudes, sum of squares,
+    largest magnitude] over every element of its entries (_leaves:
+    tensors of any dtype and numbers, widened to float64), then its
+    PROJECTIONS signed sums (see _projections); None for a number that is
+    not finite. The parent computes the first three from the file written
+    later."""
+    return [a if a == a and abs(a) != float("inf") else None for a in _out_sums(parts).tolist()]
 
 
 def _out_sums(parts):
-    """_out_digest's three sums as a float64 tensor on the output's
-    device, nothing read back and no float64 copy of the output made
-    (the reductions widen as they read)."""
+    """_out_digest's numbers as a float64 tensor on the output's device,
+    nothing read back and no float64 copy of a floating output made (the
+    reductions widen as they read)."""
     import torch
     acc = None
-    for _, v in parts:
+    for leaf, (_, v) in enumerate(parts):
         if isinstance(v, torch.Tensor):
             if not v.numel():
                 continue
             x = v.detach().reshape(-1)
             if not x.is_floating_point() or x.device.type == "cpu":
                 x = x.to(torch.float64)  # on the CPU the widening reductions are slower than the copy
-            got = torch.stack([x.sum(dtype=torch.float64), torch.linalg.vector_norm(x, 1, dtype=torch.float64),
-                               torch.linalg.vector_norm(x, 2, dtype=torch.float64) ** 2])
+            got = torch.cat([torch.stack([x.sum(dtype=torch.float64), torch.linalg.vector_norm(x, 1, dtype=torch.float64),
+                                          torch.linalg.vector_norm(x, 2, dtype=torch.float64) ** 2,
+                                          torch.linalg.vector_norm(x, float("inf"), dtype=torch.float64)]),
+                             _projections(x, leaf)])
         elif v is not None:
             f = float(v)
-            got = torch.tensor([f, abs(f), f * f], dtype=torch.float64)
+            got = torch.tensor([f, abs(f), f * f, abs(f)] + [f * w for w in _signs(7919 + leaf, 1, PROJECTIONS)[:, 0].tolist()],
+                               dtype=torch.float64)
         else:
             continue
-        acc = got if acc is None else acc + got.to(acc.device)
-    return acc if acc is not None else torch.zeros(3, dtype=torch.float64)
+        if acc is None:
+            acc = got
+        else:
+            got = got.to(acc.device)
+            acc = torch.cat([acc[:3] + got[:3], torch.maximum(acc[3:4], got[3:4]), acc[4:] + got[4:]])
+    return acc if acc is not None else torch.zeros(4 + PROJECTIONS, dtype=torch.float64)
+
+
+# The signed sums of an output's digest. Sums alone do not tell one
+# input's output from another's: the outputs of two draws from one
+# distribution have sums far closer than the tolerance lets sums of that
+# many elements differ (tests/adversarial/cheat/stale_before returned its
+# last output for every unchecked call and passed). A sum under
+# pseudo-random signs does: an honest output's differs from the
+# reference's by about the root of the sum of the squared per-element
+# differences, another input's output's by about the output's own spread
+# times the root of its size. Element i of an entry, in block
+# b = i // PROJECTION_BLOCK at column l, has the sign t[b] * s[k][l] in
+# projection k, s and t drawn once from a seeded CPU generator (the same
+# in every worker, all running one torch): a projection is one pass over
+# the output (a matrix-vector product) and two small tables.
+PROJECTIONS = 4
+PROJECTION_BLOCK = 4096
+_PROJECTION_CHUNK = 1 << 24
+_projection_signs = {}
+
+
+def _signs(key, n, rows=None):
+    """n signs (rows x n with rows), +1.0 or -1.0 in float64, drawn under key."""
+    import torch
+    g = torch.Generator().manual_seed(key)
+    shape = (rows, n) if rows else (n,)
+    return torch.randint(0, 2, shape, generator=g, dtype=torch.int64).to(torch.float64) * 2 - 1
+
+
+def _projections(x, leaf):
+    """The PROJECTIONS signed sums of x (flat, floating) as float64 on its
+    device; leaf (the entry's place in the output) picks the signs. The
+    product runs in x's precision (float32 for narrower types, converted
+    a chunk at a time), then widens."""
+    import torch
+    n, width = x.numel(), PROJECTION_BLOCK
+    blocks = (n + width - 1) // width
+    key = (leaf, blocks, x.device, x.dtype)
+    if key not in _projection_signs:
+        if len(_projection_signs) > 16:
+            _projection_signs.clear()
+        mv = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+        s = _signs(7919 + leaf, width, PROJECTIONS).to(x.device)
+        t = _signs(104729 + 131 * leaf + blocks, blocks).to(device=x.device, dtype=mv)
+        _projection_signs[key] = (s, t, mv)
+    s, t, mv = _projection_signs[key]
+    full = n // width
+    y = torch.zeros(width, dtype=torch.float64, device=x.device)
+    rows = max(1, _PROJECTION_CHUNK // width) if mv != x.dtype else max(1, full)
+    for r0 in range(0, full, rows):
+        r1 = min(full, r0 + rows)
+        part = x[r0 * width:r1 * width].view(r1 - r0, width).to(mv)
+        y += torch.mv(part.t(), t[r0:r1]).to(torch.float64)
+    if n > full * width:
+        tail = x[full * width:].to(torch.float64)
+        y[:tail.numel()] += tail * t[full].to(torch.float64)
+    return torch.mv(s, y)
 
 
 def _digest_shape(parts):
