@@ -336,7 +336,7 @@ int worker_call(struct worker *w, jv req, double timeout_s, jv *reply, jv *fault
 static char **sandboxed(const struct slot *s, const struct worker *w, const char *const *cmd)
 {
 	static const char *const pass[] = {"CA_CUPTI_LIB=", "PYTHON", "CA_PYCACHE=", "LD_LIBRARY_PATH=", "NVIDIA_",
-		"CUDA_HOME=", "CA_NVCC=", NULL};
+		"CUDA_HOME=", "CA_NVCC=", "CA_LIGHT_HEADERS=", NULL};
 	const struct ca_eval_config *cfg = s->cfg;
 	struct ca_sandbox sb;
 	ca_sandbox_init(&sb);

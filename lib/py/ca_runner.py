@@ -867,6 +867,7 @@ class Worker:
             os.makedirs(ext[1], exist_ok=True)
             os.environ["TORCH_EXTENSIONS_DIR"] = ext[1]
             _use_ca_nvcc()
+            _light_headers()
         if req.get("task"):
             # The task's module, for its get_inputs() only: inputs are drawn here.
             self.task = self._import(req["task"], "ca_task")
@@ -1666,6 +1667,50 @@ def _use_ca_nvcc():
         return
     os.environ.setdefault("CA_NVCC_REAL", real)
     os.environ["PYTORCH_NVCC"] = nvcc
+
+
+def _light_headers():
+    """torch's extension builds (cpp_extension.load_inline and load) try
+    ca's lighter torch/extension.h first (light/torch/extension.h beside
+    this file, found through CPATH before torch's own) and build again
+    with torch's when that fails, so a unit that needs what the light one
+    leaves out builds, or fails, as it would have; what is shown of a
+    failure is the second build's. ninja keeps what built either way. torch
+    builds a module again only when its version moved, so its versions are
+    put back as they were before the second build. CA_LIGHT_HEADERS=0
+    turns it off."""
+    shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), "light")
+    if os.environ.get("CA_LIGHT_HEADERS") == "0" or not os.path.isdir(shim):
+        return
+    import functools
+    from torch.utils import cpp_extension
+    versions = getattr(getattr(cpp_extension, "JIT_EXTENSION_VERSIONER", None), "entries", None)
+    if not isinstance(versions, dict):
+        return
+
+    def light_first(build):
+        @functools.wraps(build)
+        def wrapped(*args, **kwargs):
+            old, before = os.environ.get("CPATH"), dict(versions)
+            os.environ["CPATH"] = shim + (os.pathsep + old if old else "")
+            try:
+                return build(*args, **kwargs)
+            except _Violation:
+                raise
+            except Exception:
+                pass
+            finally:
+                if old is None:
+                    os.environ.pop("CPATH", None)
+                else:
+                    os.environ["CPATH"] = old
+            versions.clear()
+            versions.update(before)
+            return build(*args, **kwargs)
+        return wrapped
+
+    for name in ("load_inline", "load"):
+        setattr(cpp_extension, name, light_first(getattr(cpp_extension, name)))
 
 
 def _copy_entries(src, dst):

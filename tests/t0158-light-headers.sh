@@ -1,0 +1,87 @@
+#!/bin/sh
+# Torch extensions a candidate builds when it is imported (load_inline,
+# KernelBench's form) are built with ca's lighter torch/extension.h first
+# (lib/py/light) and with torch's own when that fails: a unit that needs
+# what the light one leaves out builds as it did, a compile error reads
+# as it did. CPU extensions (cpp_sources alone) with the host compiler.
+. "$(dirname "$0")/test-lib.sh"
+
+if ! has_torch; then
+	skip 'load_inline with the light header' 'no torch for the Python runner (make deps)'
+	test_done
+	exit
+fi
+if ! command -v c++ >/dev/null 2>&1 || ! "$(ca_python)" -c 'import ninja' >/dev/null 2>&1 && ! command -v ninja >/dev/null 2>&1; then
+	skip 'load_inline with the light header' 'no c++ or ninja for torch extensions'
+	test_done
+	exit
+fi
+
+ADV=$TESTS_DIR/adversarial
+CA_CACHE=$TRASH_BASE/cache
+export CA_CACHE
+C=$TRASH_BASE/candidates
+cand() { # name extra-line: a load_inline ReLU on the CPU
+	mkdir -p "$C/$1" && cat >"$C/$1/model_new.py" <<EOF
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+src = r'''
+torch::Tensor relu_cpu(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    const float *p = x.data_ptr<float>();
+    float *q = y.data_ptr<float>();
+    for (int64_t i = 0; i < x.numel(); i++)
+        q[i] = p[i] > 0 ? p[i] : 0;
+$2
+    return y;
+}
+'''
+ext = load_inline(name="relu_$1", cpp_sources=src, functions=["relu_cpu"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.relu_cpu(x)
+EOF
+}
+cand light ''
+cand frontend '    torch::optim::SGDOptions unused(0.1);'
+cand broken '    q[0] = not_declared_here;'
+R=$TRASH_BASE/records.ndjson
+for id in light frontend broken; do
+	jq -nc --arg id "$id" --rawfile code "$ADV/tasks/relu_small.py" --arg dir "$C/$id" \
+		'{id: $id, code: $code, candidate: {dir: $dir}}'
+done >"$R"
+OUT=$TRASH_BASE/out.ndjson
+expect_status 1 'three load_inline candidates verified on the CPU; the broken one exits 1' '
+	ca-verify --device cpu --no-sandbox --checks 2 --robust 0 --seed 7 "$R" >"$OUT" 2>err; s=$?
+	tail -3 err; test "$(wc -l <"$OUT")" -eq 3 || exit 9
+	exit $s
+'
+pick() { # id: its verify object, or failure when it has none
+	v=$(jq -c --arg id "$1" 'select(.id == $id) | .verify' "$OUT") && test -n "$v" && printf '%s\n' "$v"
+}
+# What ninja recorded of a build's headers (its deps log, kept in the
+# cache): with -MMD not torch's (-isystem), but ca's light one (CPATH).
+deps() { cat "$CA_CACHE"/torch-ext/*/relu_"$1"/.ninja_deps 2>/dev/null | tr -c '[:print:]' '\n'; }
+expect_success 'a unit that needs no more than the light header is built with it' '
+	pick light | jq -e .ok >/dev/null &&
+	deps light | grep -q "py/light/torch/extension.h"
+'
+expect_success 'a unit that needs the C++ frontend is built again with torch'"'"'s header, and passes' '
+	pick frontend | jq -e .ok >/dev/null &&
+	deps frontend | grep -q "relu_frontend/main.cpp" && ! deps frontend | grep -q "py/light/torch/extension.h"
+'
+expect_success 'a compile error is stage load, and shows the compiler'"'"'s message of the full build' '
+	pick broken | jq -e ".ok == false and .stage == \"load\" and (.error | test(\"not_declared_here\"))" >/dev/null
+'
+expect_success 'CA_LIGHT_HEADERS=0: torch'"'"'s header from the start' '
+	cand plain "" && jq -nc --rawfile code "$ADV/tasks/relu_small.py" --arg dir "$C/plain" \
+		"{id: \"plain\", code: \$code, candidate: {dir: \$dir}}" >one.ndjson &&
+	CA_LIGHT_HEADERS=0 ca-verify --device cpu --no-sandbox --checks 2 --robust 0 --seed 7 one.ndjson >o.ndjson &&
+	jq -e .verify.ok o.ndjson >/dev/null &&
+	deps plain | grep -q "relu_plain/main.cpp" && ! deps plain | grep -q "py/light/torch/extension.h"
+'
+test_done
