@@ -1,19 +1,116 @@
 #!/bin/sh
-# Torch extensions a candidate builds when it is imported (load_inline,
-# KernelBench's form) are built with ca's lighter torch/extension.h first
+# Torch extensions are built with ca's lighter torch/extension.h first
 # (lib/py/light) and with torch's own when that fails: a unit that needs
 # what the light one leaves out builds as it did, a compile error reads
-# as it did. CPU extensions (cpp_sources alone) with the host compiler.
+# as it did. Those a candidate builds when it is imported (load_inline,
+# KernelBench's form) and ca-build's of CUDA-Agent's layout; CPU
+# extensions (C++ units alone) with the host compiler.
 . "$(dirname "$0")/test-lib.sh"
 
 if ! has_torch; then
 	skip 'load_inline with the light header' 'no torch for the Python runner (make deps)'
-	test_done
+	# CUDA-Agent's layout built by ca-build: its binding and registry, a CPU ReLU.
+agent() { # dir extra-line
+	mkdir -p "$1/kernels" && cp "$TESTS_DIR/adversarial/flavours/cuda_agent/binding.cpp" \
+		"$TESTS_DIR/adversarial/flavours/cuda_agent/binding_registry.h" "$1/" &&
+	cat >"$1/kernels/relu_binding.cpp" <<EOF
+#include "../binding_registry.h"
+
+static torch::Tensor relu_forward(torch::Tensor x)
+{
+	auto y = torch::empty_like(x);
+	const float *p = x.data_ptr<float>();
+	float *q = y.data_ptr<float>();
+	for (int64_t i = 0; i < x.numel(); i++)
+		q[i] = p[i] > 0 ? p[i] : 0;
+$2
+	return y;
+}
+
+static void register_relu(pybind11::module &m)
+{
+	m.def("relu_forward", &relu_forward, "ReLU (CPU)");
+}
+
+REGISTER_BINDING(relu, register_relu);
+EOF
+}
+loads() { # build.json: the library imports and computes a ReLU
+	(cd "$(dirname "$(jq -r .library "$1")")" && "$(ca_python)" -c "import torch, cuda_extension as e
+x = torch.randn(1000); assert torch.equal(e.relu_forward(x), torch.relu(x))")
+}
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+	BC=$TRASH_BASE/build-cache
+	expect_success 'ca-build, CUDA-Agent'"'"'s layout: every unit with the light header, and it loads' '
+		agent ws "" && ca-build --cache "$BC" ws >b.json 2>err; cat err
+		jq -c "{ok, seconds, units, pch, light}" b.json | sed "s/^/# /" &&
+		jq -e ".ok and .light and .pch and .units.compiled == 2" b.json >/dev/null && loads b.json
+	'
+	expect_success 'ca-build: a binding that needs the C++ frontend is built again with torch'"'"'s header' '
+		agent ws "    torch::optim::SGDOptions unused(0.1);" && ca-build --cache "$BC" ws >b.json 2>err; cat err
+		jq -c "{ok, seconds, units, pch, light}" b.json | sed "s/^/# /" &&
+		jq -e ".ok and .light == false" b.json >/dev/null && loads b.json
+	'
+	expect_status 1 'ca-build: a compile error is the full build'"'"'s, cached as the candidate'"'"'s' '
+		agent ws "    q[0] = not_declared_here;" && ca-build --cache "$BC" ws >b.json; s=$?
+		jq -e ".ok == false and .transient == false and .light == false and (.log | test(\"not_declared_here\"))" b.json >/dev/null &&
+		ca-build --cache "$BC" ws >again.json; jq -e ".cached and .ok == false" again.json >/dev/null && exit $s
+	'
+else
+	skip 'ca-build with the light header' 'nvcc not found (ca-build asks it its version)'
+fi
+test_done
 	exit
 fi
 if ! command -v c++ >/dev/null 2>&1 || ! "$(ca_python)" -c 'import ninja' >/dev/null 2>&1 && ! command -v ninja >/dev/null 2>&1; then
 	skip 'load_inline with the light header' 'no c++ or ninja for torch extensions'
-	test_done
+	# CUDA-Agent's layout built by ca-build: its binding and registry, a CPU ReLU.
+agent() { # dir extra-line
+	mkdir -p "$1/kernels" && cp "$TESTS_DIR/adversarial/flavours/cuda_agent/binding.cpp" \
+		"$TESTS_DIR/adversarial/flavours/cuda_agent/binding_registry.h" "$1/" &&
+	cat >"$1/kernels/relu_binding.cpp" <<EOF
+#include "../binding_registry.h"
+
+static torch::Tensor relu_forward(torch::Tensor x)
+{
+	auto y = torch::empty_like(x);
+	const float *p = x.data_ptr<float>();
+	float *q = y.data_ptr<float>();
+	for (int64_t i = 0; i < x.numel(); i++)
+		q[i] = p[i] > 0 ? p[i] : 0;
+$2
+	return y;
+}
+
+static void register_relu(pybind11::module &m)
+{
+	m.def("relu_forward", &relu_forward, "ReLU (CPU)");
+}
+
+REGISTER_BINDING(relu, register_relu);
+EOF
+}
+loads() { # build.json: the library imports and computes a ReLU
+	(cd "$(dirname "$(jq -r .library "$1")")" && "$(ca_python)" -c "import torch, cuda_extension as e
+x = torch.randn(1000); assert torch.equal(e.relu_forward(x), torch.relu(x))")
+}
+BC=$TRASH_BASE/build-cache
+expect_success 'ca-build, CUDA-Agent'"'"'s layout: every unit with the light header, and it loads' '
+	agent ws "" && ca-build --cache "$BC" ws >b.json 2>err; cat err
+	jq -c "{ok, seconds, units, pch, light}" b.json | sed "s/^/# /" &&
+	jq -e ".ok and .light and .pch and .units.compiled == 2" b.json >/dev/null && loads b.json
+'
+expect_success 'ca-build: a binding that needs the C++ frontend is built again with torch'"'"'s header' '
+	agent ws "    torch::optim::SGDOptions unused(0.1);" && ca-build --cache "$BC" ws >b.json 2>err; cat err
+	jq -c "{ok, seconds, units, pch, light}" b.json | sed "s/^/# /" &&
+	jq -e ".ok and .light == false" b.json >/dev/null && loads b.json
+'
+expect_status 1 'ca-build: a compile error is the full build'"'"'s, cached as the candidate'"'"'s' '
+	agent ws "    q[0] = not_declared_here;" && ca-build --cache "$BC" ws >b.json; s=$?
+	jq -e ".ok == false and .transient == false and .light == false and (.log | test(\"not_declared_here\"))" b.json >/dev/null &&
+	ca-build --cache "$BC" ws >again.json; jq -e ".cached and .ok == false" again.json >/dev/null && exit $s
+'
+test_done
 	exit
 fi
 
@@ -83,5 +180,51 @@ expect_success 'CA_LIGHT_HEADERS=0: torch'"'"'s header from the start' '
 	CA_LIGHT_HEADERS=0 ca-verify --device cpu --no-sandbox --checks 2 --robust 0 --seed 7 one.ndjson >o.ndjson &&
 	jq -e .verify.ok o.ndjson >/dev/null &&
 	deps plain | grep -q "relu_plain/main.cpp" && ! deps plain | grep -q "py/light/torch/extension.h"
+'
+# CUDA-Agent's layout built by ca-build: its binding and registry, a CPU ReLU.
+agent() { # dir extra-line
+	mkdir -p "$1/kernels" && cp "$TESTS_DIR/adversarial/flavours/cuda_agent/binding.cpp" \
+		"$TESTS_DIR/adversarial/flavours/cuda_agent/binding_registry.h" "$1/" &&
+	cat >"$1/kernels/relu_binding.cpp" <<EOF
+#include "../binding_registry.h"
+
+static torch::Tensor relu_forward(torch::Tensor x)
+{
+	auto y = torch::empty_like(x);
+	const float *p = x.data_ptr<float>();
+	float *q = y.data_ptr<float>();
+	for (int64_t i = 0; i < x.numel(); i++)
+		q[i] = p[i] > 0 ? p[i] : 0;
+$2
+	return y;
+}
+
+static void register_relu(pybind11::module &m)
+{
+	m.def("relu_forward", &relu_forward, "ReLU (CPU)");
+}
+
+REGISTER_BINDING(relu, register_relu);
+EOF
+}
+loads() { # build.json: the library imports and computes a ReLU
+	(cd "$(dirname "$(jq -r .library "$1")")" && "$(ca_python)" -c "import torch, cuda_extension as e
+x = torch.randn(1000); assert torch.equal(e.relu_forward(x), torch.relu(x))")
+}
+BC=$TRASH_BASE/build-cache
+expect_success 'ca-build, CUDA-Agent'"'"'s layout: every unit with the light header, and it loads' '
+	agent ws "" && ca-build --cache "$BC" ws >b.json 2>err; cat err
+	jq -c "{ok, seconds, units, pch, light}" b.json | sed "s/^/# /" &&
+	jq -e ".ok and .light and .pch and .units.compiled == 2" b.json >/dev/null && loads b.json
+'
+expect_success 'ca-build: a binding that needs the C++ frontend is built again with torch'"'"'s header' '
+	agent ws "    torch::optim::SGDOptions unused(0.1);" && ca-build --cache "$BC" ws >b.json 2>err; cat err
+	jq -c "{ok, seconds, units, pch, light}" b.json | sed "s/^/# /" &&
+	jq -e ".ok and .light == false" b.json >/dev/null && loads b.json
+'
+expect_status 1 'ca-build: a compile error is the full build'"'"'s, cached as the candidate'"'"'s' '
+	agent ws "    q[0] = not_declared_here;" && ca-build --cache "$BC" ws >b.json; s=$?
+	jq -e ".ok == false and .transient == false and .light == false and (.log | test(\"not_declared_here\"))" b.json >/dev/null &&
+	ca-build --cache "$BC" ws >again.json; jq -e ".cached and .ok == false" again.json >/dev/null && exit $s
 '
 test_done

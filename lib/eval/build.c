@@ -526,6 +526,15 @@ void argv_append(struct argv_list *a, const struct argv_list *b)
 		argv_add(a, "%s", b->v[i]);
 }
 
+/* "-Idir" into a compiler's argv, first after the compiler, before torch's own -I. */
+static void argv_insert_include(struct argv_list *a, const char *dir)
+{
+	argv_add(a, "-I%s", dir);
+	char *flag = a->v[a->n - 1];
+	memmove(a->v + 2, a->v + 1, (a->n - 2) * sizeof *a->v);
+	a->v[1] = flag;
+}
+
 void argv_free(struct argv_list *a)
 {
 	ca_free_strings(a->v, a->n);
@@ -697,6 +706,7 @@ static char *result_text(const struct ca_build_result *res)
 	j = jv_object_delete(j, jv_string("limit"));
 	j = jv_object_delete(j, jv_string("units"));
 	j = jv_object_delete(j, jv_string("pch"));
+	j = jv_object_delete(j, jv_string("light"));
 	jv s = jv_dump_string(j, 0);
 	char *text = ca_xstrdup(jv_string_value(s));
 	jv_free(s);
@@ -855,6 +865,7 @@ struct build {
 	size_t nsteps;
 	int single;             /* one nvcc -shared for one .cu of the ca flavour */
 	char *pch;              /* the precompiled torch header's directory in the cache, or NULL */
+	const char *light;      /* ca's lighter torch/extension.h's directory (-I), or NULL: light_dir() */
 	double t0;
 	double limit_from;      /* when the build's wall-clock limit started: t0, less the precompiled header's making */
 };
@@ -1070,6 +1081,8 @@ static char *torch_pch(struct build *b)
 	struct argv_list a = {0};
 	char key[65], entry[PATH_MAX], dir[PATH_MAX] = "", path[PATH_MAX * 2];
 	cxx_command(b, &a);
+	if (b->light)
+		argv_insert_include(&a, b->light);
 	ca_sha256_init(&h);
 	ca_sha256_string(&h, "ca-build pch 1");
 	ca_sha256_string(&h, b->tools);
@@ -1181,6 +1194,31 @@ static int place_pch(struct build *b)
 	if (link(from, to) == 0 || copy_file(from, to, 0644) == 0)
 		return 0;
 	return -1;
+}
+
+/*
+ * ca's lighter torch/extension.h (lib/py/light, shared with the runner's
+ * load_inline builds): torch/python.h for g++ units, torch/types.h for
+ * CUDA ones, not torch's whole C++ frontend. The cuda-agent flavour's units
+ * that name torch's headers compile with it first; a build that fails
+ * with it is built again without (ca_build_workspace). Not when
+ * CA_LIGHT_HEADERS=0, nor where the sandbox's user could not read it.
+ */
+static const char *light_dir(const struct build *b)
+{
+	static char dir[PATH_MAX];
+	char header[PATH_MAX + 32];
+	const char *off = getenv("CA_LIGHT_HEADERS");
+	if (strcmp(b->flavour, "cuda-agent") != 0 || (off && strcmp(off, "0") == 0))
+		return NULL;
+	snprintf(dir, sizeof dir, "%s/light", ca_paths_pydir());
+	snprintf(header, sizeof header, "%s/torch/extension.h", dir);
+	struct stat st;
+	if (access(header, R_OK) != 0 || stat(header, &st) != 0)
+		return NULL;
+	if (geteuid() == 0 && !b->opt->no_sandbox && !(world_readable(dir) && (st.st_mode & S_IROTH)))
+		return NULL;
+	return dir;
 }
 
 /* Whether the cuda-agent units may use torch's precompiled header; makes it the first time it is wanted. */
@@ -1299,6 +1337,11 @@ static void plan_steps(struct build *b)
 		snprintf(path, sizeof path, "%s/%s", b->build, s->object);
 		s->cached = unit_fetch(b->cache, s->key, path) == 0;
 		b->res->units_cached += s->cached;
+		/* After the key, as the precompiled header: the light header changes how fast, not what (or it fails). */
+		if (b->light && !s->cached && (!cu || unit_includes_torch(&b->src, i))) {
+			argv_insert_include(&s->argv, b->light);
+			b->res->light = 1;
+		}
 		if (cu && !s->cached && unit_includes_torch(&b->src, i))
 			through_ca_nvcc(b, s);
 		if (!s->cached)
@@ -1474,11 +1517,39 @@ static int check_sources(struct build *b, const char *dir)
 	return 0;
 }
 
-static void build_free(struct build *b)
+/* Forget a planned (and run) build, to plan it again. */
+static void drop_steps(struct build *b)
 {
 	for (size_t i = 0; i < b->nsteps; i++)
 		argv_free(&b->steps[i].argv);
 	free(b->steps);
+	b->steps = NULL;
+	b->nsteps = 0;
+	free(b->pch);
+	b->pch = NULL;
+}
+
+/* Plan, compile and link; *full gets every step's output. The exit status of the first that failed. */
+static int build_once(struct build *b, char **full)
+{
+	plan_steps(b);
+	struct step link = {0};
+	int status = compile_and_link(b, &link);
+	*full = gather_log(b, &link);
+	argv_free(&link.argv);
+	return status;
+}
+
+/* A failure that may be the light header's: a compiler's own error, not a limit, crash or missing tool. */
+static int light_may_fail(const struct build *b, int status, const char *full)
+{
+	return b->res->light && status != 0 && status != CA_SANDBOX_SETUP_FAILED && status != 126 && status != 127 &&
+		!ca_build_failure_cause(status, full);
+}
+
+static void build_free(struct build *b)
+{
+	drop_steps(b);
 	if (b->build[0])
 		ca_file_remove_tree(b->build);
 	argv_free(&b->common);
@@ -1520,11 +1591,17 @@ int ca_build_workspace(const char *dir, const struct ca_build_options *opt, stru
 	res->library = NULL;
 	if (make_build_dir(&b) != 0)
 		goto done;
-	plan_steps(&b);
-	struct step link = {0};
-	int status = compile_and_link(&b, &link);
-	char *full = gather_log(&b, &link);
-	argv_free(&link.argv);
+	b.light = light_dir(&b);
+	char *full;
+	int status = build_once(&b, &full);
+	if (light_may_fail(&b, status, full)) {
+		/* A unit may need what the light header leaves out: built again with torch's, whose log is the answer. */
+		free(full);
+		drop_steps(&b);
+		res->units_compiled = res->units_cached = res->pch = res->light = 0;
+		b.light = NULL;
+		status = build_once(&b, &full);
+	}
 	judge(&b, status, full);
 	free(full);
 done:
@@ -1556,5 +1633,6 @@ jv ca_build_result_json(const struct ca_build_result *res)
 	j = jv_object_set(j, jv_string("units"), jv_object_set(jv_object_set(jv_object(), jv_string("compiled"),
 		jv_number(res->units_compiled)), jv_string("cached"), jv_number(res->units_cached)));
 	j = jv_object_set(j, jv_string("pch"), jv_bool(res->pch));
+	j = jv_object_set(j, jv_string("light"), jv_bool(res->light));
 	return j;
 }

@@ -54,13 +54,14 @@ struct ca_build_result {
 	int units_compiled;    /* compile units this call ran the compiler on */
 	int units_cached;      /* compile units whose object came from the unit cache */
 	int pch;               /* 1: some unit was compiled with torch's precompiled header */
+	int light;             /* 1: the units naming torch's headers were compiled with ca's lighter torch/extension.h */
 };
 
 /* Build (or find in the cache) the kernels of the workspace in dir. Returns res->status. */
 int ca_build_workspace(const char *dir, const struct ca_build_options *opt, struct ca_build_result *res);
 void ca_build_result_free(struct ca_build_result *res);
 
-/* {"ok","flavour","hash","cached","seconds","library","log","arch","transient","limit","units","pch"}. Borrows res. */
+/* {"ok","flavour","hash","cached","seconds","library","log","arch","transient","limit","units","pch","light"}. Borrows res. */
 jv ca_build_result_json(const struct ca_build_result *res);
 
 /* The architecture builds use when none is given ("sm_90"); cached per boot. */
