@@ -168,7 +168,7 @@ if want flavours && fits 240 "builds per flavour"; then
 	ca-build --cache "$C" "$FA" >"$WORK/fl-b5.json"
 	emit "$(jq -nc --arg wa "$wa" --slurpfile a "$WORK/fl-anchor.json" --slurpfile b1 "$WORK/fl-b1.json" --slurpfile b2 "$WORK/fl-b2.json" \
 		--slurpfile b3 "$WORK/fl-b3.json" --slurpfile b4 "$WORK/fl-b4.json" --slurpfile b5 "$WORK/fl-b5.json" \
-		'def r(b): {s: b[0].seconds, ok: b[0].ok, units: b[0].units, pch: b[0].pch, ratio: (($wa | tonumber) / b[0].seconds)};
+		'def r(b): {s: b[0].seconds, ok: b[0].ok, units: b[0].units, pch: b[0].pch, light: b[0].light, ratio: (($wa | tonumber) / b[0].seconds)};
 		{bench: "build, cuda-agent layout (CUDA-Agent agent_workdir, ReLU), anchor: CUDA-Agent compile (cpp_extension.load)",
 		anchor_wall_s: ($wa | tonumber), anchor: $a[0], first_ever_with_pch_made: r($b1), new_binding: r($b2), new_kernel_only: r($b3),
 		all_units_cold: r($b4), hit: r($b5), target: "build <= 3 s"}')"
