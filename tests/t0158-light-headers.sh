@@ -9,108 +9,12 @@
 
 if ! has_torch; then
 	skip 'load_inline with the light header' 'no torch for the Python runner (make deps)'
-	# CUDA-Agent's layout built by ca-build: its binding and registry, a CPU ReLU.
-agent() { # dir extra-line
-	mkdir -p "$1/kernels" && cp "$TESTS_DIR/adversarial/flavours/cuda_agent/binding.cpp" \
-		"$TESTS_DIR/adversarial/flavours/cuda_agent/binding_registry.h" "$1/" &&
-	cat >"$1/kernels/relu_binding.cpp" <<EOF
-#include "../binding_registry.h"
-
-static torch::Tensor relu_forward(torch::Tensor x)
-{
-	auto y = torch::empty_like(x);
-	const float *p = x.data_ptr<float>();
-	float *q = y.data_ptr<float>();
-	for (int64_t i = 0; i < x.numel(); i++)
-		q[i] = p[i] > 0 ? p[i] : 0;
-$2
-	return y;
-}
-
-static void register_relu(pybind11::module &m)
-{
-	m.def("relu_forward", &relu_forward, "ReLU (CPU)");
-}
-
-REGISTER_BINDING(relu, register_relu);
-EOF
-}
-loads() { # build.json: the library imports and computes a ReLU
-	(cd "$(dirname "$(jq -r .library "$1")")" && "$(ca_python)" -c "import torch, cuda_extension as e
-x = torch.randn(1000); assert torch.equal(e.relu_forward(x), torch.relu(x))")
-}
-if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
-	BC=$TRASH_BASE/build-cache
-	expect_success 'ca-build, CUDA-Agent'"'"'s layout: every unit with the light header, and it loads' '
-		agent ws "" && ca-build --cache "$BC" ws >b.json 2>err; cat err
-		jq -c "{ok, seconds, units, pch, light}" b.json | sed "s/^/# /" &&
-		jq -e ".ok and .light and .pch and .units.compiled == 2" b.json >/dev/null && loads b.json
-	'
-	expect_success 'ca-build: a binding that needs the C++ frontend is built again with torch'"'"'s header' '
-		agent ws "    torch::optim::SGDOptions unused(0.1);" && ca-build --cache "$BC" ws >b.json 2>err; cat err
-		jq -c "{ok, seconds, units, pch, light}" b.json | sed "s/^/# /" &&
-		jq -e ".ok and .light == false" b.json >/dev/null && loads b.json
-	'
-	expect_status 1 'ca-build: a compile error is the full build'"'"'s, cached as the candidate'"'"'s' '
-		agent ws "    q[0] = not_declared_here;" && ca-build --cache "$BC" ws >b.json; s=$?
-		jq -e ".ok == false and .transient == false and .light == false and (.log | test(\"not_declared_here\"))" b.json >/dev/null &&
-		ca-build --cache "$BC" ws >again.json; jq -e ".cached and .ok == false" again.json >/dev/null && exit $s
-	'
-else
-	skip 'ca-build with the light header' 'nvcc not found (ca-build asks it its version)'
-fi
-test_done
+	test_done
 	exit
 fi
 if ! command -v c++ >/dev/null 2>&1 || ! "$(ca_python)" -c 'import ninja' >/dev/null 2>&1 && ! command -v ninja >/dev/null 2>&1; then
 	skip 'load_inline with the light header' 'no c++ or ninja for torch extensions'
-	# CUDA-Agent's layout built by ca-build: its binding and registry, a CPU ReLU.
-agent() { # dir extra-line
-	mkdir -p "$1/kernels" && cp "$TESTS_DIR/adversarial/flavours/cuda_agent/binding.cpp" \
-		"$TESTS_DIR/adversarial/flavours/cuda_agent/binding_registry.h" "$1/" &&
-	cat >"$1/kernels/relu_binding.cpp" <<EOF
-#include "../binding_registry.h"
-
-static torch::Tensor relu_forward(torch::Tensor x)
-{
-	auto y = torch::empty_like(x);
-	const float *p = x.data_ptr<float>();
-	float *q = y.data_ptr<float>();
-	for (int64_t i = 0; i < x.numel(); i++)
-		q[i] = p[i] > 0 ? p[i] : 0;
-$2
-	return y;
-}
-
-static void register_relu(pybind11::module &m)
-{
-	m.def("relu_forward", &relu_forward, "ReLU (CPU)");
-}
-
-REGISTER_BINDING(relu, register_relu);
-EOF
-}
-loads() { # build.json: the library imports and computes a ReLU
-	(cd "$(dirname "$(jq -r .library "$1")")" && "$(ca_python)" -c "import torch, cuda_extension as e
-x = torch.randn(1000); assert torch.equal(e.relu_forward(x), torch.relu(x))")
-}
-BC=$TRASH_BASE/build-cache
-expect_success 'ca-build, CUDA-Agent'"'"'s layout: every unit with the light header, and it loads' '
-	agent ws "" && ca-build --cache "$BC" ws >b.json 2>err; cat err
-	jq -c "{ok, seconds, units, pch, light}" b.json | sed "s/^/# /" &&
-	jq -e ".ok and .light and .pch and .units.compiled == 2" b.json >/dev/null && loads b.json
-'
-expect_success 'ca-build: a binding that needs the C++ frontend is built again with torch'"'"'s header' '
-	agent ws "    torch::optim::SGDOptions unused(0.1);" && ca-build --cache "$BC" ws >b.json 2>err; cat err
-	jq -c "{ok, seconds, units, pch, light}" b.json | sed "s/^/# /" &&
-	jq -e ".ok and .light == false" b.json >/dev/null && loads b.json
-'
-expect_status 1 'ca-build: a compile error is the full build'"'"'s, cached as the candidate'"'"'s' '
-	agent ws "    q[0] = not_declared_here;" && ca-build --cache "$BC" ws >b.json; s=$?
-	jq -e ".ok == false and .transient == false and .light == false and (.log | test(\"not_declared_here\"))" b.json >/dev/null &&
-	ca-build --cache "$BC" ws >again.json; jq -e ".cached and .ok == false" again.json >/dev/null && exit $s
-'
-test_done
+	test_done
 	exit
 fi
 
@@ -118,6 +22,12 @@ ADV=$TESTS_DIR/adversarial
 CA_CACHE=$TRASH_BASE/cache
 export CA_CACHE
 C=$TRASH_BASE/candidates
+# The body of a CPU ReLU of x into y (raw loops: no torch operator to refuse).
+RELU='auto y = torch::empty_like(x);
+const float *p = x.data_ptr<float>();
+float *q = y.data_ptr<float>();
+for (int64_t i = 0; i < x.numel(); i++)
+	q[i] = p[i] > 0 ? p[i] : 0;'
 cand() { # name extra-line: a load_inline ReLU on the CPU
 	mkdir -p "$C/$1" && cat >"$C/$1/model_new.py" <<EOF
 import torch
@@ -126,11 +36,7 @@ from torch.utils.cpp_extension import load_inline
 
 src = r'''
 torch::Tensor relu_cpu(torch::Tensor x) {
-    auto y = torch::empty_like(x);
-    const float *p = x.data_ptr<float>();
-    float *q = y.data_ptr<float>();
-    for (int64_t i = 0; i < x.numel(); i++)
-        q[i] = p[i] > 0 ? p[i] : 0;
+$RELU
 $2
     return y;
 }
@@ -190,11 +96,7 @@ agent() { # dir extra-line
 
 static torch::Tensor relu_forward(torch::Tensor x)
 {
-	auto y = torch::empty_like(x);
-	const float *p = x.data_ptr<float>();
-	float *q = y.data_ptr<float>();
-	for (int64_t i = 0; i < x.numel(); i++)
-		q[i] = p[i] > 0 ? p[i] : 0;
+$RELU
 $2
 	return y;
 }
@@ -211,20 +113,24 @@ loads() { # build.json: the library imports and computes a ReLU
 	(cd "$(dirname "$(jq -r .library "$1")")" && "$(ca_python)" -c "import torch, cuda_extension as e
 x = torch.randn(1000); assert torch.equal(e.relu_forward(x), torch.relu(x))")
 }
-BC=$TRASH_BASE/build-cache
-expect_success 'ca-build, CUDA-Agent'"'"'s layout: every unit with the light header, and it loads' '
-	agent ws "" && ca-build --cache "$BC" ws >b.json 2>err; cat err
-	jq -c "{ok, seconds, units, pch, light}" b.json | sed "s/^/# /" &&
-	jq -e ".ok and .light and .pch and .units.compiled == 2" b.json >/dev/null && loads b.json
-'
-expect_success 'ca-build: a binding that needs the C++ frontend is built again with torch'"'"'s header' '
-	agent ws "    torch::optim::SGDOptions unused(0.1);" && ca-build --cache "$BC" ws >b.json 2>err; cat err
-	jq -c "{ok, seconds, units, pch, light}" b.json | sed "s/^/# /" &&
-	jq -e ".ok and .light == false" b.json >/dev/null && loads b.json
-'
-expect_status 1 'ca-build: a compile error is the full build'"'"'s, cached as the candidate'"'"'s' '
-	agent ws "    q[0] = not_declared_here;" && ca-build --cache "$BC" ws >b.json; s=$?
-	jq -e ".ok == false and .transient == false and .light == false and (.log | test(\"not_declared_here\"))" b.json >/dev/null &&
-	ca-build --cache "$BC" ws >again.json; jq -e ".cached and .ok == false" again.json >/dev/null && exit $s
-'
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+	BC=$TRASH_BASE/build-cache
+	expect_success 'ca-build, CUDA-Agent'"'"'s layout: every unit with the light header, and it loads' '
+		agent ws "" && ca-build --cache "$BC" ws >b.json 2>err; cat err
+		jq -c "{ok, seconds, units, pch, light}" b.json | sed "s/^/# /" &&
+		jq -e ".ok and .light and .pch and .units.compiled == 2" b.json >/dev/null && loads b.json
+	'
+	expect_success 'ca-build: a binding that needs the C++ frontend is built again with torch'"'"'s header' '
+		agent ws "    torch::optim::SGDOptions unused(0.1);" && ca-build --cache "$BC" ws >b.json 2>err; cat err
+		jq -c "{ok, seconds, units, pch, light}" b.json | sed "s/^/# /" &&
+		jq -e ".ok and .light == false" b.json >/dev/null && loads b.json
+	'
+	expect_status 1 'ca-build: a compile error is the full build'"'"'s, cached as the candidate'"'"'s' '
+		agent ws "    q[0] = not_declared_here;" && ca-build --cache "$BC" ws >b.json; s=$?
+		jq -e ".ok == false and .transient == false and .light == false and (.log | test(\"not_declared_here\"))" b.json >/dev/null &&
+		ca-build --cache "$BC" ws >again.json; jq -e ".cached and .ok == false" again.json >/dev/null && exit $s
+	'
+else
+	skip 'ca-build with the light header' 'nvcc not found (ca-build asks it its version)'
+fi
 test_done
