@@ -1199,10 +1199,11 @@ static int place_pch(struct build *b)
 /*
  * ca's lighter torch/extension.h (lib/py/light, shared with the runner's
  * load_inline builds): torch/python.h for g++ units, torch/types.h for
- * CUDA ones, not torch's whole C++ frontend. The cuda-agent flavour's units
- * that name torch's headers compile with it first; a build that fails
- * with it is built again without (ca_build_workspace). Not when
- * CA_LIGHT_HEADERS=0, nor where the sandbox's user could not read it.
+ * CUDA ones, not torch's whole C++ frontend. The cuda-agent flavour's g++
+ * units and the .cu units that name torch's headers compile with it
+ * first; a build that fails with it is built again without
+ * (ca_build_workspace). Not when CA_LIGHT_HEADERS=0, nor where the
+ * sandbox's user could not read it.
  */
 static const char *light_dir(const struct build *b)
 {

@@ -54,7 +54,7 @@ struct ca_build_result {
 	int units_compiled;    /* compile units this call ran the compiler on */
 	int units_cached;      /* compile units whose object came from the unit cache */
 	int pch;               /* 1: some unit was compiled with torch's precompiled header */
-	int light;             /* 1: the units naming torch's headers were compiled with ca's lighter torch/extension.h */
+	int light;             /* 1: built with ca's lighter torch/extension.h in front (cuda-agent; see ca-build(1)) */
 };
 
 /* Build (or find in the cache) the kernels of the workspace in dir. Returns res->status. */

@@ -1,9 +1,11 @@
 /*
- * ca's lighter torch/extension.h, for torch extensions that a candidate
- * builds when it is imported (load_inline, cpp_extension.load). The runner
- * puts this directory in CPATH, which the compilers search before torch's
- * -isystem directories, and builds again without it when a build fails,
- * so that a unit needing what is left out compiles as it would have.
+ * ca's lighter torch/extension.h, for the torch extensions that a
+ * candidate builds when it is imported (load_inline, cpp_extension.load:
+ * the runner puts this directory in CPATH, which the compilers search
+ * before torch's -isystem directories) and for ca-build's units of
+ * CUDA-Agent's layout (an -I before torch's). Each builds again without
+ * it when a build fails, so that a unit needing what is left out compiles,
+ * or fails, as it would have.
  *
  * torch/extension.h is torch/all.h (the whole C++ frontend: nn, optim,
  * data, serialize, jit) and torch/python.h (pybind11 and Python.h). A
