@@ -865,7 +865,7 @@ struct build {
 	size_t nsteps;
 	int single;             /* one nvcc -shared for one .cu of the ca flavour */
 	char *pch;              /* the precompiled torch header's directory in the cache, or NULL */
-	const char *light;      /* ca's lighter torch/extension.h's directory (-I), or NULL: light_dir() */
+	char light[PATH_MAX];   /* ca's lighter torch/extension.h's directory (-I), or "": light_dir() */
 	double t0;
 	double limit_from;      /* when the build's wall-clock limit started: t0, less the precompiled header's making */
 };
@@ -1081,7 +1081,7 @@ static char *torch_pch(struct build *b)
 	struct argv_list a = {0};
 	char key[65], entry[PATH_MAX], dir[PATH_MAX] = "", path[PATH_MAX * 2];
 	cxx_command(b, &a);
-	if (b->light)
+	if (b->light[0])
 		argv_insert_include(&a, b->light);
 	ca_sha256_init(&h);
 	ca_sha256_string(&h, "ca-build pch 1");
@@ -1205,21 +1205,21 @@ static int place_pch(struct build *b)
  * (ca_build_workspace). Not when CA_LIGHT_HEADERS=0, nor where the
  * sandbox's user could not read it.
  */
-static const char *light_dir(const struct build *b)
+static void light_dir(struct build *b)
 {
-	static char dir[PATH_MAX];
-	char header[PATH_MAX + 32];
+	char dir[PATH_MAX], header[PATH_MAX + 32];
 	const char *off = getenv("CA_LIGHT_HEADERS");
+	b->light[0] = '\0';
 	if (strcmp(b->flavour, "cuda-agent") != 0 || (off && strcmp(off, "0") == 0))
-		return NULL;
+		return;
 	snprintf(dir, sizeof dir, "%s/light", ca_paths_pydir());
 	snprintf(header, sizeof header, "%s/torch/extension.h", dir);
 	struct stat st;
 	if (access(header, R_OK) != 0 || stat(header, &st) != 0)
-		return NULL;
+		return;
 	if (geteuid() == 0 && !b->opt->no_sandbox && !(world_readable(dir) && (st.st_mode & S_IROTH)))
-		return NULL;
-	return dir;
+		return;
+	snprintf(b->light, sizeof b->light, "%s", dir);
 }
 
 /* Whether the cuda-agent units may use torch's precompiled header; makes it the first time it is wanted. */
@@ -1338,12 +1338,13 @@ static void plan_steps(struct build *b)
 		snprintf(path, sizeof path, "%s/%s", b->build, s->object);
 		s->cached = unit_fetch(b->cache, s->key, path) == 0;
 		b->res->units_cached += s->cached;
+		int torch_cu = cu && !s->cached && unit_includes_torch(&b->src, i);
 		/* After the key, as the precompiled header: the light header changes how fast, not what (or it fails). */
-		if (b->light && !s->cached && (!cu || unit_includes_torch(&b->src, i))) {
+		if (b->light[0] && !s->cached && (!cu || torch_cu)) {
 			argv_insert_include(&s->argv, b->light);
 			b->res->light = 1;
 		}
-		if (cu && !s->cached && unit_includes_torch(&b->src, i))
+		if (torch_cu)
 			through_ca_nvcc(b, s);
 		if (!s->cached)
 			snprintf(s->log_path, sizeof s->log_path, "%s.log.%zu", b->build, b->nsteps);
@@ -1425,6 +1426,12 @@ static char *gather_log(struct build *b, const struct step *link)
 	return full;
 }
 
+/* Whether a step's status says the compiler could not be run at all (the sandbox, exec). */
+static int not_run(int status)
+{
+	return status == CA_SANDBOX_SETUP_FAILED || status == 126 || status == 127;
+}
+
 /* The result of the compile and link: cached when it says something about the sources alone. */
 static void judge(struct build *b, int status, const char *full)
 {
@@ -1434,7 +1441,7 @@ static void judge(struct build *b, int status, const char *full)
 	if (status == 0) {
 		set_result(b->res, 1, CA_EXIT_OK, NULL);
 		store_cached(b->cache, b->build, b->libname, full, b->res);
-	} else if (status == CA_SANDBOX_SETUP_FAILED || status == 126 || status == 127) {
+	} else if (not_run(status)) {
 		char *trimmed = ca_build_trim_log(full, prefix, 2000);
 		set_result(b->res, 0, CA_EXIT_SYSTEM, "could not run the compiler (status %d): %s", status, trimmed);
 		free(trimmed);
@@ -1544,8 +1551,7 @@ static int build_once(struct build *b, char **full)
 /* A failure that may be the light header's: a compiler's own error, not a limit, crash or missing tool. */
 static int light_may_fail(const struct build *b, int status, const char *full)
 {
-	return b->res->light && status != 0 && status != CA_SANDBOX_SETUP_FAILED && status != 126 && status != 127 &&
-		!ca_build_failure_cause(status, full);
+	return b->res->light && status != 0 && !not_run(status) && !ca_build_failure_cause(status, full);
 }
 
 static void build_free(struct build *b)
@@ -1592,7 +1598,7 @@ int ca_build_workspace(const char *dir, const struct ca_build_options *opt, stru
 	res->library = NULL;
 	if (make_build_dir(&b) != 0)
 		goto done;
-	b.light = light_dir(&b);
+	light_dir(&b);
 	char *full;
 	int status = build_once(&b, &full);
 	if (light_may_fail(&b, status, full)) {
@@ -1600,7 +1606,7 @@ int ca_build_workspace(const char *dir, const struct ca_build_options *opt, stru
 		free(full);
 		drop_steps(&b);
 		res->units_compiled = res->units_cached = res->pch = res->light = 0;
-		b.light = NULL;
+		b.light[0] = '\0';
 		status = build_once(&b, &full);
 	}
 	judge(&b, status, full);
