@@ -15,7 +15,7 @@
 static const char usage_text[] =
 	"usage: ca-sandbox [--allow-network] [--cpu S] [--dir DIR] [--env NAME=VALUE]... [--fsize MB] [--gpu]\n"
 	"                  [--hide PATH]... [--mem MB] [--nofile N] [--nproc N] [--report FILE] [--ro PATH]...\n"
-	"                  [--time S] [--user UID] -- COMMAND [ARG...]\n";
+	"                  [--show PATH]... [--time S] [--user UID] -- COMMAND [ARG...]\n";
 
 static void add(const char ***list, size_t *n, const char *item)
 {
@@ -44,7 +44,7 @@ static int write_report(const char *path, const struct ca_sandbox_result *res)
 int main(int argc, char **argv)
 {
 	enum { O_NET = 256, O_CPU, O_DIR, O_ENV, O_FSIZE, O_GPU, O_HIDE, O_MEM, O_NOFILE, O_NPROC, O_REPORT, O_RO,
-		O_TIME, O_USER };
+		O_SHOW, O_TIME, O_USER };
 	static const struct option longopts[] = {
 		{"allow-network", no_argument, NULL, O_NET},
 		{"cpu", required_argument, NULL, O_CPU},
@@ -59,6 +59,7 @@ int main(int argc, char **argv)
 		{"nproc", required_argument, NULL, O_NPROC},
 		{"report", required_argument, NULL, O_REPORT},
 		{"ro", required_argument, NULL, O_RO},
+		{"show", required_argument, NULL, O_SHOW},
 		{"time", required_argument, NULL, O_TIME},
 		{"user", required_argument, NULL, O_USER},
 		{NULL, 0, NULL, 0},
@@ -86,6 +87,7 @@ int main(int argc, char **argv)
 		case O_NPROC: cfg.nproc = ca_opt_long("--nproc", optarg, 1, 1 << 22); break;
 		case O_REPORT: report = optarg; break;
 		case O_RO: add(&cfg.ro, &cfg.nro, optarg); break;
+		case O_SHOW: add(&cfg.show, &cfg.nshow, optarg); break;
 		case O_TIME: cfg.time_s = ca_opt_double("--time", optarg, 0.001, 1e9); break;
 		case O_USER: cfg.uid = ca_opt_long("--user", optarg, 1, 4294967294LL); break;
 		default: ca_opt_common(c, usage_text);

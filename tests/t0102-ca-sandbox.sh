@@ -187,6 +187,12 @@ if [ "$mode" = root ] || [ "$mode" = userns ]; then
 		ca-sandbox --dir w --hide home --ro home/lib -- sh -c "cat $PWD/home/lib/f; ls -A $PWD/home; cat $PWD/home/secret/key; touch $PWD/home/lib/new" >out 2>&1;
 		cat out; grep -q "^code$" out && ! grep -q s3cret out && ! grep -q "^secret$" out && test ! -e home/lib/new
 	'
+	expect_success '--show puts a directory below /tmp back, read-only; one elsewhere is left as it is' '
+		d=$(mktemp -d /tmp/ca-t0102-show.XXXXXX) && chmod 777 "$d" && echo orig >"$d/f" && chmod 666 "$d/f" && mkdir w &&
+		ca-sandbox --dir w --show "$d" --show "$TESTS_DIR" --report r.json -- sh -c "cat $d/f; echo changed >$d/f" >out 2>&1
+		cat out; content=$(cat "$d/f"); rm -rf "$d"
+		grep -q "^orig$" out && test "$content" = orig && jq -e --arg d "$d" ".isolation.read_only == [\$d]" r.json
+	'
 	expect_success 'there is a private PID namespace' '
 		ca-sandbox -- sh -c "echo \$\$" >out && test "$(cat out)" = 2
 	'
@@ -214,6 +220,12 @@ if [ "$(iso landlock_abi)" -ge 1 ] 2>/dev/null; then
 	'
 	expect_status 125 'plain mode refuses --hide rather than leave the path in reach' '
 		mkdir w && CA_SANDBOX_NO_NAMESPACES=1 ca-sandbox --dir w --hide /etc -- true'
+	expect_success 'plain mode does not refuse --show: nothing below /tmp is hidden there, and Landlock keeps it read-only' '
+		d=$(mktemp -d /tmp/ca-t0102-show.XXXXXX) && chmod 777 "$d" && echo orig >"$d/f" && chmod 666 "$d/f" && mkdir w && chmod 777 w &&
+		CA_SANDBOX_NO_NAMESPACES=1 ca-sandbox --dir w --show "$d" -- sh -c "cat $d/f; echo changed >$d/f" >out 2>&1
+		cat out; content=$(cat "$d/f"); rm -rf "$d"
+		grep -q "^orig$" out && test "$content" = orig
+	'
 else
 	skip 'plain mode' 'no landlock in this kernel'
 fi

@@ -113,13 +113,12 @@ loads() { # build.json: the library imports and computes a ReLU
 	(cd "$(dirname "$(jq -r .library "$1")")" && "$(ca_python)" -c "import torch, cuda_extension as e
 x = torch.randn(1000); assert torch.equal(e.relu_forward(x), torch.relu(x))")
 }
-# ca-build's compilers run in ca-sandbox, whose private /tmp hides a torch
-# installed below /tmp (a checkout there with its .venv): that build cannot
-# find torch's headers, with the light header or without.
+# ca-build's compilers run in ca-sandbox as another uid where we are root:
+# a torch installed where that uid cannot read has no headers for them.
 TORCH_INC=$("$(ca_python)" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "include"))')
 if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
 	skip 'ca-build with the light header' 'nvcc not found (ca-build asks it its version)'
-elif ! ca-sandbox -- test -r "$TORCH_INC/torch/extension.h" 2>/dev/null; then
+elif ! ca-sandbox --show "$TORCH_INC" -- test -r "$TORCH_INC/torch/extension.h" 2>/dev/null; then
 	skip 'ca-build with the light header' "torch's headers ($TORCH_INC) cannot be read inside ca-sandbox"
 else
 	BC=$TRASH_BASE/build-cache

@@ -121,8 +121,9 @@ struct plan {
 	pid_t parent;
 	char **hidden;            /* resolved --hide paths that exist */
 	size_t nhidden;
-	char **readonly;
+	char **readonly;          /* resolved --ro paths, then the --show paths that need putting back */
 	size_t nreadonly;
+	size_t nstrict;           /* how many of them are --ro */
 };
 
 int ca_sandbox_landlock_abi(void)
@@ -793,7 +794,7 @@ static jv describe(const struct plan *pl, jv notes)
 	iso = jv_object_set(iso, jv_string("private_proc"), jv_bool(has_note(notes, "private_proc")));
 	iso = jv_object_set(iso, jv_string("dir"), jv_string(pl->dir));
 	iso = jv_object_set(iso, jv_string("hidden"), string_array(pl->hidden, ns ? pl->nhidden : 0));
-	iso = jv_object_set(iso, jv_string("read_only"), string_array(pl->readonly, pl->nreadonly));
+	iso = jv_object_set(iso, jv_string("read_only"), string_array(pl->readonly, ns ? pl->nreadonly : pl->nstrict));
 	iso = jv_object_set(iso, jv_string("gpu"), jv_bool(cfg->gpu));
 	iso = jv_object_set(iso, jv_string("gpu_devices_hidden"), jv_bool(has_note(notes, "gpu_devices_hidden")));
 	iso = jv_object_set(iso, jv_string("landlock_abi"), jv_number(pl->landlock_abi));
@@ -921,7 +922,29 @@ static void close_channel(int chan[2])
 }
 
 /*
- * Resolve --dir, --hide and --ro; 0, or the setup-failed status with the
+ * The --show paths the private /tmp would hide, after the --ro ones: those
+ * below /tmp or /dev/shm, neither the working directory's nor above it.
+ */
+static void add_shown(struct plan *pl)
+{
+	const struct ca_sandbox *cfg = pl->cfg;
+	size_t n;
+	char **shown = resolve_paths(cfg->show, cfg->nshow, &n);
+	pl->readonly = ca_xrealloc(pl->readonly, (pl->nreadonly + n + 1) * sizeof *pl->readonly);
+	for (size_t i = 0; i < n; i++) {
+		int hidden = (below(shown[i], "/tmp") || below(shown[i], "/dev/shm")) &&
+			strcmp(shown[i], "/tmp") != 0 && strcmp(shown[i], "/dev/shm") != 0;
+		if (hidden && !(cfg->dir && (below(shown[i], pl->dir) || below(pl->dir, shown[i]))))
+			pl->readonly[pl->nreadonly++] = shown[i];
+		else
+			free(shown[i]);
+	}
+	pl->readonly[pl->nreadonly] = NULL;
+	free(shown);
+}
+
+/*
+ * Resolve --dir, --hide, --ro and --show; 0, or the setup-failed status with the
  * report pipe closed (and the resolved paths freed) when they cannot be used.
  */
 static int plan_paths(struct plan *pl, int root, int chan[2], struct ca_sandbox_result *res)
@@ -940,6 +963,8 @@ static int plan_paths(struct plan *pl, int root, int chan[2], struct ca_sandbox_
 	}
 	pl->hidden = resolve_paths(cfg->hide, cfg->nhide, &pl->nhidden);
 	pl->readonly = resolve_paths(cfg->ro, cfg->nro, &pl->nreadonly);
+	pl->nstrict = pl->nreadonly;
+	add_shown(pl);
 	for (size_t i = 0; cfg->dir && i < pl->nhidden; i++) {
 		if (below(pl->dir, pl->hidden[i])) {
 			close_channel(chan);
@@ -959,7 +984,7 @@ static int plan_paths(struct plan *pl, int root, int chan[2], struct ca_sandbox_
 static int read_only_by_landlock(const struct plan *pl)
 {
 	int ro_by_landlock = pl->landlock_abi > 0;
-	for (size_t i = 0; i < pl->nreadonly && pl->cfg->dir; i++)
+	for (size_t i = 0; i < pl->nstrict && pl->cfg->dir; i++)
 		if (below(pl->readonly[i], pl->dir) || below(pl->dir, pl->readonly[i]))
 			ro_by_landlock = 0;
 	return ro_by_landlock;
@@ -1292,6 +1317,10 @@ char **ca_sandbox_command(const struct ca_sandbox *cfg, const char *report, cons
 	for (size_t i = 0; i < cfg->nro; i++) {
 		push(&v, &n, &cap, "--ro");
 		push(&v, &n, &cap, cfg->ro[i]);
+	}
+	for (size_t i = 0; i < cfg->nshow; i++) {
+		push(&v, &n, &cap, "--show");
+		push(&v, &n, &cap, cfg->show[i]);
 	}
 	if (cfg->time_s > 0)
 		push_num(&v, &n, &cap, "--time", cfg->time_s);

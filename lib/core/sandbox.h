@@ -47,6 +47,8 @@ struct ca_sandbox {
 	size_t nhide;
 	const char **ro;          /* paths made read-only */
 	size_t nro;
+	const char **show;        /* paths below /tmp put back, read-only, under the private /tmp; never refused */
+	size_t nshow;
 };
 
 struct ca_sandbox_result {

@@ -581,6 +581,44 @@ static void set_result(struct ca_build_result *res, int ok, int status, const ch
 	}
 }
 
+/* Add path's directory (path itself when it is one) to out, unless it is there already. */
+static void show_dir(const char *path, struct argv_list *out)
+{
+	char dir[PATH_MAX];
+	struct stat st;
+	if (stat(path, &st) != 0 || snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir)
+		return;
+	if (!S_ISDIR(st.st_mode))
+		*strrchr(dir, '/') = '\0';
+	for (size_t i = 0; i < out->n; i++)
+		if (strcmp(dir, out->v[i]) == 0)
+			return;
+	argv_add(out, "%s", dir);
+}
+
+/*
+ * The directories below /tmp that the steps name: the compiler's, torch's
+ * include and library directories, the light header's (a checkout and its
+ * .venv kept below /tmp). The sandbox's private /tmp would hide them; it
+ * shows them read-only (ca-sandbox --show, which leaves the build's own).
+ */
+static void below_tmp(const struct step *steps, size_t n, const char *compiler, struct argv_list *out)
+{
+	static const char *const prefixes[] = {"-isystem", "-I", "-L", ""};
+	if (strncmp(compiler, "/tmp/", 5) == 0)
+		show_dir(compiler, out);
+	for (size_t i = 0; i < n; i++)
+		for (size_t j = 0; j < steps[i].argv.n; j++)
+			for (size_t k = 0; k < sizeof prefixes / sizeof *prefixes; k++) {
+				const char *arg = steps[i].argv.v[j];
+				size_t len = strlen(prefixes[k]);
+				if (strncmp(arg, prefixes[k], len) == 0 && strncmp(arg + len, "/tmp/", 5) == 0) {
+					show_dir(arg + len, out);
+					break;
+				}
+			}
+}
+
 /*
  * Run the steps, at most jobs at a time, each inside ca-sandbox unless
  * told otherwise; output to each step's log file. Returns 0 when all
@@ -608,17 +646,10 @@ static int run_steps(struct step *steps, size_t n, const char *build, const char
 	 * namespaces. Landlock and the uid keep the compiler from writing there.
 	 */
 	(void)cache;
-	/* A compiler kept below /tmp would vanish under the sandbox's private /tmp: show it read-only. */
-	char compiler_dir[PATH_MAX];
-	const char *ro[1];
-	snprintf(compiler_dir, sizeof compiler_dir, "%s", compiler);
-	char *slash = strrchr(compiler_dir, '/');
-	if (slash && slash != compiler_dir && strncmp(compiler_dir, "/tmp/", 5) == 0) {
-		*slash = '\0';
-		ro[0] = compiler_dir;
-		sb.ro = ro;
-		sb.nro = 1;
-	}
+	struct argv_list shown = {0};
+	below_tmp(steps, n, compiler, &shown);
+	sb.show = (const char **)shown.v;
+	sb.nshow = shown.n;
 	while (finished < n) {
 		while (started < n && started - finished < (size_t)jobs && !first_bad) {
 			size_t i = started++;
@@ -661,6 +692,7 @@ static int run_steps(struct step *steps, size_t n, const char *build, const char
 	free(wrapped);
 	free(procs);
 	free(fds);
+	argv_free(&shown);
 	return first_bad;
 }
 
