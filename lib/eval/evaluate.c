@@ -315,6 +315,9 @@ jv evaluate_record(struct slot *s, jv record, int *status)
 	struct job j;
 	memset(&j, 0, sizeof j);
 	j.slot = s;
+	char *id = ca_json_strdup(record, "id");
+	snprintf(j.id, sizeof j.id, "%s", id ? id : "-");
+	free(id);
 	j.result = jv_object();
 	j.cand.run.hello = jv_invalid();
 	j.started = ca_proc_now();

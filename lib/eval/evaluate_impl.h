@@ -151,6 +151,7 @@ struct loop_overhead {
 /* One record being evaluated. */
 struct job {
 	struct slot *slot;
+	char id[64];             /* the record's id, for -v ("-" without one) */
 	jv result;               /* the verify/profile object being built */
 	struct worker cand;
 	char task_sha[65];

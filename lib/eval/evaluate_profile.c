@@ -531,6 +531,17 @@ static int burst_judge(struct job *j, struct candidate_loop *cl)
 	return !on_cpu && burst_verdict(&cl->burst, median, eager_us, cl->clock_msg, sizeof cl->clock_msg) != 0;
 }
 
+/* -v: how our clock judged a timed loop, one line. */
+static void print_loop(const struct job *j, const struct candidate_loop *cl)
+{
+	double median = NAN;
+	ca_json_number(cl->reply, "median_us", &median);
+	ca_err_warn("%s: timed loop %d: reported %.1f us a call; our clock %.1f us a call beyond the reference's loop "
+		"(median), bound %.1f us; the reference's overhead a call %.1f us (call phase %.1f, inputs %.1f): %s",
+		j->id, cl->retimed + 1, median, cl->call_us, cl->bound_us, cl->overhead.call * 1e6, cl->overhead.ready * 1e6,
+		cl->overhead.inputs * 1e6, cl->clock_bad ? cl->clock_msg : "accepted");
+}
+
 /*
  * The candidate, timed the same way as the baselines, until a loop on
  * the inputs the reference digested is judged: one our clock accepts, or
@@ -552,6 +563,8 @@ static int time_candidate(struct job *j, struct candidate_loop *cl, jv *digests)
 					return -1;
 				cl->clock_bad = bad;
 			}
+			if (cfg->verbose)
+				print_loop(j, cl);
 			if (!cl->clock_bad || cl->retimed >= RETIMES)
 				return 0;
 			if (retime(j, cl, digests) != 0)
