@@ -27,9 +27,18 @@ def spin():
     os._exit(0)
 
 
+kids = []
 for _ in range(2):
-    if os.fork() == 0:
+    pid = os.fork()
+    if pid == 0:
         spin()
+    kids.append(pid)
+# Its processes by id, for a test's reference to look at while it is timed
+# (t0152 names the file).
+PIDS = "@PIDS@"
+if not PIDS.startswith("@"):
+    with open(PIDS, "w") as f:
+        f.write(" ".join(str(p) for p in [parent] + kids) + "\n")
 main = threading.main_thread()
 
 
