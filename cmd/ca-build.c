@@ -2,9 +2,13 @@
  * ca-build: build a workspace's kernels, content-addressed; prints one JSON
  * object. lib/build does the work (ca-verify and ca-profile call it too).
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "build.h"
 #include "err.h"
@@ -12,7 +16,8 @@
 
 static const char usage_text[] =
 	"usage: ca-build [-H] [--arch sm_NN] [--cache DIR] [--cpu S] [--flavour auto|ca|cuda-agent|kernelbench]\n"
-	"                [--fsize MB] [--mem MB] [--time S] DIR\n";
+	"                [--fsize MB] [--mem MB] [--no-sandbox] [--time S] DIR\n"
+	"       ca-build --make-pch KEY [--arch sm_NN] [--cache DIR] [--no-sandbox]\n";
 
 static int valid_arch(const char *a)
 {
@@ -25,6 +30,37 @@ static int valid_arch(const char *a)
 	return 1;
 }
 
+/*
+ * --make-pch KEY: take the header's lock, or leave it to whoever holds
+ * it; then a process of our own, in its own session, at a lower
+ * priority, makes it while this one returns (the build that started us
+ * compiles its units meanwhile). 0 once it is in the child's hands.
+ */
+static int make_pch_detached(const char *key, const struct ca_build_options *opt)
+{
+	int fd = ca_build_pch_lock(opt, key, 0);
+	if (fd < 0)
+		return 0;  /* being made */
+	pid_t pid = fork();
+	if (pid < 0)
+		ca_err_die(CA_EXIT_SYSTEM, "fork: %s", strerror(errno));
+	if (pid > 0)
+		return 0;
+	setsid();
+	setpriority(PRIO_PROCESS, 0, 10);
+	int null = open("/dev/null", O_RDWR);
+	if (null >= 0) {
+		dup2(null, 0);
+		dup2(null, 1);
+		dup2(null, 2);
+	}
+	struct ca_build_result res;
+	int status = ca_build_make_pch(key, opt, &res);
+	ca_build_result_free(&res);
+	close(fd);
+	return status;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -35,11 +71,14 @@ int main(int argc, char **argv)
 		{"fsize", required_argument, NULL, 'F'},
 		{"help", no_argument, NULL, 'h'},
 		{"human", no_argument, NULL, 'H'},
+		{"make-pch", required_argument, NULL, 'P'},
 		{"mem", required_argument, NULL, 'm'},
+		{"no-sandbox", no_argument, NULL, 'n'},
 		{"time", required_argument, NULL, 't'},
 		{NULL, 0, NULL, 0},
 	};
 	struct ca_build_options opt = {0};
+	const char *pch_key = NULL;
 	int human = 0, c;
 	ca_err_init(argv[0]);
 	while ((c = getopt_long(argc, argv, "Hh", longopts, NULL)) != -1) {
@@ -60,11 +99,19 @@ int main(int argc, char **argv)
 		case 'F': opt.fsize_mb = ca_opt_long("--fsize", optarg, 1, 1 << 20); break;
 		case 'H': human = 1; break;
 		case 'm': opt.mem_mb = ca_opt_long("--mem", optarg, 1, 1 << 20); break;
+		case 'n': opt.no_sandbox = 1; break;
+		case 'P':
+			if (strlen(optarg) != 64 || strspn(optarg, "0123456789abcdef") != 64)
+				ca_err_die(CA_EXIT_USAGE, "--make-pch: '%s': expected a key of 64 hex digits", optarg);
+			pch_key = optarg;
+			break;
 		case 't': opt.time_s = ca_opt_double("--time", optarg, 0.001, 1 << 20); break;
 		default: ca_opt_common(c, usage_text);
 		}
 	}
-	if (argc - optind != 1) {
+	if (pch_key && argc == optind)
+		return ca_err_finish(make_pch_detached(pch_key, &opt));
+	if (argc - optind != 1 || pch_key) {
 		fputs(usage_text, stderr);
 		ca_opt_bad_usage();
 	}

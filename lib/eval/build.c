@@ -27,11 +27,10 @@
 
 enum { MAX_SOURCES = 512, MAX_DEPTH = 6 };
 static const size_t max_total_bytes = (size_t)32 << 20;
-static const size_t max_log_bytes = (size_t)4 << 20;
 
 /* ---- small file helpers ---- */
 
-static int copy_file(const char *from, const char *to, int mode)
+int build_copy_file(const char *from, const char *to, int mode)
 {
 	size_t len;
 	char *data = ca_file_read(from, CA_FILE_NOFOLLOW, (size_t)1 << 30, &len);
@@ -70,7 +69,7 @@ void temp_suffix(char out[32])
 	snprintf(out, 32, "%d-%u", (int)getpid(), atomic_fetch_add(&counter, 1));
 }
 
-static int exists(const char *path)
+int build_exists(const char *path)
 {
 	struct stat st;
 	return lstat(path, &st) == 0;
@@ -210,14 +209,14 @@ static const char *detect_flavour(const char *dir)
 	const char *markers[] = {"binding.cpp", "binding_registry.h", "kernels/binding.cpp", "kernels/binding_registry.h"};
 	for (int i = 0; i < 4 && !binding; i++) {
 		snprintf(p, sizeof p, "%s/%s", dir, markers[i]);
-		binding = exists(p);
+		binding = build_exists(p);
 	}
 	if (binding)
 		return "cuda-agent";
 	if (has_kernels)
 		return "ca";
 	snprintf(p, sizeof p, "%s/model_new.py", dir);
-	if (exists(p))
+	if (build_exists(p))
 		return "kernelbench";
 	return NULL;
 }
@@ -311,7 +310,7 @@ static const char *includes(const struct sources *s, const char *needle)
 
 /* ---- tools and their versions, cached ---- */
 
-static char *cache_root(const struct ca_build_options *opt)
+char *build_cache_root(const struct ca_build_options *opt)
 {
 	char buf[PATH_MAX];
 	if (opt && opt->cache)
@@ -407,7 +406,7 @@ static char default_arch[16];
 static void find_default_arch(void)
 {
 	char boot_key[256];
-	char *cache = cache_root(NULL);
+	char *cache = build_cache_root(NULL);
 	char *boot = ca_file_read("/proc/sys/kernel/random/boot_id", CA_FILE_NOFOLLOW, 256, NULL);
 	const char *visible = getenv("CUDA_VISIBLE_DEVICES");
 	snprintf(boot_key, sizeof boot_key, "%s %s", boot ? boot : "", visible ? visible : "");
@@ -527,7 +526,7 @@ void argv_append(struct argv_list *a, const struct argv_list *b)
 }
 
 /* "-Idir" into a compiler's argv, first after the compiler, before torch's own -I. */
-static void argv_insert_include(struct argv_list *a, const char *dir)
+void argv_insert_include(struct argv_list *a, const char *dir)
 {
 	argv_add(a, "-I%s", dir);
 	char *flag = a->v[a->n - 1];
@@ -550,14 +549,6 @@ void argv_hash(struct ca_sha256 *h, const struct argv_list *a)
 }
 
 /* ---- the build ---- */
-
-struct step {
-	struct argv_list argv;
-	char log_path[PATH_MAX];
-	char key[65];      /* the unit's cache key; "" for the link and single-step builds */
-	char object[64];   /* obj/N.o */
-	int cached;        /* the object came from the unit cache: nothing to run */
-};
 
 static void set_result(struct ca_build_result *res, int ok, int status, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
@@ -625,7 +616,7 @@ static void below_tmp(const struct step *steps, size_t n, const char *compiler, 
  * succeeded, else the first failing status (124 timeout, 125 sandbox
  * failure, 126/127 could not run, other: compile error).
  */
-static int run_steps(struct step *steps, size_t n, const char *build, const char *cache, const char *compiler,
+int run_steps(struct step *steps, size_t n, const char *build, const char *cache, const char *compiler,
 		double deadline, int jobs, int no_sandbox, const struct limits *lim)
 {
 	struct ca_proc *procs = ca_xcalloc(n, sizeof *procs);
@@ -697,7 +688,7 @@ static int run_steps(struct step *steps, size_t n, const char *build, const char
 }
 
 /* Is every directory on the way to path searchable, and path readable, by others? */
-static int world_readable(const char *path)
+int world_readable(const char *path)
 {
 	char buf[PATH_MAX];
 	struct stat st;
@@ -772,7 +763,7 @@ static int load_cached(const char *entry, const char *libname, struct ca_build_r
 	if (!good) {
 		/* An older ca-build cached limits and crashes as compile errors: build those again. */
 		snprintf(path, sizeof path, "%s/build.log", entry);
-		char *full = ca_file_read(path, CA_FILE_NOFOLLOW, max_log_bytes, NULL);
+		char *full = ca_file_read(path, CA_FILE_NOFOLLOW, BUILD_MAX_LOG_BYTES, NULL);
 		const char *cause = ca_build_failure_cause(1, full ? full : res->log);
 		free(full);
 		if (cause) {
@@ -789,7 +780,7 @@ static int load_cached(const char *entry, const char *libname, struct ca_build_r
 	res->status = good ? CA_EXIT_OK : CA_EXIT_NEGATIVE;
 	if (good) {
 		snprintf(path, sizeof path, "%s/%s", entry, libname);
-		if (!exists(path))
+		if (!build_exists(path))
 			return -1;
 		res->library = ca_xstrdup(path);
 	}
@@ -810,7 +801,7 @@ static void store_cached(const char *cache, const char *build, const char *libna
 	if (res->ok) {
 		snprintf(from, sizeof from, "%s/out/%s", build, libname);
 		snprintf(path, sizeof path, "%s/%s", tmp, libname);
-		if (copy_file(from, path, 0755) != 0) {
+		if (build_copy_file(from, path, 0755) != 0) {
 			set_result(res, 0, CA_EXIT_SYSTEM, "cannot copy the built library into the cache: %s", strerror(errno));
 			ca_file_remove_tree(tmp);
 			return;
@@ -881,27 +872,6 @@ static void not_compiled(struct ca_build_result *res, const char *cause, int sta
 	snprintf(res->limit, sizeof res->limit, "%s", cause ? cause : "");
 }
 
-/* Everything one build works with. */
-struct build {
-	const struct ca_build_options *opt;
-	struct ca_build_result *res;
-	const char *flavour, *arch, *libname;
-	char wsdir[PATH_MAX], dir[PATH_MAX], cuda_home[PATH_MAX];
-	char build[PATH_MAX];   /* the private build directory; "" until made */
-	struct sources src;
-	struct argv_list common, cu_flags, cxx_flags, link_flags;
-	char *cache, *nvcc, *tools;  /* tools: the compilers' version texts */
-	jv torch;
-	struct limits lim;
-	struct step *steps;
-	size_t nsteps;
-	int single;             /* one nvcc -shared for one .cu of the ca flavour */
-	char *pch;              /* the precompiled torch header's directory in the cache, or NULL */
-	char light[PATH_MAX];   /* ca's lighter torch/extension.h's directory (-I), or "": light_dir() */
-	double t0;
-	double limit_from;      /* when the build's wall-clock limit started: t0, less the precompiled header's making */
-};
-
 static int compiled(const char *rel)
 {
 	return has_suffix(rel, ".cu") || has_suffix(rel, ".cpp") || has_suffix(rel, ".cc");
@@ -953,7 +923,7 @@ static int torch_args(struct build *b)
 	argv_add(&b->link_flags, "-ltorch_python");
 	char probe[PATH_MAX + 32];
 	snprintf(probe, sizeof probe, "%s/libtorch_cuda.so", libdir);
-	if (exists(probe)) {
+	if (build_exists(probe)) {
 		argv_add(&b->link_flags, "-lc10_cuda");
 		argv_add(&b->link_flags, "-ltorch_cuda");
 	}
@@ -1046,7 +1016,7 @@ static void workspace_hash(struct build *b)
 }
 
 /* A private directory below TMPDIR with dirs; the Python headers copied in when the flags ask for them. */
-static int make_private_dir(struct build *b, char *dir, size_t size, const char *prefix)
+int make_private_dir(struct build *b, char *dir, size_t size, const char *prefix)
 {
 	const char *tmp = getenv("TMPDIR");
 	snprintf(dir, size, "%s/%s.XXXXXX", tmp && *tmp ? tmp : "/tmp", prefix);
@@ -1093,139 +1063,12 @@ static int make_build_dir(struct build *b)
 }
 
 /* The g++ command line of a unit of the cuda-agent flavour, without source and output. */
-static void cxx_command(struct build *b, struct argv_list *a)
+void cxx_command(struct build *b, struct argv_list *a)
 {
 	argv_add(a, "g++");
 	argv_add(a, "-fPIC");
 	argv_append(a, &b->common);
 	argv_append(a, &b->cxx_flags);
-}
-
-/*
- * torch's headers precompiled with exactly the units' g++ flags, once per
- * compiler, flags and torch, kept in CACHE/pch/KEY/ (torch.h and
- * torch.h.gch). Made by g++ under the sandbox in a private directory like
- * a build's. NULL when it cannot be made (the units then compile without).
- */
-static char *torch_pch(struct build *b)
-{
-	struct ca_sha256 h;
-	struct argv_list a = {0};
-	char key[65], entry[PATH_MAX], dir[PATH_MAX] = "", path[PATH_MAX * 2];
-	cxx_command(b, &a);
-	if (b->light[0])
-		argv_insert_include(&a, b->light);
-	ca_sha256_init(&h);
-	ca_sha256_string(&h, "ca-build pch 1");
-	ca_sha256_string(&h, b->tools);
-	argv_hash(&h, &a);
-	jv t = jv_dump_string(jv_copy(b->torch), 0);
-	ca_sha256_string(&h, jv_string_value(t));
-	jv_free(t);
-	ca_sha256_final_hex(&h, key);
-	snprintf(entry, sizeof entry, "%s/pch/%.32s", b->cache, key);
-	snprintf(path, sizeof path, "%s/torch.h.gch", entry);
-	if (exists(path)) {
-		argv_free(&a);
-		return ca_xstrdup(entry);
-	}
-	struct step s = {0};
-	char *made = NULL;
-	char failed[PATH_MAX + 16];
-	snprintf(failed, sizeof failed, "%s.failed", entry);
-	if (exists(failed))
-		goto out;  /* it failed before with these flags: the units compile without */
-	if (make_private_dir(b, dir, sizeof dir, "ca-pch") != 0)
-		goto out;
-	static const char header[] = "#include <torch/extension.h>\n";
-	snprintf(path, sizeof path, "%s/torch.h", dir);
-	if (ca_file_write(path, header, sizeof header - 1, 0644) != 0)
-		goto out;
-	snprintf(s.log_path, sizeof s.log_path, "%s.log", dir);
-	argv_append(&s.argv, &a);
-	argv_add(&s.argv, "-x");
-	argv_add(&s.argv, "c++-header");
-	argv_add(&s.argv, "-o");
-	argv_add(&s.argv, "torch.h.gch");
-	argv_add(&s.argv, "torch.h");
-	/* Trusted input (torch's headers alone), a large output: limits of its own, its time not the candidate's. */
-	static const struct limits pch_limits = {300, 600, 8192, 2048};
-	double started = ca_proc_now();
-	int status = run_steps(&s, 1, dir, b->cache, b->nvcc, started + pch_limits.time_s, 1, b->opt->no_sandbox, &pch_limits);
-	b->limit_from += ca_proc_now() - started;
-	if (status != 0) {
-		/* A failure of its own (not a limit, not a signal) would come again: remember it, with its log. */
-		size_t n;
-		char *log = ca_file_read(s.log_path, CA_FILE_NOFOLLOW, max_log_bytes, &n);
-		snprintf(path, sizeof path, "%s/pch", b->cache);
-		ca_paths_mkdirs(path, 0755);
-		if (!ca_build_failure_cause(status, log))
-			ca_file_write(failed, log ? log : "", log ? n : 0, 0644);
-		free(log);
-		goto out;
-	}
-	/* Into place: renamed where the cache shares the filesystem, else copied aside and renamed. */
-	char tmp[PATH_MAX + 32], from[PATH_MAX * 2], unique[32];
-	snprintf(path, sizeof path, "%s/pch", b->cache);
-	ca_paths_mkdirs(path, 0755);
-	temp_suffix(unique);
-	snprintf(tmp, sizeof tmp, "%s.tmp-%s", entry, unique);
-	ca_file_remove_tree(tmp);
-	if (rename(dir, tmp) != 0) {
-		mkdir(tmp, 0755);
-		snprintf(from, sizeof from, "%s/torch.h.gch", dir);
-		snprintf(path, sizeof path, "%s/torch.h.gch", tmp);
-		if (copy_file(from, path, 0644) != 0)
-			goto out;
-		snprintf(path, sizeof path, "%s/torch.h", tmp);
-		ca_file_write(path, header, sizeof header - 1, 0644);
-	} else {
-		dir[0] = '\0';
-	}
-	snprintf(path, sizeof path, "%s/pyinclude", tmp);
-	ca_file_remove_tree(path);
-	/* Made by the sandbox's uid: ours again, so no sandboxed process can write it. */
-	const char *names[] = {"", "/torch.h", "/torch.h.gch"};
-	for (int k = 0; k < 3; k++) {
-		snprintf(path, sizeof path, "%s%s", tmp, names[k]);
-		if (lchown(path, geteuid(), getegid()) != 0 && errno != EPERM)
-			break;
-		chmod(path, k ? 0644 : 0755);
-	}
-	if (rename(tmp, entry) != 0)
-		ca_file_remove_tree(tmp);  /* another build made it first */
-	snprintf(path, sizeof path, "%s/torch.h.gch", entry);
-	if (exists(path))
-		made = ca_xstrdup(entry);
-out:
-	if (s.log_path[0])
-		unlink(s.log_path);
-	argv_free(&s.argv);
-	argv_free(&a);
-	if (dir[0])
-		ca_file_remove_tree(dir);
-	return made;
-}
-
-/*
- * Put the precompiled header where a unit in the build directory finds it
- * (ca-pch/torch.h): a hard link, else a copy. 0, or -1 (compile without).
- */
-static int place_pch(struct build *b)
-{
-	char from[PATH_MAX * 2], to[PATH_MAX * 2];
-	snprintf(to, sizeof to, "%s/ca-pch", b->build);
-	if (mkdir(to, 0755) != 0)
-		return -1;
-	static const char header[] = "#include <torch/extension.h>\n";
-	snprintf(to, sizeof to, "%s/ca-pch/torch.h", b->build);
-	if (ca_file_write(to, header, sizeof header - 1, 0644) != 0)
-		return -1;
-	snprintf(from, sizeof from, "%s/torch.h.gch", b->pch);
-	snprintf(to, sizeof to, "%s/ca-pch/torch.h.gch", b->build);
-	if (link(from, to) == 0 || copy_file(from, to, 0644) == 0)
-		return 0;
-	return -1;
 }
 
 /*
@@ -1252,38 +1095,6 @@ static void light_dir(struct build *b)
 	if (geteuid() == 0 && !b->opt->no_sandbox && !(world_readable(dir) && (st.st_mode & S_IROTH)))
 		return;
 	snprintf(b->light, sizeof b->light, "%s", dir);
-}
-
-/* Whether the cuda-agent units may use torch's precompiled header; makes it the first time it is wanted. */
-static int want_pch(struct build *b)
-{
-	if (strcmp(b->flavour, "cuda-agent") != 0 || getenv("CA_BUILD_NO_PCH"))
-		return 0;
-	/* Where the compiler would look for torch's own headers: a workspace file there would be seen instead. */
-	const char *dirs[8];
-	size_t n = 0;
-	jv inc = jv_object_get(jv_copy(b->torch), jv_string("include"));
-	jv pyinc = jv_object_get(jv_copy(b->torch), jv_string("pyinclude"));
-	char cuda_inc[PATH_MAX + 16];
-	snprintf(cuda_inc, sizeof cuda_inc, "%s/include", b->cuda_home);
-	if (jv_get_kind(inc) == JV_KIND_ARRAY)
-		jv_array_foreach(inc, k, d) {
-			if (jv_get_kind(d) == JV_KIND_STRING && n < 4)
-				dirs[n++] = jv_string_value(d);  /* inc holds the string */
-			jv_free(d);
-		}
-	if (jv_get_kind(pyinc) == JV_KIND_STRING)
-		dirs[n++] = jv_string_value(pyinc);
-	dirs[n++] = cuda_inc;
-	dirs[n++] = "/usr/include";
-	dirs[n++] = "/usr/local/include";
-	int shadow = sources_shadow_headers(&b->src, dirs, n);
-	jv_free(inc);
-	jv_free(pyinc);
-	if (shadow)
-		return 0;
-	b->pch = torch_pch(b);
-	return b->pch && place_pch(b) == 0;
 }
 
 /*
@@ -1447,9 +1258,9 @@ static char *gather_log(struct build *b, const struct step *link)
 		if (!lp[0])
 			continue;
 		size_t n;
-		char *text = ca_file_read(lp, CA_FILE_NOFOLLOW, max_log_bytes, &n);
+		char *text = ca_file_read(lp, CA_FILE_NOFOLLOW, BUILD_MAX_LOG_BYTES, &n);
 		if (text) {
-			if (log_len + n < max_log_bytes)
+			if (log_len + n < BUILD_MAX_LOG_BYTES)
 				log_append(&full, &log_len, &log_cap, text, n);
 			free(text);
 		}
@@ -1618,7 +1429,7 @@ int ca_build_workspace(const char *dir, const struct ca_build_options *opt, stru
 	}
 	if (check_sources(&b, dir) != 0)
 		goto done;
-	b.cache = cache_root(b.opt);
+	b.cache = build_cache_root(b.opt);
 	if (prepare_flags(&b) != 0)
 		goto done;
 	workspace_hash(&b);
@@ -1644,6 +1455,31 @@ int ca_build_workspace(const char *dir, const struct ca_build_options *opt, stru
 	judge(&b, status, full);
 	free(full);
 done:
+	res->seconds = ca_proc_now() - b.t0;
+	build_free(&b);
+	return res->status;
+}
+
+int ca_build_make_pch(const char *key, const struct ca_build_options *opt, struct ca_build_result *res)
+{
+	struct ca_build_options defaults = {0};
+	struct build b = {.opt = opt ? opt : &defaults, .res = res, .torch = jv_invalid(), .t0 = ca_proc_now()};
+	b.limit_from = b.t0;
+	memset(res, 0, sizeof *res);
+	res->log = ca_xstrdup("");
+	b.flavour = "cuda-agent";
+	snprintf(res->flavour, sizeof res->flavour, "%s", b.flavour);
+	b.arch = b.opt->arch ? b.opt->arch : ca_build_default_arch();
+	snprintf(res->arch, sizeof res->arch, "%s", b.arch);
+	b.cache = build_cache_root(b.opt);
+	if (prepare_flags(&b) == 0) {
+		light_dir(&b);
+		if (pch_make_for(&b, key) == 0)
+			set_result(res, 1, CA_EXIT_OK, NULL);
+		else
+			set_result(res, 0, CA_EXIT_SYSTEM, "torch's precompiled header %.32s was not made (%s/pch/%.32s.failed says why, "
+				"when g++ failed)", key, b.cache, key);
+	}
 	res->seconds = ca_proc_now() - b.t0;
 	build_free(&b);
 	return res->status;

@@ -59,6 +59,18 @@ struct ca_build_result {
 
 /* Build (or find in the cache) the kernels of the workspace in dir. Returns res->status. */
 int ca_build_workspace(const char *dir, const struct ca_build_options *opt, struct ca_build_result *res);
+
+/*
+ * Make torch's precompiled header of the cuda-agent flavour whose key is
+ * key (CACHE/pch/KEY: see ca-build(1)) with the flags opt gives here,
+ * the caller holding its lock (ca_build_pch_lock). A build that wants it
+ * and finds it missing starts ca-build --make-pch KEY for this. Returns
+ * res->status.
+ */
+int ca_build_make_pch(const char *key, const struct ca_build_options *opt, struct ca_build_result *res);
+
+/* Lock CACHE/pch/KEY.lock (CACHE: opt's): a descriptor holding it, or -1 (busy unless wait, or no lock file). */
+int ca_build_pch_lock(const struct ca_build_options *opt, const char *key, int wait);
 void ca_build_result_free(struct ca_build_result *res);
 
 /* {"ok","flavour","hash","cached","seconds","library","log","arch","transient","limit","units","pch","light"}. Borrows res. */

@@ -16,6 +16,8 @@
 #include <limits.h>
 #include <stddef.h>
 
+#include <jv.h>
+
 #include "build.h"
 #include "hash.h"
 
@@ -44,6 +46,8 @@ void argv_add(struct argv_list *a, const char *fmt, ...) __attribute__((format(p
 void argv_append(struct argv_list *a, const struct argv_list *b);
 void argv_free(struct argv_list *a);
 void argv_hash(struct ca_sha256 *h, const struct argv_list *a);
+/* -IDIR as a's second word, right after the compiler. */
+void argv_insert_include(struct argv_list *a, const char *dir);
 
 /* ---- limits and logs (build_limits.c) ---- */
 
@@ -123,5 +127,74 @@ int unit_includes_torch(const struct sources *src, size_t unit);
  * workspace, would not be what the unit sees: not used.
  */
 int sources_shadow_headers(const struct sources *src, const char *const *dirs, size_t ndirs);
+
+/* ---- the build (build.c) ---- */
+
+/* The most of a compiler's log read back. */
+#define BUILD_MAX_LOG_BYTES ((size_t)4 << 20)
+
+struct step {
+	struct argv_list argv;
+	char log_path[PATH_MAX];
+	char key[65];      /* the unit's cache key; "" for the link and single-step builds */
+	char object[64];   /* obj/N.o */
+	int cached;        /* the object came from the unit cache: nothing to run */
+};
+
+/* Everything one build works with. */
+struct build {
+	const struct ca_build_options *opt;
+	struct ca_build_result *res;
+	const char *flavour, *arch, *libname;
+	char wsdir[PATH_MAX], dir[PATH_MAX], cuda_home[PATH_MAX];
+	char build[PATH_MAX];   /* the private build directory; "" until made */
+	struct sources src;
+	struct argv_list common, cu_flags, cxx_flags, link_flags;
+	char *cache, *nvcc, *tools;  /* tools: the compilers' version texts */
+	jv torch;
+	struct limits lim;
+	struct step *steps;
+	size_t nsteps;
+	int single;             /* one nvcc -shared for one .cu of the ca flavour */
+	char *pch;              /* the precompiled torch header's directory in the cache, or NULL */
+	char light[PATH_MAX];   /* ca's lighter torch/extension.h's directory (-I), or "": light_dir() */
+	double t0;
+	double limit_from;      /* when the build's wall-clock limit started: t0, less the precompiled header's making */
+};
+
+/* The cache's root directory (made): opt->cache, else ca_paths_cache()/build. */
+char *build_cache_root(const struct ca_build_options *opt);
+int build_exists(const char *path);
+int build_copy_file(const char *from, const char *to, int mode);
+/* Is every directory on the way to path searchable, and path readable, by others? */
+int world_readable(const char *path);
+
+/*
+ * Run the steps, at most jobs at a time, each inside ca-sandbox unless
+ * no_sandbox; output to each step's log file. 0 when all succeeded, else
+ * the first failing status (124 timeout, 125 sandbox failure, 126/127
+ * could not run, other: compile error).
+ */
+int run_steps(struct step *steps, size_t n, const char *build, const char *cache, const char *compiler,
+	double deadline, int jobs, int no_sandbox, const struct limits *lim);
+
+/* A private directory below TMPDIR (prefix.XXXXXX); the Python headers copied in when the flags ask for them. */
+int make_private_dir(struct build *b, char *dir, size_t size, const char *prefix);
+
+/* The g++ command line of a unit of the cuda-agent flavour, without source and output. */
+void cxx_command(struct build *b, struct argv_list *a);
+
+/* ---- torch's precompiled header (build_pch.c) ---- */
+
+/*
+ * Whether the cuda-agent units may use torch's precompiled header, in
+ * b->build/ca-pch/ then. The first time it is wanted it is made in the
+ * background (ca-build --make-pch) and the units compile without it, or
+ * made here first with CA_BUILD_PCH=wait.
+ */
+int want_pch(struct build *b);
+
+/* Make the header of key with b's flags, its lock held (ca_build_make_pch). 0 when made, or there already. */
+int pch_make_for(struct build *b, const char *key);
 
 #endif

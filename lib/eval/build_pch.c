@@ -1,0 +1,279 @@
+/*
+ * build_pch: torch's headers precompiled for the cuda-agent flavour's g++
+ * units, once per compiler, flags and torch, kept in CACHE/pch/KEY/
+ * (torch.h and torch.h.gch). g++ takes longer to make it (about 30 s on
+ * the H200) than to compile the units without it, so the first build
+ * that wants it starts its making in the background (ca-build --make-pch,
+ * a process of its own that outlives the build) and compiles without;
+ * later builds use it. CA_BUILD_PCH=wait makes it first, in the build.
+ * CACHE/pch/KEY.lock is held while it is made, so it is made once.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "build_impl.h"
+#include "err.h"
+#include "file.h"
+#include "paths.h"
+#include "proc.h"
+
+static const char header[] = "#include <torch/extension.h>\n";
+
+/* Trusted input (torch's headers alone), a large output: limits of its own, its time not the candidate's. */
+static const struct limits pch_limits = {300, 600, 8192, 2048};
+
+/* The g++ command the header is made with (the units' own) and its key. */
+static void pch_command(struct build *b, struct argv_list *a, char key[65])
+{
+	struct ca_sha256 h;
+	cxx_command(b, a);
+	if (b->light[0])
+		argv_insert_include(a, b->light);
+	ca_sha256_init(&h);
+	ca_sha256_string(&h, "ca-build pch 1");
+	ca_sha256_string(&h, b->tools);
+	argv_hash(&h, a);
+	jv t = jv_dump_string(jv_copy(b->torch), 0);
+	ca_sha256_string(&h, jv_string_value(t));
+	jv_free(t);
+	ca_sha256_final_hex(&h, key);
+}
+
+static void pch_entry(const char *cache, const char *key, char *entry, size_t size)
+{
+	snprintf(entry, size, "%s/pch/%.32s", cache, key);
+}
+
+/* Lock CACHE/pch/KEY.lock: a descriptor holding it, or -1 (busy unless wait, or no lock file). */
+static int pch_lock(const char *cache, const char *key, int wait)
+{
+	char path[PATH_MAX + 16];
+	snprintf(path, sizeof path, "%s/pch", cache);
+	ca_paths_mkdirs(path, 0755);
+	pch_entry(cache, key, path, PATH_MAX);
+	strcat(path, ".lock");
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0)
+		return -1;
+	while (flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB)) != 0) {
+		if (errno != EINTR) {
+			close(fd);
+			return -1;
+		}
+	}
+	return fd;
+}
+
+int ca_build_pch_lock(const struct ca_build_options *opt, const char *key, int wait)
+{
+	char *cache = build_cache_root(opt);
+	int fd = pch_lock(cache, key, wait);
+	free(cache);
+	return fd;
+}
+
+/*
+ * Make the header of command a into entry, the lock held: by g++ under
+ * the sandbox in a private directory like a build's, then renamed into
+ * place. A failure of g++'s own (not a limit, not a signal) would come
+ * again: it is remembered (entry.failed, its log). 0, or -1.
+ */
+static int make_pch(struct build *b, const struct argv_list *a, const char *entry)
+{
+	char dir[PATH_MAX] = "", path[PATH_MAX * 2], failed[PATH_MAX + 16];
+	struct step s = {0};
+	int made = -1;
+	snprintf(failed, sizeof failed, "%s.failed", entry);
+	if (make_private_dir(b, dir, sizeof dir, "ca-pch") != 0)
+		goto out;
+	snprintf(path, sizeof path, "%s/torch.h", dir);
+	if (ca_file_write(path, header, sizeof header - 1, 0644) != 0)
+		goto out;
+	snprintf(s.log_path, sizeof s.log_path, "%s.log", dir);
+	argv_append(&s.argv, a);
+	argv_add(&s.argv, "-x");
+	argv_add(&s.argv, "c++-header");
+	argv_add(&s.argv, "-o");
+	argv_add(&s.argv, "torch.h.gch");
+	argv_add(&s.argv, "torch.h");
+	double started = ca_proc_now();
+	int status = run_steps(&s, 1, dir, b->cache, b->nvcc, started + pch_limits.time_s, 1, b->opt->no_sandbox, &pch_limits);
+	b->limit_from += ca_proc_now() - started;
+	if (status != 0) {
+		size_t n;
+		char *log = ca_file_read(s.log_path, CA_FILE_NOFOLLOW, BUILD_MAX_LOG_BYTES, &n);
+		if (!ca_build_failure_cause(status, log))
+			ca_file_write(failed, log ? log : "", log ? n : 0, 0644);
+		free(log);
+		goto out;
+	}
+	/* Into place: renamed where the cache shares the filesystem, else copied aside and renamed. */
+	char tmp[PATH_MAX + 32], from[PATH_MAX * 2], unique[32];
+	temp_suffix(unique);
+	snprintf(tmp, sizeof tmp, "%s.tmp-%s", entry, unique);
+	ca_file_remove_tree(tmp);
+	if (rename(dir, tmp) != 0) {
+		mkdir(tmp, 0755);
+		snprintf(from, sizeof from, "%s/torch.h.gch", dir);
+		snprintf(path, sizeof path, "%s/torch.h.gch", tmp);
+		if (build_copy_file(from, path, 0644) != 0)
+			goto out;
+		snprintf(path, sizeof path, "%s/torch.h", tmp);
+		ca_file_write(path, header, sizeof header - 1, 0644);
+	} else {
+		dir[0] = '\0';
+	}
+	snprintf(path, sizeof path, "%s/pyinclude", tmp);
+	ca_file_remove_tree(path);
+	/* Made by the sandbox's uid: ours again, so no sandboxed process can write it. */
+	const char *names[] = {"", "/torch.h", "/torch.h.gch"};
+	for (int k = 0; k < 3; k++) {
+		snprintf(path, sizeof path, "%s%s", tmp, names[k]);
+		if (lchown(path, geteuid(), getegid()) != 0 && errno != EPERM)
+			break;
+		chmod(path, k ? 0644 : 0755);
+	}
+	if (rename(tmp, entry) != 0)
+		ca_file_remove_tree(tmp);  /* another build made it first */
+	snprintf(path, sizeof path, "%s/torch.h.gch", entry);
+	made = build_exists(path) ? 0 : -1;
+out:
+	if (s.log_path[0])
+		unlink(s.log_path);
+	argv_free(&s.argv);
+	if (dir[0])
+		ca_file_remove_tree(dir);
+	return made;
+}
+
+/* Is it there (1), known not to be makeable (-1), or neither (0)? */
+static int pch_state(const char *entry)
+{
+	char path[PATH_MAX + 16];
+	snprintf(path, sizeof path, "%s/torch.h.gch", entry);
+	if (build_exists(path))
+		return 1;
+	snprintf(path, sizeof path, "%s.failed", entry);
+	return build_exists(path) ? -1 : 0;
+}
+
+int pch_make_for(struct build *b, const char *key)
+{
+	struct argv_list a = {0};
+	char mine[65], entry[PATH_MAX];
+	pch_command(b, &a, mine);
+	pch_entry(b->cache, key, entry, sizeof entry);
+	int rc = -1;
+	if (strcmp(mine, key) != 0) {
+		/* The maker's flags are not the build's (another environment): say so once, not made again. */
+		char failed[PATH_MAX + 16], why[256];
+		snprintf(failed, sizeof failed, "%s.failed", entry);
+		int n = snprintf(why, sizeof why, "ca-build --make-pch: these flags give key %.32s, not %.32s\n", mine, key);
+		ca_file_write(failed, why, (size_t)n, 0644);
+	} else {
+		rc = pch_state(entry) == 1 ? 0 : pch_state(entry) < 0 ? -1 : make_pch(b, &a, entry);
+	}
+	argv_free(&a);
+	return rc;
+}
+
+/*
+ * Start ca-build --make-pch KEY in the background, unless it is being
+ * made: it takes the lock, leaves a process of its own to make the
+ * header, and returns. Not when ca-build is not beside us.
+ */
+static void start_maker(struct build *b, const char *key)
+{
+	int fd = pch_lock(b->cache, key, 0);
+	if (fd < 0)
+		return;
+	close(fd);
+	char exe[PATH_MAX];
+	snprintf(exe, sizeof exe, "%s/ca-build", ca_paths_bindir());
+	if (access(exe, X_OK) != 0)
+		return;
+	const char *argv[] = {exe, "--make-pch", key, "--cache", b->cache, "--arch", b->arch,
+		b->opt->no_sandbox ? "--no-sandbox" : NULL, NULL};
+	struct ca_proc p;
+	ca_proc_init(&p, argv);
+	p.in_mode = p.out_mode = p.err_mode = CA_PROC_NULL;
+	p.timeout_s = 30;
+	if (ca_proc_start(&p) == 0 && ca_proc_finish(&p) != 0)
+		ca_err_warn("ca-build --make-pch %.12s: exit %d", key, p.status);
+}
+
+/* Where the units find it: b->build/ca-pch/torch.h, a hard link to the made one, else a copy. 0, or -1. */
+static int place_pch(struct build *b)
+{
+	char from[PATH_MAX * 2], to[PATH_MAX * 2];
+	snprintf(to, sizeof to, "%s/ca-pch", b->build);
+	if (mkdir(to, 0755) != 0)
+		return -1;
+	snprintf(to, sizeof to, "%s/ca-pch/torch.h", b->build);
+	if (ca_file_write(to, header, sizeof header - 1, 0644) != 0)
+		return -1;
+	snprintf(from, sizeof from, "%s/torch.h.gch", b->pch);
+	snprintf(to, sizeof to, "%s/ca-pch/torch.h.gch", b->build);
+	return link(from, to) == 0 || build_copy_file(from, to, 0644) == 0 ? 0 : -1;
+}
+
+/* CACHE/pch/KEY for the build's flags when it is made (now, with CA_BUILD_PCH=wait), else NULL. */
+static char *torch_pch(struct build *b)
+{
+	struct argv_list a = {0};
+	char key[65], entry[PATH_MAX];
+	pch_command(b, &a, key);
+	pch_entry(b->cache, key, entry, sizeof entry);
+	int state = pch_state(entry);
+	if (state == 0) {
+		const char *how = getenv("CA_BUILD_PCH");
+		if (!how || strcmp(how, "wait") != 0) {
+			start_maker(b, key);
+		} else {
+			int fd = pch_lock(b->cache, key, 1);
+			state = pch_state(entry) != 0 ? pch_state(entry) : make_pch(b, &a, entry) == 0 ? 1 : -1;
+			if (fd >= 0)
+				close(fd);
+		}
+	}
+	argv_free(&a);
+	return state == 1 ? ca_xstrdup(entry) : NULL;
+}
+
+int want_pch(struct build *b)
+{
+	if (strcmp(b->flavour, "cuda-agent") != 0 || getenv("CA_BUILD_NO_PCH"))
+		return 0;
+	/* Where the compiler would look for torch's own headers: a workspace file there would be seen instead. */
+	const char *dirs[8];
+	size_t n = 0;
+	jv inc = jv_object_get(jv_copy(b->torch), jv_string("include"));
+	jv pyinc = jv_object_get(jv_copy(b->torch), jv_string("pyinclude"));
+	char cuda_inc[PATH_MAX + 16];
+	snprintf(cuda_inc, sizeof cuda_inc, "%s/include", b->cuda_home);
+	if (jv_get_kind(inc) == JV_KIND_ARRAY)
+		jv_array_foreach(inc, k, d) {
+			if (jv_get_kind(d) == JV_KIND_STRING && n < 4)
+				dirs[n++] = jv_string_value(d);  /* inc holds the string */
+			jv_free(d);
+		}
+	if (jv_get_kind(pyinc) == JV_KIND_STRING)
+		dirs[n++] = jv_string_value(pyinc);
+	dirs[n++] = cuda_inc;
+	dirs[n++] = "/usr/include";
+	dirs[n++] = "/usr/local/include";
+	int shadow = sources_shadow_headers(&b->src, dirs, n);
+	jv_free(inc);
+	jv_free(pyinc);
+	if (shadow)
+		return 0;
+	b->pch = torch_pch(b);
+	return b->pch && place_pch(b) == 0;
+}
