@@ -1414,13 +1414,20 @@ static void build_free(struct build *b)
 	free(b->pch);
 }
 
-int ca_build_workspace(const char *dir, const struct ca_build_options *opt, struct ca_build_result *res)
+/* A build with nothing done yet, and its result empty. */
+static void build_begin(struct build *b, const struct ca_build_options *opt, struct ca_build_result *res)
 {
-	struct ca_build_options defaults = {0};
-	struct build b = {.opt = opt ? opt : &defaults, .res = res, .torch = jv_invalid(), .t0 = ca_proc_now()};
-	b.limit_from = b.t0;
+	static const struct ca_build_options defaults = {0};
+	*b = (struct build){.opt = opt ? opt : &defaults, .res = res, .torch = jv_invalid(), .t0 = ca_proc_now()};
+	b->limit_from = b->t0;
 	memset(res, 0, sizeof *res);
 	res->log = ca_xstrdup("");
+}
+
+int ca_build_workspace(const char *dir, const struct ca_build_options *opt, struct ca_build_result *res)
+{
+	struct build b;
+	build_begin(&b, opt, res);
 	if (read_workspace(&b, dir) != 0)
 		goto done;
 	if (strcmp(b.flavour, "kernelbench") == 0) {
@@ -1462,11 +1469,8 @@ done:
 
 int ca_build_make_pch(const char *key, const struct ca_build_options *opt, struct ca_build_result *res)
 {
-	struct ca_build_options defaults = {0};
-	struct build b = {.opt = opt ? opt : &defaults, .res = res, .torch = jv_invalid(), .t0 = ca_proc_now()};
-	b.limit_from = b.t0;
-	memset(res, 0, sizeof *res);
-	res->log = ca_xstrdup("");
+	struct build b;
+	build_begin(&b, opt, res);
 	b.flavour = "cuda-agent";
 	snprintf(res->flavour, sizeof res->flavour, "%s", b.flavour);
 	b.arch = b.opt->arch ? b.opt->arch : ca_build_default_arch();
