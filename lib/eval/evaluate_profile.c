@@ -328,17 +328,8 @@ static int reference_on_call(struct job *j, int index, const char *ref_out, jv *
  * thousand, with five a few in a hundred thousand. A patched clock gains
  * little from the extra loops: one that reports a tenth fails them all,
  * and one that reports a little under half passes some loop either way.
- *
- * Doubtful loops come in runs, not alone: the loop's own work (about
- * 1.3 ms a call on the H200's relu_mid) slows by hundreds of us for
- * seconds at a time, more than a 100 us call's bound allows (session 17,
- * ca-profile -v: an honest load_inline ReLU's excess over the
- * reference's loop went 395, 280, 640 us, a burst 500 us a call slow,
- * then 223 us, accepted; once all six loops within 4.8 s failed). So the
- * pauses between them double, 0.25 s to 4 s (12 s in all), to reach
- * past such a run.
  */
-#define RETIMES 6
+#define RETIMES 5
 
 /*
  * With the spot checks named before the loop (every output kept would not
@@ -484,8 +475,7 @@ static int retime(struct job *j, struct candidate_loop *cl, jv *digests)
 	cl->reply = jv_invalid();
 	cl->retimed++;
 	j->result = jv_object_set(j->result, jv_string("retimed"), jv_true());
-	long ms = 250L << (cl->retimed < 5 ? cl->retimed - 1 : 4);  /* 0.25, 0.5, 1, 2, 4, 4 s */
-	struct timespec pause = {ms / 1000, (ms % 1000) * 1000000L};
+	struct timespec pause = {0, 250000000L * (cl->retimed < 3 ? cl->retimed : 3)};
 	while (nanosleep(&pause, &pause) != 0 && errno == EINTR)
 		;
 	/*
