@@ -178,7 +178,21 @@ if [ "$(id -u)" = 0 ] && ca-sandbox --help >/dev/null 2>&1; then
 		jq -e ".verify | .ok == null and .evaluator_fault and (.stage == \"start\" or .stage == \"sandbox\")" out >/dev/null &&
 		exit $s
 	'
+	# What decides how fast torch runs reaches the sandboxed candidate as the
+	# reference has it; the rest of the environment does not. The
+	# interpreter says what it got when it runs as the sandbox's user.
+	expect_status 4 'the sandboxed candidate gets the reference'"'"'s CUDA_LAUNCH_BLOCKING and thread count, nothing else' '
+		mkdir -p "$TRASH_BASE/envpy/bin" && py=$TRASH_BASE/envpy/bin/python3 &&
+		printf "#!/bin/sh\nif [ \"\$(id -u)\" != 0 ]; then\n" >"$py" &&
+		printf "echo \"sandboxed: CLB=\${CUDA_LAUNCH_BLOCKING-unset} OMP=\${OMP_NUM_THREADS-unset} OTHER=\${CA_TEST_NOT_PASSED-unset}\" >&2; exit 3\nfi\n" >>"$py" &&
+		printf "exec \"%s\" \"\$@\"\n" "$(ca_python)" >>"$py" && chmod 755 "$py" &&
+		record honest/relu relu_small "$C/relu" | CUDA_LAUNCH_BLOCKING=1 OMP_NUM_THREADS=2 CA_TEST_NOT_PASSED=1 \
+			CA_PYTHON=$py ca-verify --device cpu >out 2>/dev/null; s=$?
+		jq -c ".verify | {ok, stage, error}" out | sed "s/^/# /"
+		jq -e ".verify.error | test(\"sandboxed: CLB=1 OMP=2 OTHER=unset\")" out >/dev/null && exit $s
+	'
 else
 	skip 'the sandbox cannot run the interpreter' 'needs root and ca-sandbox'
+	skip 'the sandboxed candidate gets the reference'"'"'s settings' 'needs root and ca-sandbox'
 fi
 test_done

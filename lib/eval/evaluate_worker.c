@@ -329,14 +329,19 @@ int worker_call(struct worker *w, jv req, double timeout_s, jv *reply, jv *fault
 /*
  * A candidate's command inside ca-sandbox: its private directory, the
  * trusted files hidden, the runner and the bytecode cache read-only, a
- * wall-clock limit beyond every request's, and what the GPU's libraries
+ * wall-clock limit beyond every request's, what the GPU's libraries
  * need from the environment (the driver's are often found only through
- * LD_LIBRARY_PATH).
+ * LD_LIBRARY_PATH), and what decides how fast torch runs, as the
+ * reference has it: a CUDA_LAUNCH_BLOCKING=1 or a thread count left in
+ * the operator's shell would otherwise slow the reference alone, a
+ * speedup the candidate did not earn (ca-verify(1), ENVIRONMENT).
  */
 static char **sandboxed(const struct slot *s, const struct worker *w, const char *const *cmd)
 {
 	static const char *const pass[] = {"CA_CUPTI_LIB=", "PYTHON", "CA_PYCACHE=", "LD_LIBRARY_PATH=", "NVIDIA_",
-		"CUDA_HOME=", "CA_NVCC=", "CA_LIGHT_HEADERS=", NULL};
+		"CUDA_HOME=", "CA_NVCC=", "CA_LIGHT_HEADERS=", "OMP_NUM_THREADS=", "MKL_NUM_THREADS=",
+		"CUDA_LAUNCH_BLOCKING=", "CUDA_DEVICE_MAX_CONNECTIONS=", "CUDA_MODULE_LOADING=", "PYTORCH_CUDA_ALLOC_CONF=",
+		"PYTORCH_NO_CUDA_MEMORY_CACHING=", "CUBLAS_WORKSPACE_CONFIG=", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=", NULL};
 	const struct ca_eval_config *cfg = s->cfg;
 	struct ca_sandbox sb;
 	ca_sandbox_init(&sb);
