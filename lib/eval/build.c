@@ -588,22 +588,23 @@ static void show_dir(const char *path, struct argv_list *out)
 }
 
 /*
- * The directories below /tmp that the steps name: the compiler's, torch's
- * include and library directories, the light header's (a checkout and its
- * .venv kept below /tmp). The sandbox's private /tmp would hide them; it
- * shows them read-only (ca-sandbox --show, which leaves the build's own).
+ * The directories the steps name: the compiler's, torch's include and
+ * library directories, the light header's. Those below /tmp (a checkout
+ * and its .venv kept there) the sandbox's private /tmp would hide: it
+ * shows them read-only (ca-sandbox --show, which decides which are
+ * hidden and leaves the build's own).
  */
-static void below_tmp(const struct step *steps, size_t n, const char *compiler, struct argv_list *out)
+static void named_dirs(const struct step *steps, size_t n, const char *compiler, struct argv_list *out)
 {
 	static const char *const prefixes[] = {"-isystem", "-I", "-L", ""};
-	if (strncmp(compiler, "/tmp/", 5) == 0)
+	if (compiler[0] == '/')
 		show_dir(compiler, out);
 	for (size_t i = 0; i < n; i++)
 		for (size_t j = 0; j < steps[i].argv.n; j++)
 			for (size_t k = 0; k < sizeof prefixes / sizeof *prefixes; k++) {
 				const char *arg = steps[i].argv.v[j];
 				size_t len = strlen(prefixes[k]);
-				if (strncmp(arg, prefixes[k], len) == 0 && strncmp(arg + len, "/tmp/", 5) == 0) {
+				if (strncmp(arg, prefixes[k], len) == 0 && arg[len] == '/') {
 					show_dir(arg + len, out);
 					break;
 				}
@@ -638,7 +639,7 @@ int run_steps(struct step *steps, size_t n, const char *build, const char *cache
 	 */
 	(void)cache;
 	struct argv_list shown = {0};
-	below_tmp(steps, n, compiler, &shown);
+	named_dirs(steps, n, compiler, &shown);
 	sb.show = (const char **)shown.v;
 	sb.nshow = shown.n;
 	while (finished < n) {

@@ -152,12 +152,12 @@ char **ca_runner_sandboxed(const struct ca_sandbox *sb, const char *const *argv,
 				break;
 			}
 	with.env = passed;
-	/* An interpreter below /tmp (a checkout's .venv there): its environment, which the private /tmp would hide. */
+	/* The interpreter's environment, shown where the private /tmp would hide it (a checkout's .venv below /tmp). */
 	const char **shown = ca_xcalloc(sb->nshow + 1, sizeof *shown);
 	char root[PATH_MAX];
 	for (size_t i = 0; i < sb->nshow; i++)
 		shown[i] = sb->show[i];
-	if (strncmp(argv[0], "/tmp/", 5) == 0 && snprintf(root, sizeof root, "%s", argv[0]) < (int)sizeof root) {
+	if (argv[0][0] == '/' && snprintf(root, sizeof root, "%s", argv[0]) < (int)sizeof root) {
 		for (int up = 0; up < 2 && strrchr(root, '/') != root; up++)
 			*strrchr(root, '/') = '\0';
 		shown[with.nshow++] = root;
