@@ -108,5 +108,6 @@ int main(int argc, char **argv)
 	free(cfg.env);
 	free(cfg.hide);
 	free(cfg.ro);
+	free(cfg.show);
 	return status;
 }
