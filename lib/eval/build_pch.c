@@ -164,6 +164,15 @@ static int pch_state(const char *entry)
 	return build_exists(path) ? -1 : 0;
 }
 
+/* The header there (1), or made now, the lock held (1), or not to be had (-1). */
+static int have_or_make(struct build *b, const struct argv_list *a, const char *entry)
+{
+	int state = pch_state(entry);
+	if (state == 0)
+		state = make_pch(b, a, entry) == 0 ? 1 : -1;
+	return state;
+}
+
 int pch_make_for(struct build *b, const char *key)
 {
 	struct argv_list a = {0};
@@ -178,7 +187,7 @@ int pch_make_for(struct build *b, const char *key)
 		int n = snprintf(why, sizeof why, "ca-build --make-pch: these flags give key %.32s, not %.32s\n", mine, key);
 		ca_file_write(failed, why, (size_t)n, 0644);
 	} else {
-		rc = pch_state(entry) == 1 ? 0 : pch_state(entry) < 0 ? -1 : make_pch(b, &a, entry);
+		rc = have_or_make(b, &a, entry) == 1 ? 0 : -1;
 	}
 	argv_free(&a);
 	return rc;
@@ -238,7 +247,7 @@ static char *torch_pch(struct build *b)
 			start_maker(b, key);
 		} else {
 			int fd = pch_lock(b->cache, key, 1);
-			state = pch_state(entry) != 0 ? pch_state(entry) : make_pch(b, &a, entry) == 0 ? 1 : -1;
+			state = have_or_make(b, &a, entry);
 			if (fd >= 0)
 				close(fd);
 		}
