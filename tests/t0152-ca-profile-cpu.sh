@@ -19,8 +19,15 @@ C=$TRASH_BASE/candidates
 mkdir -p "$C"
 for c in honest/relu cheat/timer_patch cheat/burst_lie cheat/hog cheat/tick_drop cheat/lazy_unchecked cheat/lazy_before cheat/stale_before cheat/precompute cheat/late_write cheat/recognise cheat/ship_peek cheat/dir_block; do
 	d=$C/$(basename "$c")
+	# The patched clock's calls made longer than the loop's own work around
+	# them (50-100 ms a call here): with relu_mid's 15 ms calls the bound
+	# allowed about what the clock reported (1.5 ms), and one loop of six
+	# passed now and then (CI, session 18; here, session 19). Three passes:
+	# about 8 ms reported against bounds of 34-43 ms.
+	passes=1
+	[ "$c" = cheat/timer_patch ] && passes=3
 	cp -R "$ADV/$c" "$d" && rm -rf "$d/kernels" && mkdir -p "$d/build" &&
-		cc -O2 -shared -fPIC -o "$d/build/libkernels.so" "$ADV/cpu/relu_cpu.c"
+		cc -O2 -DRELU_PASSES=$passes -shared -fPIC -o "$d/build/libkernels.so" "$ADV/cpu/relu_cpu.c"
 done
 record() { # id task dir [verify-ok]
 	jq -nc --arg id "$1" --rawfile code "$ADV/tasks/$2.py" --arg dir "$3" --argjson ok "${4:-true}" \
