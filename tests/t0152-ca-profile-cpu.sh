@@ -155,6 +155,25 @@ expect_success 'a candidate that loads the machine is stopped, every process of 
 	echo "reference calls: $calls, with the hog stopped: $stopped" &&
 	test "$stopped" -ge 12 && test "$calls" -gt "$stopped"
 '
+# Both workers run their timed loops on one CPU the parent chose, the
+# fastest now ($CA_EVAL_CPU_PIN: on a GPU always), as each sees from inside
+# its calls: on a shared host some CPUs run the loop's own work far slower.
+expect_success 'the reference and the candidate are timed on the one CPU ca-profile chose' '
+	cp -R "$C/relu" "$C/cpus" &&
+	printf "%s\n" "import os as _os" "_forward = ModelNew.forward" "def _logged(self, x):" \
+		"    with open(\"$TRASH_BASE/cpus.log\", \"a\") as f:" \
+		"        f.write(\"cand %s\\n\" % \",\".join(str(c) for c in sorted(_os.sched_getaffinity(0))))" \
+		"    return _forward(self, x)" "ModelNew.forward = _logged" >>"$C/cpus/model_new.py" &&
+	sed -e "s|@LOG@|$TRASH_BASE/cpus.log|" "$ADV/tasks/relu_cpus.py" >cpus.py &&
+	jq -nc --rawfile code cpus.py --arg dir "$C/cpus" "{id: \"cpus\", code: \$code, candidate: {dir: \$dir}, verify: {ok: true}}" |
+		CA_EVAL_CPU_PIN=1 CA_CACHE=$TRASH_BASE/cpucache ca-profile -v $OPTS >cpus.ndjson 2>cpus.err &&
+	jq -e ".profile.ok" cpus.ndjson >/dev/null &&
+	sed -n "s/.*timed loop [0-9]* on cpu \([0-9]*\):.*/\1/p" cpus.err >chosen && test -s chosen &&
+	sort "$TRASH_BASE/cpus.log" | uniq -c | sed "s/^/# /" &&
+	grep "^cand" "$TRASH_BASE/cpus.log" >cand.log && grep -v "^cand [0-9]*\$" cand.log | wc -l | grep -qx 0 &&
+	test "$(cut -d" " -f2 cand.log | grep -c -x -F -f chosen)" -ge 12 &&
+	test "$(grep "^ref [0-9]*\$" "$TRASH_BASE/cpus.log" | cut -d" " -f2 | grep -c -x -F -f chosen)" -ge 12
+'
 expect_success 'calls hidden from our per-call clock are caught' '
 	pick tick_drop | jq -e ".profile | (.ok | not) and .stage == \"timing\" and (.error | test(\"marked 0 of its 10\"))"
 '

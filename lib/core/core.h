@@ -5,7 +5,8 @@
  * (proc), the sandbox for untrusted commands (sandbox), whole files and
  * trees (file), ca's own files at run time (paths), SHA-256 and content
  * hashes (hash), a string table (strmap), the seedable generator
- * (splitmix) and the little HTTP a loopback service needs (http).
+ * (splitmix), the little HTTP a loopback service needs (http) and the
+ * CPUs ranked by their speed now (cpu).
  *
  * lib/ has one folder per subsystem, and the header named after the folder
  * is its face: core/core.h, eval/eval.h, model/model.h, synth/synth.h,
@@ -19,6 +20,7 @@
 #ifndef CA_CORE_H
 #define CA_CORE_H
 
+#include "cpu.h"
 #include "err.h"
 #include "file.h"
 #include "hash.h"

@@ -85,7 +85,7 @@ static jv burst_request(const struct job *j, const unsigned long long *seeds, in
 	}
 	jv req = jv_object_set(set_str(jv_object(), "op", "burst"), jv_string(j->ship ? "inputs" : "seeds"), keys);
 	/* The reference's read of the files we wrote is checked against what we wrote. */
-	return jv_object_set(req, jv_string("in_digests"), jv_bool(j->ship && !cand));
+	return with_cpu(j->slot, jv_object_set(req, jv_string("in_digests"), jv_bool(j->ship && !cand)));
 }
 
 /*

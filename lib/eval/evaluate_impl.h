@@ -83,6 +83,7 @@ struct slot {
 	int nspares;             /* how many to keep started */
 	long serial;
 	int lock_fd;             /* the GPU's lock file (see gpu_lock), -1 on the CPU */
+	int cpu;                 /* where both workers run their timed loops (slot_pick_cpu), -1 anywhere */
 };
 
 /*
@@ -251,6 +252,7 @@ void spare_start(struct slot *s);
 void gpu_lock(struct slot *s, int op);
 void timed_loop_begin(struct slot *s);
 void timed_loop_end(struct slot *s);
+void slot_pick_cpu(struct slot *s);
 void quiet_before_start(int gpu);
 void quiet_started(int fd, pid_t pid, int gpu);
 void quiet_done(int fd, pid_t pid);
@@ -278,6 +280,7 @@ int digest_matches(jv reply, const char *key, int i, jv want);
 
 /* evaluate_profile.c */
 void do_profile(struct job *j);
+jv with_cpu(const struct slot *s, jv req);
 jv time_request(struct job *j, const char *mode, const char *keep_prefix, jv keep, struct loop_clock *ours,
 		const unsigned long long *live);
 jv keep_indices(const struct ca_eval_config *cfg, unsigned long long seed);

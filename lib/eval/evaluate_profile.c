@@ -105,6 +105,12 @@ void ship_unreveal(const struct job *j)
  * shipped to it now; ours set up to send the timed calls' seeds or files
  * live. NULL when a warm-up file cannot be put in place.
  */
+/* req (consumed) to run on the slot's CPU when it has one (see slot_pick_cpu). */
+jv with_cpu(const struct slot *s, jv req)
+{
+	return s->cpu >= 0 ? set_num(req, "cpu", s->cpu) : req;
+}
+
 jv time_request(struct job *j, const char *mode, const char *keep_prefix, jv keep, struct loop_clock *ours,
 		const unsigned long long *live)
 {
@@ -155,7 +161,7 @@ jv time_request(struct job *j, const char *mode, const char *keep_prefix, jv kee
 	req = jv_object_set(req, jv_string("keep_after"), jv_true());
 	req = set_str(req, "keep_prefix", keep_prefix);
 	req = jv_object_set(req, jv_string("trace"), jv_bool(strcmp(cfg->device, "cpu") != 0));
-	return req;
+	return with_cpu(j->slot, req);
 }
 
 jv keep_indices(const struct ca_eval_config *cfg, unsigned long long seed)
@@ -481,9 +487,11 @@ static int retime(struct job *j, struct candidate_loop *cl, jv *digests)
 	/*
 	 * New seeds for the new loop (this one's were sent to the
 	 * candidate), digested by the reference; and the reference's
-	 * overhead measured again, beside the new loop.
+	 * overhead measured again, beside the new loop, both on the CPU
+	 * that is the fastest now.
 	 */
 	draw_seeds(j);
+	slot_pick_cpu(j->slot);
 	if (profile_sets(j, digests) != 0)
 		return -1;
 	/*
@@ -536,9 +544,12 @@ static void print_loop(const struct job *j, const struct candidate_loop *cl)
 {
 	double median = NAN;
 	ca_json_number(cl->reply, "median_us", &median);
-	ca_err_warn("%s: timed loop %d: reported %.1f us a call; our clock %.1f us a call beyond the reference's loop "
+	char cpu[32] = "any cpu";
+	if (j->slot->cpu >= 0)
+		snprintf(cpu, sizeof cpu, "cpu %d", j->slot->cpu);
+	ca_err_warn("%s: timed loop %d on %s: reported %.1f us a call; our clock %.1f us a call beyond the reference's loop "
 		"(median), bound %.1f us; the reference's overhead a call %.1f us (call phase %.1f, inputs %.1f): %s",
-		j->id, cl->retimed + 1, median, cl->call_us, cl->bound_us, cl->overhead.call * 1e6, cl->overhead.ready * 1e6,
+		j->id, cl->retimed + 1, cpu, median, cl->call_us, cl->bound_us, cl->overhead.call * 1e6, cl->overhead.ready * 1e6,
 		cl->overhead.inputs * 1e6, cl->clock_bad ? cl->clock_msg : "accepted");
 }
 
@@ -823,6 +834,7 @@ void do_profile(struct job *j)
 	if (j->ship)  /* --verify found the candidate's draws differ */
 		j->result = jv_object_set(j->result, jv_string("inputs_shipped"), jv_true());
 	draw_seeds(j);
+	slot_pick_cpu(s);
 	if (profile_sets(j, &digests) != 0) {
 		jv_free(digests);
 		return;

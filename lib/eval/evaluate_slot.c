@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cpu.h"
 #include "err.h"
 #include "evaluate_impl.h"
 #include "file.h"
@@ -171,6 +173,51 @@ void timed_loop_end(struct slot *s)
 }
 
 /*
+ * The CPU a slot's two workers run their timed loops and bursts on (the
+ * requests name it: see ca_runner's protocol). Our clock compares the
+ * loop's own work around each call in the reference's process with the
+ * candidate's in another, hundreds of microseconds of Python a call on a
+ * GPU; on a shared host some CPUs run it far slower than others for
+ * seconds (session 19, an H100 guest: 2 of 16 CPUs 1.4-1.75x slower), and
+ * honest candidates whose worker sat on one failed as patched clocks. On
+ * one CPU both are clocked alike. The fastest CPU now that no other slot
+ * holds: the reference's overhead is then the least the machine gives,
+ * and a candidate that moves its loop to another CPU gains nothing. On
+ * the CPU device only with $CA_EVAL_CPU_PIN (tests): a CPU kernel's
+ * threads started inside a pinned loop would stay on its one CPU.
+ */
+static pthread_mutex_t cpu_mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned char cpu_held[CPU_SETSIZE];
+
+void slot_pick_cpu(struct slot *s)
+{
+	const char *env = getenv("CA_EVAL_CPU_PIN");
+	if (s->gpu < 0 && !(env && *env))
+		return;
+	int cpus[CPU_SETSIZE], n = ca_cpu_allowed(cpus, CPU_SETSIZE), free_n = 0;
+	pthread_mutex_lock(&cpu_mu);
+	if (s->cpu >= 0)
+		cpu_held[s->cpu] = 0;
+	for (int i = 0; i < n; i++)
+		if (!cpu_held[cpus[i]])
+			cpus[free_n++] = cpus[i];
+	ca_cpu_rank(cpus, free_n);
+	s->cpu = free_n > 0 ? cpus[0] : -1;
+	if (s->cpu >= 0)
+		cpu_held[s->cpu] = 1;
+	pthread_mutex_unlock(&cpu_mu);
+}
+
+static void slot_drop_cpu(struct slot *s)
+{
+	pthread_mutex_lock(&cpu_mu);
+	if (s->cpu >= 0)
+		cpu_held[s->cpu] = 0;
+	s->cpu = -1;
+	pthread_mutex_unlock(&cpu_mu);
+}
+
+/*
  * Where tensor files go: $CA_EVAL_TMPDIR, else /dev/shm when it is a
  * writable tmpfs with room for large tasks (inputs and outputs of a
  * KernelBench task reach gigabytes, and a disk turns seconds into
@@ -195,6 +242,7 @@ static int slot_make(struct slot *s, const struct ca_eval_config *cfg, int index
 	s->cfg = cfg;
 	s->index = index;
 	s->gpu = gpu;
+	s->cpu = -1;
 	s->reference.run.hello = jv_invalid();
 	for (int i = 0; i < MAX_SPARES; i++)
 		s->spare[i].run.hello = jv_invalid();
@@ -250,6 +298,7 @@ void slot_close(struct slot *s)
 	for (int i = 0; i < MAX_SPARES; i++)
 		worker_abandon(&s->spare[i]);
 	worker_abandon(&s->reference);
+	slot_drop_cpu(s);
 	if (s->lock_fd >= 0)
 		close(s->lock_fd);
 	if (s->root[0])

@@ -159,6 +159,12 @@ Requests (paths are files; tensor files are described in lib/eval/tensor.h):
       "digests" (one per seed) and "gen".
   {"op": "exit"}
       reply and exit 0.
+Any request may carry "cpu": C (ca-profile names it in "time" and
+"burst", the same CPU to the reference and the candidate): the worker's
+thread runs the request on CPU C alone and gets its CPUs back after it;
+a C it cannot move to is ignored. Our clock compares the two processes'
+own work around each call, and on a shared host some CPUs ran that work
+1.4-1.75x slower than the others for seconds (see lib/eval/evaluate_slot.c).
 """
 
 import argparse
@@ -1958,6 +1964,27 @@ def _warm_done():
     _warm_thread = _robust_thread = None
 
 
+def _pin(cpu):
+    """A request's "cpu": this thread runs it on that CPU alone (see the
+    protocol above); the CPUs it had before, to give back, or None."""
+    if not isinstance(cpu, int) or isinstance(cpu, bool) or not hasattr(os, "sched_setaffinity"):
+        return None
+    try:
+        was = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {cpu})
+        return was
+    except (OSError, ValueError):
+        return None
+
+
+def _unpin(was):
+    if was is not None:
+        try:
+            os.sched_setaffinity(0, was)
+        except OSError:
+            pass
+
+
 def main():
     global _proto
     ap = argparse.ArgumentParser()
@@ -2006,6 +2033,7 @@ def main():
         if args.role == "candidate" and op in ("task", "inputs", "digests"):
             _send({"ok": False, "stage": "protocol", "error": "op %r is for the reference role" % op})
             continue
+        pinned = _pin(req.get("cpu"))
         try:
             reply = fn(req)
             reply.setdefault("ok", True)
@@ -2016,6 +2044,7 @@ def main():
         except Exception as e:
             reply = {"ok": False, "stage": {"time": "time", "candidate": "load"}.get(op, "run"),
                      "error": _one_line(e), "detail": _detail(e)}
+        _unpin(pinned)
         _send(reply)
     return 0
 
