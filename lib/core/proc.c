@@ -399,23 +399,34 @@ int ca_proc_wait_any(struct ca_proc *const *procs, size_t n, double timeout_s)
 	return found;
 }
 
-/* The parent of pid from /proc/pid/stat (its name may hold spaces and parentheses); -1 when gone. */
-static pid_t parent_of(pid_t pid)
+/*
+ * /proc/pid/stat into buf; where its fields after the name start (the
+ * name may hold spaces and parentheses), NULL when pid is gone.
+ */
+static const char *stat_fields(pid_t pid, char *buf, size_t size)
 {
-	char path[64], buf[512];
+	char path[64];
 	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return -1;
-	ssize_t n = read(fd, buf, sizeof buf - 1);
+		return NULL;
+	ssize_t n = read(fd, buf, size - 1);
 	close(fd);
 	if (n <= 0)
-		return -1;
+		return NULL;
 	buf[n] = 0;
 	char *end = strrchr(buf, ')');
+	return end ? end + 1 : NULL;
+}
+
+/* The parent of pid; -1 when gone. */
+static pid_t parent_of(pid_t pid)
+{
+	char buf[512];
+	const char *f = stat_fields(pid, buf, sizeof buf);
 	int ppid = -1;
 	char state;
-	if (!end || sscanf(end + 1, " %c %d", &state, &ppid) != 2)
+	if (!f || sscanf(f, " %c %d", &state, &ppid) != 2)
 		return -1;
 	return (pid_t)ppid;
 }
@@ -448,6 +459,25 @@ static int process_table(pid_t **pids, pid_t **parents)
 	return n;
 }
 
+/* root and every process below it now, parents before children, into *out (freed by the caller); how many. */
+static int tree_of(pid_t root, pid_t **out)
+{
+	pid_t *pids, *parents;
+	int n = process_table(&pids, &parents);
+	pid_t *tree = ca_xcalloc((size_t)n + 1, sizeof *tree);
+	int ntree = 0;
+	tree[ntree++] = root;
+	/* Breadth first: each found process's children are appended after it. */
+	for (int at = 0; at < ntree; at++)
+		for (int i = 0; i < n; i++)
+			if (parents[i] == tree[at] && pids[i] != root && ntree <= n)
+				tree[ntree++] = pids[i];
+	free(pids);
+	free(parents);
+	*out = tree;
+	return ntree;
+}
+
 int ca_proc_signal_tree(pid_t root, int sig)
 {
 	if (root <= 0)
@@ -455,23 +485,38 @@ int ca_proc_signal_tree(pid_t root, int sig)
 	int total = 0;
 	for (int pass = 0; pass < 2; pass++) {
 		total = 0;
-		pid_t *pids, *parents;
-		int n = process_table(&pids, &parents);
-		pid_t *tree = ca_xcalloc((size_t)n + 1, sizeof *tree);
-		int ntree = 0;
-		tree[ntree++] = root;
-		/* Breadth first: each found process's children are appended after it. */
-		for (int at = 0; at < ntree; at++)
-			for (int i = 0; i < n; i++)
-				if (parents[i] == tree[at] && pids[i] != root && ntree <= n)
-					tree[ntree++] = pids[i];
+		pid_t *tree;
+		int ntree = tree_of(root, &tree);
 		for (int i = 0; i < ntree; i++)
 			total += kill(tree[i], sig) == 0;
 		free(tree);
-		free(pids);
-		free(parents);
 	}
 	return total;
+}
+
+int ca_proc_tree_usage(pid_t root, struct ca_proc_usage *u)
+{
+	*u = (struct ca_proc_usage){0, 0, 0};
+	if (root <= 0)
+		return -1;
+	pid_t *tree;
+	int ntree = tree_of(root, &tree), seen = 0;
+	double tick = (double)sysconf(_SC_CLK_TCK);
+	for (int i = 0; i < ntree; i++) {
+		char buf[1024];
+		const char *f = stat_fields(tree[i], buf, sizeof buf);
+		unsigned long long minflt, majflt, utime, stime;
+		/* state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime */
+		if (!f || sscanf(f, " %*c %*d %*d %*d %*d %*d %*u %llu %*u %llu %*u %llu %llu",
+				&minflt, &majflt, &utime, &stime) != 4)
+			continue;
+		u->minflt += (long long)minflt;
+		u->majflt += (long long)majflt;
+		u->cpu_s += (double)(utime + stime) / (tick > 0 ? tick : 100);
+		seen++;
+	}
+	free(tree);
+	return seen ? 0 : -1;
 }
 
 void ca_proc_kill(struct ca_proc *p, int sig)

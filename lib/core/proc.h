@@ -106,6 +106,15 @@ void ca_proc_kill(struct ca_proc *p, int sig);
  */
 int ca_proc_signal_tree(pid_t root, int sig);
 
+/* What root and the processes below it have used so far, summed (as ca_proc_signal_tree finds them). */
+struct ca_proc_usage {
+	long long minflt, majflt;  /* page faults: minor, and major (read from a disk) */
+	double cpu_s;              /* CPU seconds, user and system, in clock ticks */
+};
+
+/* Into *u; 0, or -1 when none of them could be read (u zero). */
+int ca_proc_tree_usage(pid_t root, struct ca_proc_usage *u);
+
 /* Start and finish; -1 (errno set) when it could not start. */
 int ca_proc_run(struct ca_proc *p);
 

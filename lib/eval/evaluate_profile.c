@@ -427,6 +427,8 @@ struct candidate_loop {
 	int clock_bad;
 	char clock_msg[512];
 	int retimed;                    /* how many times the loop was timed again */
+	struct ca_proc_usage used;      /* what the candidate's processes used in the loop's request (-v) */
+	double request_s;               /* and how long it took */
 };
 
 /* One timed loop of the candidate's; 0 with cl->reply, else -1 with the record failed. */
@@ -443,9 +445,18 @@ static int candidate_loop_run(struct job *j, struct candidate_loop *cl)
 		job_fail(j, placing_failed(errno, "the shipped inputs", why, sizeof why), why);
 		return -1;
 	}
+	/* For -v: whether a doubted loop's worker faulted pages in or ran short of CPU (two walks of /proc). */
+	struct ca_proc_usage before = {0, 0, 0}, after = {0, 0, 0};
+	if (cfg->verbose)
+		ca_proc_tree_usage(j->cand.run.co.proc.pid, &before);
 	timed_loop_begin(s);
+	double t0 = ca_proc_now();
 	int rc = candidate_call(j, req, cfg->timeout_s * 10, &cl->reply, &cl->ours);
+	cl->request_s = ca_proc_now() - t0;
 	timed_loop_end(s);
+	if (cfg->verbose)
+		ca_proc_tree_usage(j->cand.run.co.proc.pid, &after);
+	cl->used = (struct ca_proc_usage){after.minflt - before.minflt, after.majflt - before.majflt, after.cpu_s - before.cpu_s};
 	ship_unreveal(j);
 	if (rc != 0) {
 		if (jv_get_kind(cl->reply) == JV_KIND_OBJECT)
@@ -548,9 +559,11 @@ static void print_loop(const struct job *j, const struct candidate_loop *cl)
 	if (j->slot->cpu >= 0)
 		snprintf(cpu, sizeof cpu, "cpu %d", j->slot->cpu);
 	ca_err_warn("%s: timed loop %d on %s: reported %.1f us a call; our clock %.1f us a call beyond the reference's loop "
-		"(median), bound %.1f us; the reference's overhead a call %.1f us (call phase %.1f, inputs %.1f): %s",
+		"(median), bound %.1f us; the reference's overhead a call %.1f us (call phase %.1f, inputs %.1f); "
+		"the candidate's processes: %lld page faults (%lld major), %.0f ms of CPU in %.0f ms: %s",
 		j->id, cl->retimed + 1, cpu, median, cl->call_us, cl->bound_us, cl->overhead.call * 1e6, cl->overhead.ready * 1e6,
-		cl->overhead.inputs * 1e6, cl->clock_bad ? cl->clock_msg : "accepted");
+		cl->overhead.inputs * 1e6, cl->used.minflt, cl->used.majflt, cl->used.cpu_s * 1e3, cl->request_s * 1e3,
+		cl->clock_bad ? cl->clock_msg : "accepted");
 }
 
 /*

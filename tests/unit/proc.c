@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "proc.h"
@@ -293,6 +294,61 @@ static void test_signal_tree(void)
 	waitpid(child, NULL, 0);
 }
 
+static double cpu_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/*
+ * A child whose child touches 32 MiB and spins for 0.3 s of its CPU:
+ * the tree's page faults and CPU seconds grow by at least that much.
+ */
+static void test_tree_usage(void)
+{
+	int go[2], done[2];
+	CHECK(pipe(go) == 0 && pipe(done) == 0);
+	pid_t child = fork();
+	if (child == 0) {
+		pid_t g = fork();
+		if (g == 0) {
+			char c;
+			if (read(go[0], &c, 1) != 1)
+				_exit(1);
+			size_t n = 32u << 20;
+			volatile char *p = malloc(n);
+			for (size_t i = 0; p && i < n; i += 4096)
+				p[i] = 1;
+			double t0 = cpu_now();
+			while (cpu_now() - t0 < 0.3)
+				;
+			if (write(done[1], "x", 1) != 1)
+				_exit(1);
+			for (;;)
+				pause();
+		}
+		for (;;)
+			pause();
+	}
+	usleep(50000);
+	struct ca_proc_usage before, after;
+	CHECK(ca_proc_tree_usage(child, &before) == 0);
+	char c;
+	CHECK(write(go[1], "x", 1) == 1 && read(done[0], &c, 1) == 1);
+	CHECK(ca_proc_tree_usage(child, &after) == 0);
+	CHECK(after.minflt - before.minflt >= 4000);  /* 8192 pages, fewer with huge pages */
+	CHECK(after.cpu_s - before.cpu_s >= 0.25);    /* in clock ticks */
+	struct ca_proc_usage none;
+	CHECK(ca_proc_tree_usage(0, &none) == -1 && none.minflt == 0);
+	for (int i = 0; i < 2; i++) {
+		close(go[i]);
+		close(done[i]);
+	}
+	ca_proc_signal_tree(child, SIGKILL);
+	waitpid(child, NULL, 0);
+}
+
 int main(void)
 {
 	test_statuses();
@@ -301,6 +357,7 @@ int main(void)
 	test_env_cwd();
 	test_coproc();
 	test_signal_tree();
+	test_tree_usage();
 	if (failures) {
 		fprintf(stderr, "test-proc: %d checks failed\n", failures);
 		return 1;
