@@ -99,18 +99,18 @@ void ship_unreveal(const struct job *j)
 	}
 }
 
-/*
- * The timing request for a method (shipped input sets already written),
- * and, for the candidate's loop (mode "candidate"), the warm-up files
- * shipped to it now; ours set up to send the timed calls' seeds or files
- * live. NULL when a warm-up file cannot be put in place.
- */
 /* req (consumed) to run on the slot's CPU when it has one (see slot_pick_cpu). */
 jv with_cpu(const struct slot *s, jv req)
 {
 	return s->cpu >= 0 ? set_num(req, "cpu", s->cpu) : req;
 }
 
+/*
+ * The timing request for a method (shipped input sets already written),
+ * and, for the candidate's loop (mode "candidate"), the warm-up files
+ * shipped to it now; ours set up to send the timed calls' seeds or files
+ * live. NULL when a warm-up file cannot be put in place.
+ */
 jv time_request(struct job *j, const char *mode, const char *keep_prefix, jv keep, struct loop_clock *ours,
 		const unsigned long long *live)
 {

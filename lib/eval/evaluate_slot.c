@@ -178,9 +178,10 @@ void timed_loop_end(struct slot *s)
  * loop's own work around each call in the reference's process with the
  * candidate's in another, hundreds of microseconds of Python a call on a
  * GPU; on a shared host some CPUs run it far slower than others for
- * seconds (session 19, an H100 guest: 2 of 16 CPUs 1.4-1.75x slower), and
- * honest candidates whose worker sat on one failed as patched clocks. On
- * one CPU both are clocked alike. The fastest CPU now that no other slot
+ * seconds (session 19, an H100 guest: 2 of 16 CPUs 1.4-1.75x slower), so
+ * an honest candidate whose worker sat on one could look like a patched
+ * clock. On one CPU both are clocked alike (the doubts that remained on
+ * that guest are not the CPU's: bench/eval-h200.md). The fastest CPU now that no other slot
  * holds: the reference's overhead is then the least the machine gives,
  * and a candidate that moves its loop to another CPU gains nothing. On
  * the CPU device only with $CA_EVAL_CPU_PIN (tests): a CPU kernel's
