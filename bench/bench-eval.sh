@@ -162,7 +162,8 @@ if want flavours && fits 300 "builds per flavour"; then
 	t0=$(now); "$PY" "$ROOT/lib/py/ca_bench_cuda_agent.py" compile "$ADV/tasks/relu_mid.py" "$FA" "$WORK/ext-fl" >"$WORK/fl-anchor.json" 2>>"$OUTDIR/cuda-agent.err"; wa=$(since "$t0")
 	t0=$(now); ca-build --cache "$C" "$FA" >"$WORK/fl-b1.json"
 	# The header made in the background: ready (or failed) within 300 s.
-	i=0; while [ $i -lt 600 ] && ! ls "$C"/pch/*/torch.h.gch "$C"/pch/*.failed >/dev/null 2>&1; do sleep 0.5; i=$((i + 1)); done; wp=$(since "$t0")
+	pch_done() { for f in "$C"/pch/*/torch.h.gch "$C"/pch/*.failed; do [ -e "$f" ] && return 0; done; return 1; }
+	i=0; while [ $i -lt 600 ] && ! pch_done; do sleep 0.5; i=$((i + 1)); done; wp=$(since "$t0")
 	CA_BUILD_PCH=wait ca-build --cache "$WORK/cache-fl-wait" "$FA" >"$WORK/fl-b0.json"
 	echo "// a new candidate" >>"$FA/kernels/relu_binding.cpp"
 	ca-build --cache "$C" "$FA" >"$WORK/fl-b2.json"

@@ -7,8 +7,10 @@ crashed=0
 for t in "$@"; do
 	[ -f "$t" ] || continue
 	before=$(wc -l <"$results")
+	start=$(date +%s)
 	sh "$t"
 	after=$(wc -l <"$results")
+	echo "# $t: $(($(date +%s) - start)) s"
 	if [ "$before" -eq "$after" ]; then
 		echo "# $t: did not finish (no summary line)"
 		crashed=$((crashed + 1))
