@@ -122,13 +122,16 @@ elif ! ca-sandbox --show "$TORCH_INC" -- test -r "$TORCH_INC/torch/extension.h" 
 	skip 'ca-build with the light header' "torch's headers ($TORCH_INC) cannot be read inside ca-sandbox"
 else
 	BC=$TRASH_BASE/build-cache
+	# The header made, or known not to be makeable (each pattern alone: one
+	# ls of both fails while either is missing).
+	pch_done() { for f in "$BC"/pch/*/torch.h.gch "$BC"/pch/*.failed; do [ -e "$f" ] && return 0; done; return 1; }
 	# The first build starts torch's precompiled header in the background
 	# and compiles without it; the next one uses it.
 	expect_success 'ca-build, CUDA-Agent'"'"'s layout: every unit with the light header, and it loads; the header made meanwhile' '
 		agent ws "" && CA_BUILD_PCH= ca-build --cache "$BC" ws >b.json 2>err; cat err
 		jq -c "{ok, seconds, units, pch, light}" b.json | sed "s/^/# /" &&
 		jq -e ".ok and .light and .pch == false and .units.compiled == 2" b.json >/dev/null && loads b.json &&
-		i=0; while [ $i -lt 600 ] && ! ls "$BC"/pch/*/torch.h.gch "$BC"/pch/*.failed >/dev/null 2>&1; do sleep 0.5; i=$((i + 1)); done
+		i=0; while [ $i -lt 600 ] && ! pch_done; do sleep 0.5; i=$((i + 1)); done
 		say "# the header ready after another $((i / 2)) s" && ls "$BC"/pch/*/torch.h.gch >/dev/null &&
 		agent ws "    // a new binding" && ca-build --cache "$BC" ws >b2.json &&
 		jq -c "{ok, seconds, units, pch, light}" b2.json | sed "s/^/# /" &&
