@@ -268,3 +268,62 @@ int fresh_overhead(struct job *j, struct loop_overhead *overhead)
 	jv_free(eager);
 	return 0;
 }
+
+/*
+ * A candidate whose accepted median (candidate_us) is below a baseline is
+ * held to the reference timed again now, beside it, while it still looks
+ * faster, up to BASELINE_RETIMES loops: the record's eager_us (compile_us)
+ * becomes the lowest median, and so does the cache's, which so keeps the
+ * reference's quietest loop. One loop of either worker varies by a
+ * quarter from one process or moment to the next (the H100: the
+ * reference's own forward as a candidate at 41-46 us against a cached
+ * 52.9; this 2-core CPU: 0.2-4.5x), and a baseline first timed on a busy
+ * machine would pay every later candidate of its task a speedup it did
+ * not earn. The reference's best of up to three loops against the
+ * candidate's one: a tie goes to the reference. baseline_retimed names
+ * the modes timed again. 0, or -1 (the reference failed: recorded as an
+ * evaluator fault).
+ */
+#define BASELINE_RETIMES 2
+int confirm_baselines(struct job *j, double candidate_us)
+{
+	const struct ca_eval_config *cfg = j->slot->cfg;
+	const char *modes[] = {"eager", cfg->no_compile ? NULL : "compile"};
+	jv retimed = jv_array();
+	for (int m = 0; m < 2 && modes[m]; m++) {
+		char field[32], cv_field[32];
+		snprintf(field, sizeof field, "%s_us", modes[m]);
+		snprintf(cv_field, sizeof cv_field, "%s_cv", modes[m]);
+		double us = NAN;
+		ca_json_number(j->result, field, &us);
+		for (int again = 0; again < BASELINE_RETIMES && candidate_us < us; again++) {
+			jv v;
+			int cached = 0;
+			double median = NAN, cv = NAN;
+			if (baseline(j, modes[m], &v, &cached, 1) != 0) {
+				jv_free(retimed);
+				return -1;
+			}
+			if (!again)
+				retimed = jv_array_append(retimed, jv_string(modes[m]));
+			ca_json_number(v, "median_us", &median);
+			ca_json_number(v, "cv", &cv);
+			if (median < us) {
+				us = median;
+				j->result = set_num(j->result, field, median);
+				j->result = set_num(j->result, cv_field, cv);
+				if (!cfg->no_cache) {
+					char key[65];
+					baseline_key(j, modes[m], key);
+					baseline_store(key, v);
+				}
+			}
+			jv_free(v);
+		}
+	}
+	if (jv_array_length(jv_copy(retimed)) > 0)
+		j->result = jv_object_set(j->result, jv_string("baseline_retimed"), retimed);
+	else
+		jv_free(retimed);
+	return 0;
+}

@@ -291,6 +291,7 @@ int ship_write(struct job *j, unsigned long long seed, const char *path, jv *dig
 /* evaluate_baseline.c */
 int profile_baselines(struct job *j, struct loop_overhead *overhead);
 int fresh_overhead(struct job *j, struct loop_overhead *overhead);
+int confirm_baselines(struct job *j, double candidate_us);
 
 /* evaluate_stream.c: whether the slot's stream may still bring records (always for a server's). */
 int more_records(struct slot *s);
