@@ -35,7 +35,7 @@ for task in "$@"; do
 			[ $mode = fresh ] && rm -rf "$CA_CACHE/baselines"
 			ca-profile --verify --no-compile --allow-torch "$W/$task.nd" 2>"$W/e.txt" |
 				jq -c --arg t "$task" --arg m "$mode" '.profile | {task: $t, mode: $m, ok, eager_us, candidate_us,
-					speedup: (if .candidate_us then (.eager_us / .candidate_us * 1000 | round / 1000) else null end),
+					speedup: (if .candidate_us then (.eager_us / .candidate_us * 1000 | round / 1000) else null end), retimed: .baseline_retimed,
 					burst: .clock.burst, error: (.error // "" | .[0:120])}' | tee -a "$W/all.nd"
 			r=$((r + 1))
 		done
