@@ -269,6 +269,22 @@ int fresh_overhead(struct job *j, struct loop_overhead *overhead)
 	return 0;
 }
 
+#define BASELINE_RETIMES 2  /* the reference's loops again, at most, a baseline */
+
+/* Into the cache, unless another record (another slot or process) stored a lower one meanwhile. */
+static void store_if_lower(struct job *j, const char *mode, jv v, double median)
+{
+	char key[65];
+	double now = NAN;
+	baseline_key(j, mode, key);
+	jv old = baseline_load(key);
+	if (jv_is_valid(old))
+		ca_json_number(old, "median_us", &now);
+	jv_free(old);
+	if (!(now <= median))
+		baseline_store(key, v);
+}
+
 /*
  * A candidate whose accepted median (candidate_us) is below a baseline is
  * held to the reference timed again now, beside it, while it still looks
@@ -284,7 +300,6 @@ int fresh_overhead(struct job *j, struct loop_overhead *overhead)
  * the modes timed again. 0, or -1 (the reference failed: recorded as an
  * evaluator fault).
  */
-#define BASELINE_RETIMES 2
 int confirm_baselines(struct job *j, double candidate_us)
 {
 	const struct ca_eval_config *cfg = j->slot->cfg;
@@ -312,11 +327,8 @@ int confirm_baselines(struct job *j, double candidate_us)
 				us = median;
 				j->result = set_num(j->result, field, median);
 				j->result = set_num(j->result, cv_field, cv);
-				if (!cfg->no_cache) {
-					char key[65];
-					baseline_key(j, modes[m], key);
-					baseline_store(key, v);
-				}
+				if (!cfg->no_cache)
+					store_if_lower(j, modes[m], v, median);
 			}
 			jv_free(v);
 		}
