@@ -3,9 +3,10 @@
 # as the reference? (A speedup it did not earn would be rewarded.) On a GPU
 # machine: the task's own forward (torch.relu for relu_mid, the matmul) as a
 # KernelBench candidate (--allow-torch), each record its own `ca-profile
-# --verify` run, ROUNDS rounds with the task's baselines measured afresh and
-# ROUNDS with them cached. Prints eager_us, compile_us, candidate_us, the
-# speedups and the bursts of each record, then the speedups' range.
+# --verify --no-compile` run, ROUNDS rounds with the task's baselines
+# measured afresh and ROUNDS with them cached. Prints each record's eager_us,
+# candidate_us, speedup, baseline_retimed and bursts, then the speedups and
+# eager times of each task and mode together.
 #
 #   make all && sh bench/probe-same.sh [ROUNDS] [TASK ...]
 set -u
