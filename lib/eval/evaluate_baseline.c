@@ -177,11 +177,22 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached, int f
 		live[i] = fresh_seed();
 	jv req = time_request(j, mode, prefix, keep_indices(cfg, j->seed), &ours, live);
 	jv fault;
-	reference_loop_begin(j);
+	if (reference_loop_begin(j) != 0) {
+		jv_free(req);
+		free(live);
+		ship_unreveal(j);
+		loop_clock_free(&ours);
+		return -1;
+	}
 	int rc = worker_call(&s->reference, req, cfg->timeout_s * 10 + (strcmp(mode, "compile") ? 0 : 600), &reply, &fault, &ours);
-	reference_loop_end(j);
+	int idle = reference_loop_end(j, rc == 0 && ca_json_bool(reply, "ok") == 1);
 	free(live);
 	ship_unreveal(j);
+	if (idle != 0) {
+		jv_free(reply);
+		loop_clock_free(&ours);
+		return -1;
+	}
 	if (rc != 0) {
 		loop_clock_free(&ours);
 		reference_failed(j, fault);

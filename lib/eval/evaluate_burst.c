@@ -127,17 +127,23 @@ static void burst_unship(const struct job *j, int n)
 static int burst_run(struct job *j, jv req, int cand, double *secs, jv *reply)
 {
 	double timeout = j->slot->cfg->timeout_s * 10;
-	if (cand)
+	*reply = jv_invalid();
+	if (cand) {
 		timed_loop_begin(j->slot);
-	else
-		reference_loop_begin(j);
+	} else if (reference_loop_begin(j) != 0) {
+		jv_free(req);
+		return -1;
+	}
 	double t0 = ca_proc_now();
 	int rc = cand ? candidate_call(j, req, timeout, reply, NULL) : reference_call(j, req, timeout, reply);
 	*secs = ca_proc_now() - t0;
-	if (cand)
+	if (cand) {
 		timed_loop_end(j->slot);
-	else
-		reference_loop_end(j);
+	} else if (reference_loop_end(j, rc == 0) != 0) {
+		jv_free(*reply);
+		*reply = jv_invalid();
+		return -1;
+	}
 	return rc;
 }
 

@@ -22,7 +22,8 @@
  *   evaluate_baseline.c the reference's eager and torch.compile loops
  *                       (cached per task, GPU, torch version and method);
  *   evaluate_clock.c    our own clock around a worker's timed loop, and its
- *                       verdict on the time the worker reports.
+ *                       verdict on the time the worker reports;
+ *   evaluate_idle.c     the GPU idle around the reference's timed loops.
  * Underneath: evaluate_slot.c (a slot: its GPU, lock, temporary root, the
  * reference worker and spare candidates; quiet loops), evaluate_worker.c
  * (a worker process, lib/py/ca_runner.py, over lib/runner's line protocol),
@@ -66,6 +67,8 @@ struct worker {
 	char **argv;
 	char **env;
 	double limit_s;          /* of the request in flight, for messages */
+	int hold;                /* stopped between requests (a candidate, from its load on) */
+	int held;                /* stopped now */
 };
 
 struct ca_pool;
@@ -206,7 +209,6 @@ int worker_ready(struct worker *w, double timeout_s, jv *fault);
 int worker_send(struct worker *w, jv req, jv *fault);
 int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, struct loop_clock *ours);
 int worker_call(struct worker *w, jv req, double timeout_s, jv *reply, jv *fault, struct loop_clock *ours);
-void worker_pause(struct worker *w, int pause);
 void worker_stop(struct worker *w, double grace);
 void worker_abandon(struct worker *w);
 
@@ -264,14 +266,16 @@ void job_fail(struct job *j, const char *stage, const char *error);
 void job_fault(struct job *j, jv fault, const char *prefix);
 void reference_failed(struct job *j, jv why);
 int reference_call(struct job *j, jv req, double timeout, jv *reply);
-void reference_loop_begin(struct job *j);
-void reference_loop_end(struct job *j);
 int reference_recv(struct job *j, double timeout, jv *reply);
 int candidate_call(struct job *j, jv req, double timeout, jv *reply, struct loop_clock *ours);
 unsigned long long fresh_seed(void);
 void ext_save(struct job *j);
 double kernel_sum_us(jv kernels);
 jv top_kernels(jv kernels, int top, int *nbad, jv *bad_names);
+
+/* evaluate_idle.c: around a timed loop of the reference's, the GPU idle. */
+int reference_loop_begin(struct job *j);
+int reference_loop_end(struct job *j, int ran);
 
 /* evaluate_verify.c */
 void do_verify(struct job *j);

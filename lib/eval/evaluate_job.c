@@ -118,25 +118,6 @@ int reference_call(struct job *j, jv req, double timeout, jv *reply)
 	return reference_recv(j, timeout, reply);
 }
 
-/*
- * Around a timed loop of the reference's: the GPU quiet and ours
- * (timed_loop_begin), and the record's candidate stopped, all of its
- * processes, so that it cannot slow the reference from beside it (an
- * inflated baseline is a speedup it did not earn, and the cache keeps it
- * for every later candidate of the task). It is idle between requests.
- */
-void reference_loop_begin(struct job *j)
-{
-	timed_loop_begin(j->slot);
-	worker_pause(&j->cand, 1);
-}
-
-void reference_loop_end(struct job *j)
-{
-	worker_pause(&j->cand, 0);
-	timed_loop_end(j->slot);
-}
-
 int candidate_call(struct job *j, jv req, double timeout, jv *reply, struct loop_clock *ours)
 {
 	jv fault;
@@ -432,6 +413,7 @@ static int job_load_candidate(struct job *j, const char *weights, const char *in
 		req = set_str(req, "ext_key", j->ext_key);
 	}
 	/* Not under the lock: a candidate's import may build for minutes (load_inline). */
+	j->cand.hold = 1;
 	if (candidate_call(j, req, cfg->load_timeout_s, &reply, NULL) != 0) {
 		if (jv_get_kind(reply) == JV_KIND_OBJECT)
 			jv_free(reply);

@@ -121,6 +121,24 @@ static jv fault_of(const char *stage, const char *error)
 }
 
 /*
+ * A candidate runs only while a request of ours is in flight: from its
+ * load on (hold), its whole process tree, its sandbox and whatever it
+ * forked, is stopped when its reply is in and continued when the next
+ * request goes. An idle candidate cannot run work of its own beside a
+ * timed loop, the reference's (an inflated baseline is a speedup it did
+ * not earn, and the cache keeps it for every later candidate of the
+ * task) nor another slot's, of this process or another. (What it queued
+ * on the GPU before it is stopped runs on: see evaluate_idle.c.)
+ */
+static void worker_hold(struct worker *w, int stop)
+{
+	if (w->hold && w->run.running && w->held != stop) {
+		ca_proc_signal_tree(w->run.co.proc.pid, stop ? SIGSTOP : SIGCONT);
+		w->held = stop;
+	}
+}
+
+/*
  * Stop a worker: asked to exit, given grace seconds, then killed; with
  * grace 0 killed at once (nothing of a worker's is kept but its replies,
  * and a Python process tearing down CUDA takes tenths of a second).
@@ -129,6 +147,7 @@ void worker_stop(struct worker *w, double grace)
 {
 	if (w->run.running) {
 		quiet_done(w->run.co.proc.out, w->run.co.proc.pid);
+		worker_hold(w, 0);
 		if (grace > 0) {
 			ca_coproc_write(&w->run.co, "{\"op\":\"exit\"}", 13);
 			ca_runner_close(&w->run, grace);
@@ -140,6 +159,7 @@ void worker_stop(struct worker *w, double grace)
 	free_strv(w->argv);
 	free_strv(w->env);
 	w->argv = w->env = NULL;
+	w->hold = w->held = 0;
 }
 
 /*
@@ -205,6 +225,7 @@ int worker_send(struct worker *w, jv req, jv *fault)
 		*fault = fault_of("crash", "worker is not running");
 		return -1;
 	}
+	worker_hold(w, 0);
 	return ca_runner_send(&w->run, req) == CA_RUNNER_OK ? 0 : worker_gone(w, fault);
 }
 
@@ -305,6 +326,7 @@ int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, struct 
 		jv timing = ca_json_get(v, "timing");
 		if (jv_get_kind(timing) != JV_KIND_STRING) {
 			jv_free(timing);
+			worker_hold(w, 1);
 			*reply = v;
 			return 0;
 		}
@@ -414,17 +436,6 @@ int worker_start(struct slot *s, struct worker *w, int candidate, jv *fault)
 	}
 	quiet_started(w->run.co.proc.out, w->run.co.proc.pid, s->gpu);
 	return 0;
-}
-
-/*
- * Stop (pause 1) or continue (pause 0) a worker's whole process tree, its
- * sandbox and whatever it forked: while the reference is timed, an idle
- * candidate cannot run work of its own beside it.
- */
-void worker_pause(struct worker *w, int pause)
-{
-	if (w->run.running)
-		ca_proc_signal_tree(w->run.co.proc.pid, pause ? SIGSTOP : SIGCONT);
 }
 
 /* Wait for the ready line of a started worker. */

@@ -157,6 +157,15 @@ Requests (paths are files; tensor files are described in lib/eval/tensor.h):
       reference: draw the inputs under each seed, one set at a time, as
       "time" and "inputs" do, without running the model. Reply adds
       "digests" (one per seed) and "gen".
+  {"op": "idle", "wait_s": W}
+      reference, before and after each of its timed loops: whether the
+      GPU is idle, by the median host round trip of five one-element
+      kernels, each synchronized (tens of microseconds on an idle GPU;
+      while another process's work is queued the GPU shares itself out
+      between the contexts in time slices, and the round trip is the
+      slice). While busy it probes again every 10 ms, for at most W
+      seconds. Reply adds "idle" (the last probe under IDLE_PROBE_US),
+      "waited_s" and "probe_us" (the last probe). On the CPU idle, at once.
   {"op": "exit"}
       reply and exit 0.
 Any request may carry "cpu": C (ca-profile names it in "time" and
@@ -710,6 +719,7 @@ class Worker:
         # reference's when it first times (cached baselines never do).
         self._tracer = Tracer(device, early) if role == "candidate" else None
         self.flush_buffer = None
+        self._probe = None       # op_idle's one-element tensor
         if device == "cuda":
             global _ev_record, _ev_sync, _ev_elapsed
             _ev_record = torch.cuda.Event.record
@@ -1318,6 +1328,31 @@ class Worker:
         self.sync()
         return {k["name"]: (k["calls"], k["total_us"]) for k in self.tracer.stop() or []}
 
+    def op_idle(self, req):
+        wait = float(req.get("wait_s") or 0)
+        if self.device != "cuda":
+            return {"idle": True, "waited_s": 0.0, "probe_us": 0.0}
+        if self._probe is None:
+            self._probe = self.torch.zeros(1, device=self.dev)
+        start = _perf()
+        while True:
+            us = self._probe_us()
+            waited = _perf() - start
+            if us <= IDLE_PROBE_US or waited >= wait:
+                return {"idle": us <= IDLE_PROBE_US, "waited_s": waited, "probe_us": us}
+            time.sleep(0.01)
+
+    def _probe_us(self):
+        """The median host round trip of a one-element kernel, synchronized."""
+        self.sync()
+        samples = []
+        for _ in range(5):
+            h0 = _perf()
+            self._probe.add_(1)
+            self.sync()
+            samples.append((_perf() - h0) * 1e6)
+        return _median(samples)
+
     def _idle_sync_us(self):
         """What a device-wide synchronize costs the host when there is
         nothing to wait for: the part of a tail that is no work."""
@@ -1374,6 +1409,10 @@ _median = ca_clock.median
 # iterations' outputs, copied on the device); above it the checked calls
 # are the ones named before the loop.
 RETAIN_BYTES = 4 << 30
+# op_idle: a probe's median round trip above this, the GPU is busy with
+# work of another context (measured in bench/probe-linger.sh: idle, and
+# beside another process's queued kernels).
+IDLE_PROBE_US = 200.0
 
 
 # ---------------------------------------------------------------- robustness inputs
@@ -2011,7 +2050,7 @@ def main():
             _warm_robust("cuda")
     ops = {"task": worker.op_task, "inputs": worker.op_inputs, "candidate": worker.op_candidate,
            "run": worker.op_run, "time": worker.op_time, "digests": worker.op_digests,
-           "resize": worker.op_resize, "burst": worker.op_burst}
+           "resize": worker.op_resize, "burst": worker.op_burst, "idle": worker.op_idle}
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -2030,7 +2069,7 @@ def main():
         if fn is None:
             _send({"ok": False, "stage": "protocol", "error": "unknown op %r" % op})
             continue
-        if args.role == "candidate" and op in ("task", "inputs", "digests"):
+        if args.role == "candidate" and op in ("task", "inputs", "digests", "idle"):
             _send({"ok": False, "stage": "protocol", "error": "op %r is for the reference role" % op})
             continue
         pinned = _pin(req.get("cpu"))

@@ -105,7 +105,7 @@ expect_success 'nothing was written outside the sandbox' '
 
 # Three slots here too: their timed loops take the GPU's lock in turn.
 expect_success 'ca-profile times the verified candidates; cheats in timing are caught' '
-	jq -c "select(.verify.ok)" "$LOG/verified.ndjson" >"$TRASH_BASE/ok.ndjson" &&
+	jq -c "select(.verify.ok and .id != \"cheat/gpu_spin\")" "$LOG/verified.ndjson" >"$TRASH_BASE/ok.ndjson" &&
 	ca-profile -v -u --gpus 0,0,0 --timeout 30 --iters 20 --no-compile ${CA_EVAL_OPTS:-} <"$TRASH_BASE/ok.ndjson" >"$LOG/profiled.ndjson" 2>"$LOG/profile.err"
 	test $? -le 1 &&
 	test "$(wc -l <"$TRASH_BASE/ok.ndjson")" -eq "$(wc -l <"$LOG/profiled.ndjson")" &&
@@ -162,11 +162,26 @@ expect_success 'clocks patched 2.5x and 1.5x are caught by the bursts; honest ca
 		all(.clock.burst.calls >= 4 and .clock.burst.min_reported_us <= .candidate_us)" "$LOG/profiled.ndjson" >/dev/null
 '
 
+# GPU work a candidate leaves queued behind its replies runs on while its
+# processes are stopped: the reference waits for the GPU to be idle before
+# each timed loop of its own (gpu_linger's 1.5 s kernels), and a
+# candidate whose work outlasts the wait is killed and fails (gpu_spin's
+# 120 s, alone: its neighbours' loops would wait for it too).
+expect_success 'GPU work left queued behind a reply does not slow the reference; work that outlasts the wait fails' '
+	jq -c "select(.id == \"cheat/gpu_linger\") | .profile | {ok, eager_us, candidate_us, gpu_wait_s, stage, error}" "$LOG/profiled.ndjson" | cut -c1-300 | sed "s/^/# /"
+	jq -e -s "map(select(.id == \"cheat/gpu_linger\"))[0].profile | .ok and .eager_us / .candidate_us < 1.3" "$LOG/profiled.ndjson" >/dev/null &&
+	jq -c "select(.id == \"cheat/gpu_spin\" and .verify.ok)" "$LOG/verified.ndjson" >"$TRASH_BASE/spin.ndjson" &&
+	test "$(wc -l <"$TRASH_BASE/spin.ndjson")" -eq 1 &&
+	ca-profile -v -u --timeout 30 --iters 20 --no-compile ${CA_EVAL_OPTS:-} <"$TRASH_BASE/spin.ndjson" >"$LOG/profiled-spin.ndjson" 2>"$LOG/profile-spin.err"
+	jq -c ".profile | {ok, stage, gpu_wait_s, error}" "$LOG/profiled-spin.ndjson" | cut -c1-300 | sed "s/^/# /"
+	jq -e ".profile | (.ok | not) and .stage == \"timing\" and (.error | test(\"ran on for more than\"))" "$LOG/profiled-spin.ndjson" >/dev/null
+'
+
 # The reward follows the whole verdict: a cheat caught at any stage, by
 # verify or by the profile, earns -1 whatever times its record holds, and
 # no profile that failed leaves a time where the reward reads one.
 expect_success 'every cheat caught by verify or the profile gets reward -1 (the reward gate)' '
-	{ jq -c "select(.verify.ok != true)" "$LOG/verified.ndjson"; cat "$LOG/profiled.ndjson"; } |
+	{ jq -c "select(.verify.ok != true)" "$LOG/verified.ndjson"; cat "$LOG/profiled.ndjson"; cat "$LOG/profiled-spin.ndjson" 2>/dev/null; } |
 		ca-reward --threshold 0.05 >"$LOG/rewarded.ndjson" 2>"$LOG/reward.err"
 	jq -r "[.id, (.verify | if .ok then \"ok\" else .stage end), (.profile // {} | if .ok then \"ok\" else .stage end), .reward.value] | @tsv" \
 		"$LOG/rewarded.ndjson" | sed "s/^/# /"
