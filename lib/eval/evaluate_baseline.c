@@ -144,6 +144,48 @@ static void baseline_key(const struct job *j, const char *mode, char key[65])
 	free(torch);
 }
 
+/* One loop of the reference's by mode: its request, our clock around it. */
+struct baseline_loop {
+	const char *mode;
+	char prefix[PATHLEN];
+	struct loop_clock ours;
+};
+
+static int baseline_run(struct job *j, void *arg, jv *reply)
+{
+	struct baseline_loop *b = arg;
+	const struct ca_eval_config *cfg = j->slot->cfg;
+	loop_clock_free(&b->ours);
+	b->ours = (struct loop_clock){0};
+	b->ours.want = cfg->keep;
+	b->ours.iters = cfg->iters;
+	/*
+	 * Its timed calls' seeds (or shipped files) sent live as the
+	 * candidate's are, so the round trip is in the overhead our clock
+	 * subtracts; seeds of its own (the reference's loop is not checked
+	 * against digests), the candidate's files.
+	 */
+	unsigned long long *live = ca_xcalloc((size_t)cfg->iters + 1, sizeof *live);
+	for (int i = 0; i < cfg->iters; i++)
+		live[i] = fresh_seed();
+	jv req = time_request(j, b->mode, b->prefix, keep_indices(cfg, j->seed), &b->ours, live);
+	jv fault;
+	double timeout = cfg->timeout_s * 10 + (strcmp(b->mode, "compile") ? 0 : 600);
+	int rc = worker_call(&j->slot->reference, req, timeout, reply, &fault, &b->ours);
+	free(live);
+	ship_unreveal(j);
+	if (rc != 0) {
+		reference_failed(j, fault);
+		return -1;
+	}
+	if (ca_json_bool(*reply, "ok") != 1) {
+		reference_failed(j, *reply);
+		*reply = jv_invalid();
+		return -1;
+	}
+	return 0;
+}
+
 /* Time the reference by mode (eager/compile), from the cache when possible. */
 static int baseline(struct job *j, const char *mode, jv *out, int *cached, int fresh)
 {
@@ -160,51 +202,15 @@ static int baseline(struct job *j, const char *mode, jv *out, int *cached, int f
 			return 0;
 		}
 	}
-	char prefix[PATHLEN];
-	snprintf(prefix, sizeof prefix, "%s/kept-%s-", s->trusted, mode);
+	struct baseline_loop b = {.mode = mode};
+	snprintf(b.prefix, sizeof b.prefix, "%s/kept-%s-", s->trusted, mode);
 	jv reply;
-	struct loop_clock ours = {0};
-	ours.want = cfg->keep;
-	ours.iters = cfg->iters;
-	/*
-	 * Its timed calls' seeds (or shipped files) sent live as the
-	 * candidate's are, so the round trip is in the overhead our clock
-	 * subtracts; seeds of its own (the reference's loop is not checked
-	 * against digests), the candidate's files.
-	 */
-	unsigned long long *live = ca_xcalloc((size_t)cfg->iters + 1, sizeof *live);
-	for (int i = 0; i < cfg->iters; i++)
-		live[i] = fresh_seed();
-	jv req = time_request(j, mode, prefix, keep_indices(cfg, j->seed), &ours, live);
-	jv fault;
-	if (reference_loop_begin(j) != 0) {
-		jv_free(req);
-		free(live);
-		ship_unreveal(j);
-		loop_clock_free(&ours);
+	if (reference_loop(j, baseline_run, &b, &reply) != 0) {
+		loop_clock_free(&b.ours);
 		return -1;
 	}
-	int rc = worker_call(&s->reference, req, cfg->timeout_s * 10 + (strcmp(mode, "compile") ? 0 : 600), &reply, &fault, &ours);
-	int idle = reference_loop_end(j, rc == 0 && ca_json_bool(reply, "ok") == 1);
-	free(live);
-	ship_unreveal(j);
-	if (idle != 0) {
-		jv_free(reply);
-		loop_clock_free(&ours);
-		return -1;
-	}
-	if (rc != 0) {
-		loop_clock_free(&ours);
-		reference_failed(j, fault);
-		return -1;
-	}
-	if (ca_json_bool(reply, "ok") != 1) {
-		loop_clock_free(&ours);
-		reference_failed(j, reply);
-		return -1;
-	}
-	jv v = baseline_numbers(cfg, reply, &ours);
-	loop_clock_free(&ours);
+	jv v = baseline_numbers(cfg, reply, &b.ours);
+	loop_clock_free(&b.ours);
 	jv kl = ca_json_get(reply, "kernels");
 	int nbad = 0;
 	v = jv_object_set(v, jv_string("kernels"), top_kernels(kl, cfg->top, &nbad, NULL));

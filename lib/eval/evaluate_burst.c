@@ -123,27 +123,34 @@ static void burst_unship(const struct job *j, int n)
 	}
 }
 
-/* One role's burst (req consumed) on our clock: the seconds into *secs. 0, or -1 with the record failed. */
-static int burst_run(struct job *j, jv req, int cand, double *secs, jv *reply)
+/* The reference's burst (reference_loop's run): its request, timed on our clock. */
+struct ref_burst {
+	const unsigned long long *seeds;
+	int n;
+	double *secs;
+};
+
+static int ref_burst_run(struct job *j, void *arg, jv *reply)
 {
-	double timeout = j->slot->cfg->timeout_s * 10;
-	*reply = jv_invalid();
-	if (cand) {
-		timed_loop_begin(j->slot);
-	} else if (reference_loop_begin(j) != 0) {
-		jv_free(req);
-		return -1;
-	}
+	struct ref_burst *b = arg;
 	double t0 = ca_proc_now();
-	int rc = cand ? candidate_call(j, req, timeout, reply, NULL) : reference_call(j, req, timeout, reply);
-	*secs = ca_proc_now() - t0;
-	if (cand) {
-		timed_loop_end(j->slot);
-	} else if (reference_loop_end(j, rc == 0) != 0) {
-		jv_free(*reply);
-		*reply = jv_invalid();
-		return -1;
+	int rc = reference_call(j, burst_request(j, b->seeds, b->n, 0), j->slot->cfg->timeout_s * 10, reply);
+	*b->secs = ca_proc_now() - t0;
+	return rc;
+}
+
+/* One role's burst on our clock: the seconds into *secs. 0, or -1 with the record failed. */
+static int burst_run(struct job *j, const unsigned long long *seeds, int n, int cand, double *secs, jv *reply)
+{
+	if (!cand) {
+		struct ref_burst b = {seeds, n, secs};
+		return reference_loop(j, ref_burst_run, &b, reply);
 	}
+	timed_loop_begin(j->slot);
+	double t0 = ca_proc_now();
+	int rc = candidate_call(j, burst_request(j, seeds, n, 1), j->slot->cfg->timeout_s * 10, reply, NULL);
+	*secs = ca_proc_now() - t0;
+	timed_loop_end(j->slot);
 	return rc;
 }
 
@@ -223,9 +230,9 @@ int burst_time(struct job *j, const struct loop_overhead *ref, struct burst *b)
 		jv rr = jv_invalid(), cr = jv_invalid();
 		/* The reference first in even rounds, the candidate in odd: neither always follows an idle moment. */
 		int first = r % 2;
-		rc = burst_run(j, burst_request(j, seeds, n, first), first, first ? &cs : &rs, first ? &cr : &rr);
+		rc = burst_run(j, seeds, n, first, first ? &cs : &rs, first ? &cr : &rr);
 		if (rc == 0)
-			rc = burst_run(j, burst_request(j, seeds, n, !first), !first, first ? &rs : &cs, first ? &rr : &cr);
+			rc = burst_run(j, seeds, n, !first, first ? &rs : &cs, first ? &rr : &cr);
 		if (rc == 0)
 			rc = burst_agrees(j, rr, cr, written, n);
 		if (jv_is_valid(rr))

@@ -18,7 +18,7 @@
  * "gpu"): a loop timed beside it would be no baseline. After the loop a
  * probe that does not wait: busy then, work came during the loop (another
  * process's, or a candidate loading beside it: loads are not under the
- * lock) and the loop is not kept (stage "gpu").
+ * lock), and the loop is run once more, then not kept (stage "gpu").
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,46 +94,52 @@ static int idle_before(struct job *j)
 	return -1;
 }
 
-/* After the loop: 0 with the GPU still idle, else -1 with the record failed. */
-static int idle_after(struct job *j)
+/* After the loop: 1 when the GPU is idle still, 0 when not, -1 with the record failed. */
+static int idle_after(struct job *j, double *probe_us)
 {
-	struct probe p;
-	if (j->slot->gpu < 0 || !(idle_wait_s() > 0))
-		return 0;
-	if (probe_gpu(j, 0, &p) != 0)
+	struct probe p = {1, 0, 0};
+	if (j->slot->gpu >= 0 && idle_wait_s() > 0 && probe_gpu(j, 0, &p) != 0)
 		return -1;
-	if (p.idle)
-		return 0;
-	char msg[256];
-	snprintf(msg, sizeof msg, "other work came to the GPU while the reference was timed (a kernel's round trip "
-		"after its loop: %.0f us): its loop is not kept", p.probe_us);
-	job_fail(j, "gpu", msg);
-	return -1;
+	*probe_us = p.probe_us;
+	return p.idle;
 }
 
 /*
- * Around a timed loop of the reference's: the GPU quiet and ours
- * (timed_loop_begin), the candidate stopped (as it is between requests)
- * and the GPU idle. 0, or -1 with the record failed and the loop not to
- * be run (the lock given back).
+ * One timed loop of the reference's, run (its request sent and its reply
+ * into *reply: 0, or -1 with the record failed), with the GPU quiet and
+ * ours (timed_loop_begin), the candidate stopped (as it is between
+ * requests) and the GPU idle before and after. A loop that other work
+ * came beside is run once more (a candidate of another slot loading, its
+ * weights going to the GPU, is brief); beside other work again, the
+ * record fails (stage "gpu"). 0 with *reply, or -1 with the record failed.
  */
-int reference_loop_begin(struct job *j)
+int reference_loop(struct job *j, int (*run)(struct job *j, void *arg, jv *reply), void *arg, jv *reply)
 {
-	timed_loop_begin(j->slot);
-	if (idle_before(j) == 0)
-		return 0;
-	timed_loop_end(j->slot);
-	return -1;
-}
-
-/*
- * The loop ran (ran: its reply was ok, else the record failed already):
- * 0 when nothing else came to the GPU meanwhile, else -1 with the record
- * failed, the loop's numbers not to be kept.
- */
-int reference_loop_end(struct job *j, int ran)
-{
-	int rc = ran ? idle_after(j) : 0;
-	timed_loop_end(j->slot);
-	return rc;
+	*reply = jv_invalid();
+	for (int attempt = 0;; attempt++) {
+		timed_loop_begin(j->slot);
+		if (idle_before(j) != 0) {
+			timed_loop_end(j->slot);
+			return -1;
+		}
+		double probe_us = 0;
+		int rc = run(j, arg, reply);
+		int idle = rc == 0 ? idle_after(j, &probe_us) : 1;
+		timed_loop_end(j->slot);
+		if (rc != 0)
+			return -1;
+		if (idle == 1)
+			return 0;
+		jv_free(*reply);
+		*reply = jv_invalid();
+		if (idle < 0)
+			return -1;
+		if (attempt == 1) {
+			char msg[256];
+			snprintf(msg, sizeof msg, "other work came to the GPU while the reference was timed, twice (a "
+				"kernel's round trip after its loop: %.0f us): its loops are not kept", probe_us);
+			job_fail(j, "gpu", msg);
+			return -1;
+		}
+	}
 }

@@ -274,8 +274,7 @@ double kernel_sum_us(jv kernels);
 jv top_kernels(jv kernels, int top, int *nbad, jv *bad_names);
 
 /* evaluate_idle.c: around a timed loop of the reference's, the GPU idle. */
-int reference_loop_begin(struct job *j);
-int reference_loop_end(struct job *j, int ran);
+int reference_loop(struct job *j, int (*run)(struct job *j, void *arg, jv *reply), void *arg, jv *reply);
 
 /* evaluate_verify.c */
 void do_verify(struct job *j);
