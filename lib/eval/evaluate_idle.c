@@ -15,7 +15,9 @@
  * go with it) and the GPU probed again: idle now, the work was the
  * candidate's and its record fails (stage "timing"); still busy, the work
  * is someone else's and the record is the evaluator's fault (stage
- * "gpu"): a loop timed beside it would be no baseline. After the loop a
+ * "gpu"): a loop timed beside it would be no baseline. While a candidate
+ * of another slot runs a request (a load), whose the work is cannot be
+ * told: the record's candidate is not blamed (stage "gpu"). After the loop a
  * probe that does not wait: busy then, work came during the loop (another
  * process's, or a candidate loading beside it: loads are not under the
  * lock), and the loop is run once more, then not kept (stage "gpu").
@@ -75,11 +77,19 @@ static int idle_before(struct job *j)
 		return -1;
 	if (p.idle)
 		return 0;
+	char msg[512];
+	int others = candidates_running(j->slot->gpu);
+	if (others > 0) {
+		/* A candidate of another slot is running (loading): whose the work is cannot be told. */
+		snprintf(msg, sizeof msg, "the GPU stayed busy for %g s while %d candidate(s) of other slots ran "
+			"(a kernel's round trip: %.0f us): not timed", wait, others, p.probe_us);
+		job_fail(j, "gpu", msg);
+		return -1;
+	}
 	worker_stop(&j->cand, 0);
 	double busy_us = p.probe_us;
 	if (probe_gpu(j, KILLED_WAIT_S, &p) != 0)
 		return -1;
-	char msg[512];
 	if (p.idle) {
 		snprintf(msg, sizeof msg, "its GPU work ran on for more than %g s after its processes were stopped "
 			"(a kernel's round trip beside it: %.0f us), and stopped when it was killed: the reference "

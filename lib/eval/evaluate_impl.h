@@ -31,9 +31,9 @@
  * evaluate_serve.c (ca-verify --serve and the commands that connect to it).
  *
  * Ownership: a record, its job and its workers belong to one slot's thread
- * at a time; the pool's queue, the quiet-loop table and the hash walk of
- * the extension cache are the only state threads share, each under its
- * own lock.
+ * at a time; the pool's queue, the quiet-loop table (with the count of
+ * candidates running by GPU) and the hash walk of the extension cache are
+ * the only state threads share, each under its own lock.
  */
 #ifndef CA_EVALUATE_IMPL_H
 #define CA_EVALUATE_IMPL_H
@@ -67,7 +67,8 @@ struct worker {
 	char **argv;
 	char **env;
 	double limit_s;          /* of the request in flight, for messages */
-	int hold;                /* stopped between requests (a candidate, from its load on) */
+	int gpu;                 /* its slot's, -1 for the CPU */
+	int hold;                /* stopped between requests (a candidate, from its load on: worker_hold_from_now) */
 	int held;                /* stopped now */
 };
 
@@ -209,6 +210,7 @@ int worker_ready(struct worker *w, double timeout_s, jv *fault);
 int worker_send(struct worker *w, jv req, jv *fault);
 int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, struct loop_clock *ours);
 int worker_call(struct worker *w, jv req, double timeout_s, jv *reply, jv *fault, struct loop_clock *ours);
+void worker_hold_from_now(struct worker *w);
 void worker_stop(struct worker *w, double grace);
 void worker_abandon(struct worker *w);
 
@@ -258,6 +260,8 @@ void slot_pick_cpu(struct slot *s);
 void quiet_before_start(int gpu);
 void quiet_started(int fd, pid_t pid, int gpu);
 void quiet_done(int fd, pid_t pid);
+void candidates_running_add(int gpu, int d);
+int candidates_running(int gpu);
 
 /* evaluate_job.c: a record's job up to a loaded candidate, and what its steps share. */
 int job_prepare(struct job *j, jv record);

@@ -413,7 +413,7 @@ static int job_load_candidate(struct job *j, const char *weights, const char *in
 		req = set_str(req, "ext_key", j->ext_key);
 	}
 	/* Not under the lock: a candidate's import may build for minutes (load_inline). */
-	j->cand.hold = 1;
+	worker_hold_from_now(&j->cand);
 	if (candidate_call(j, req, cfg->load_timeout_s, &reply, NULL) != 0) {
 		if (jv_get_kind(reply) == JV_KIND_OBJECT)
 			jv_free(reply);

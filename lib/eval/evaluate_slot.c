@@ -159,6 +159,30 @@ static void quiet_loop_end(int gpu)
 	pthread_mutex_unlock(&quiet_mu);
 }
 
+/*
+ * The candidates running a request of ours now, by GPU (the others are
+ * stopped between requests: evaluate_worker.c). A GPU that stays busy
+ * past the reference's wait while a candidate of another slot runs (a
+ * load: loads are not under the GPU's lock) is not blamed on the
+ * record's own candidate (evaluate_idle.c).
+ */
+static int nrunning[1025];
+
+void candidates_running_add(int gpu, int d)
+{
+	pthread_mutex_lock(&quiet_mu);
+	nrunning[quiet_index(gpu)] += d;
+	pthread_mutex_unlock(&quiet_mu);
+}
+
+int candidates_running(int gpu)
+{
+	pthread_mutex_lock(&quiet_mu);
+	int n = nrunning[quiet_index(gpu)];
+	pthread_mutex_unlock(&quiet_mu);
+	return n;
+}
+
 /* Around every timed loop, the reference's and the candidate's: quiet, and the GPU to itself. */
 void timed_loop_begin(struct slot *s)
 {

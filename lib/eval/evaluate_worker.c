@@ -135,6 +135,17 @@ static void worker_hold(struct worker *w, int stop)
 	if (w->hold && w->run.running && w->held != stop) {
 		ca_proc_signal_tree(w->run.co.proc.pid, stop ? SIGSTOP : SIGCONT);
 		w->held = stop;
+		candidates_running_add(w->gpu, stop ? -1 : 1);
+	}
+}
+
+/* A candidate about to be sent its load: held between requests from now on. */
+void worker_hold_from_now(struct worker *w)
+{
+	if (!w->hold) {
+		w->hold = 1;
+		w->held = 0;
+		candidates_running_add(w->gpu, 1);
 	}
 }
 
@@ -159,6 +170,8 @@ void worker_stop(struct worker *w, double grace)
 	free_strv(w->argv);
 	free_strv(w->env);
 	w->argv = w->env = NULL;
+	if (w->hold && !w->held)
+		candidates_running_add(w->gpu, -1);
 	w->hold = w->held = 0;
 }
 
@@ -413,6 +426,8 @@ int worker_start(struct slot *s, struct worker *w, int candidate, jv *fault)
 {
 	char buf[PATHLEN + 64];
 	quiet_before_start(s->gpu);
+	w->gpu = s->gpu;
+	w->hold = w->held = 0;
 	w->env = make_env(s, candidate);
 	w->argv = NULL;
 	ca_runner_init(&w->run);
