@@ -40,6 +40,12 @@ static double idle_wait_s(void)
 	return env && *env ? strtod(env, NULL) : 10;
 }
 
+/* Whether the reference's loops are probed at all: on a GPU, with a wait. */
+static int probing(const struct job *j)
+{
+	return j->slot->gpu >= 0 && idle_wait_s() > 0;
+}
+
 struct probe {
 	int idle;
 	double waited_s, probe_us;
@@ -71,7 +77,7 @@ static int idle_before(struct job *j)
 {
 	double wait = idle_wait_s();
 	struct probe p;
-	if (j->slot->gpu < 0 || !(wait > 0))
+	if (!probing(j))
 		return 0;
 	if (probe_gpu(j, wait, &p) != 0)
 		return -1;
@@ -108,7 +114,7 @@ static int idle_before(struct job *j)
 static int idle_after(struct job *j, double *probe_us)
 {
 	struct probe p = {1, 0, 0};
-	if (j->slot->gpu >= 0 && idle_wait_s() > 0 && probe_gpu(j, 0, &p) != 0)
+	if (probing(j) && probe_gpu(j, 0, &p) != 0)
 		return -1;
 	*probe_us = p.probe_us;
 	return p.idle;

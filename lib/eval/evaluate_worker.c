@@ -158,8 +158,8 @@ void worker_stop(struct worker *w, double grace)
 {
 	if (w->run.running) {
 		quiet_done(w->run.co.proc.out, w->run.co.proc.pid);
-		worker_hold(w, 0);
 		if (grace > 0) {
+			worker_hold(w, 0);  /* to read its exit request; a kill needs no continue */
 			ca_coproc_write(&w->run.co, "{\"op\":\"exit\"}", 13);
 			ca_runner_close(&w->run, grace);
 		} else {

@@ -1410,8 +1410,9 @@ _median = ca_clock.median
 # are the ones named before the loop.
 RETAIN_BYTES = 4 << 30
 # op_idle: a probe's median round trip above this, the GPU is busy with
-# work of another context (measured in bench/probe-linger.sh: idle, and
-# beside another process's queued kernels).
+# work of another context. Not yet measured on a GPU (expected: tens of
+# microseconds idle, a time slice of milliseconds beside another context's
+# kernels); bench/probe-idle.py measures both.
 IDLE_PROBE_US = 200.0
 
 
