@@ -15,9 +15,9 @@
 #include "opt.h"
 
 static const char usage_text[] =
-	"usage: ca-build [-H] [--arch sm_NN] [--cache DIR] [--cpu S] [--flavour auto|ca|cuda-agent|kernelbench]\n"
+	"usage: ca-build [-H] [--arch sm_NN] [--cache DIR] [--cpu S] [--cxx CXX] [--flavour auto|ca|cuda-agent|kernelbench]\n"
 	"                [--fsize MB] [--mem MB] [--no-sandbox] [--time S] DIR\n"
-	"       ca-build --make-pch KEY [--arch sm_NN] [--cache DIR] [--no-sandbox]\n";
+	"       ca-build --make-pch KEY [--arch sm_NN] [--cache DIR] [--cxx CXX] [--no-sandbox]\n";
 
 static int valid_arch(const char *a)
 {
@@ -67,6 +67,7 @@ int main(int argc, char **argv)
 		{"arch", required_argument, NULL, 'a'},
 		{"cache", required_argument, NULL, 'c'},
 		{"cpu", required_argument, NULL, 'C'},
+		{"cxx", required_argument, NULL, 'x'},
 		{"flavour", required_argument, NULL, 'f'},
 		{"fsize", required_argument, NULL, 'F'},
 		{"help", no_argument, NULL, 'h'},
@@ -105,6 +106,7 @@ int main(int argc, char **argv)
 				ca_err_die(CA_EXIT_USAGE, "--make-pch: '%s': expected a key of 64 hex digits", optarg);
 			pch_key = optarg;
 			break;
+		case 'x': opt.cxx = optarg; break;
 		case 't': opt.time_s = ca_opt_double("--time", optarg, 0.001, 1 << 20); break;
 		default: ca_opt_common(c, usage_text);
 		}

@@ -124,18 +124,23 @@ else
 	BC=$TRASH_BASE/build-cache
 	# The header made, or known not to be makeable (each pattern alone: one
 	# ls of both fails while either is missing).
-	pch_done() { for f in "$BC"/pch/*/torch.h.gch "$BC"/pch/*.failed; do [ -e "$f" ] && return 0; done; return 1; }
+	pch_done() { for f in "$BC"/pch/*/torch.h.gch "$BC"/pch/*/torch.h.pch "$BC"/pch/*.failed; do [ -e "$f" ] && return 0; done; return 1; }
+	# The C++ units' compiler: clang++ where PATH has one (ca-build(1)).
+	CXX_WANT=g++
+	command -v clang++ >/dev/null 2>&1 && CXX_WANT=clang++
 	# The first build starts torch's precompiled header in the background
 	# and compiles without it; the next one uses it.
 	expect_success 'ca-build, CUDA-Agent'"'"'s layout: every unit with the light header, and it loads; the header made meanwhile' '
 		agent ws "" && CA_BUILD_PCH= ca-build --cache "$BC" ws >b.json 2>err; cat err
-		jq -c "{ok, seconds, units, pch, light}" b.json | sed "s/^/# /" &&
-		jq -e ".ok and .light and .pch == false and .units.compiled == 2" b.json >/dev/null && loads b.json &&
+		jq -c "{ok, seconds, units, pch, light, cxx}" b.json | sed "s/^/# /" &&
+		jq -e --arg cxx "$CXX_WANT" ".ok and .light and .pch == false and .units.compiled == 2 and .cxx == \$cxx" b.json >/dev/null &&
+		loads b.json &&
 		i=0; while [ $i -lt 600 ] && ! pch_done; do sleep 0.5; i=$((i + 1)); done
-		say "# the header ready after another $((i / 2)) s" && ls "$BC"/pch/*/torch.h.gch >/dev/null &&
+		say "# the header ready after another $((i / 2)) s" && ls "$BC"/pch/*/torch.h.?ch >/dev/null &&
 		agent ws "    // a new binding" && ca-build --cache "$BC" ws >b2.json &&
-		jq -c "{ok, seconds, units, pch, light}" b2.json | sed "s/^/# /" &&
-		jq -e ".ok and .light and .pch and .units == {compiled: 1, cached: 1}" b2.json >/dev/null && loads b2.json
+		jq -c "{ok, seconds, units, pch, light, cxx}" b2.json | sed "s/^/# /" &&
+		jq -e --arg cxx "$CXX_WANT" ".ok and .light and .pch and .units == {compiled: 1, cached: 1} and .cxx == \$cxx" b2.json >/dev/null &&
+		loads b2.json
 	'
 	expect_success 'ca-build: a binding that needs the C++ frontend is built again with torch'"'"'s header' '
 		agent ws "    torch::optim::SGDOptions unused(0.1);" && ca-build --cache "$BC" ws >b.json 2>err; cat err
@@ -144,8 +149,24 @@ else
 	'
 	expect_status 1 'ca-build: a compile error is the full build'"'"'s, cached as the candidate'"'"'s' '
 		agent ws "    q[0] = not_declared_here;" && ca-build --cache "$BC" ws >b.json; s=$?
-		jq -e ".ok == false and .transient == false and .light == false and (.log | test(\"not_declared_here\"))" b.json >/dev/null &&
+		jq -e ".ok == false and .transient == false and .light == false and .cxx == \"g++\" and (.log | test(\"not_declared_here\"))" b.json >/dev/null &&
 		ca-build --cache "$BC" ws >again.json; jq -e ".cached and .ok == false" again.json >/dev/null && exit $s
+	'
+	# g++ warns of a narrowing from a value not constant in braces; clang refuses it.
+	expect_success 'ca-build: a binding only g++ compiles is built again with g++, and loads' '
+		agent ws "    int narrow{x.numel()}; (void)narrow;" && ca-build --cache "$BC" ws >b.json 2>err; cat err
+		jq -c "{ok, units, pch, light, cxx}" b.json | sed "s/^/# /" &&
+		jq -e ".ok and .cxx == \"g++\"" b.json >/dev/null && loads b.json
+	'
+	expect_success 'CA_CXX=g++: g++ from the start (its own precompiled header)' '
+		agent ws "    // g++ asked for" && CA_CXX=g++ CA_BUILD_PCH=wait ca-build --cache "$BC" ws >b.json &&
+		jq -c "{ok, units, pch, light, cxx}" b.json | sed "s/^/# /" &&
+		jq -e ".ok and .light and .pch and .cxx == \"g++\"" b.json >/dev/null && loads b.json &&
+		ls "$BC"/pch/*/torch.h.gch >/dev/null
+	'
+	expect_status 2 'ca-build --cxx: a compiler not in PATH is a usage error' '
+		agent ws "" && ca-build --cache "$BC" --cxx no-such-c++ ws >b.json 2>err; s=$?
+		cat err; grep -qF "no-such-c++" err && exit $s
 	'
 fi
 test_done

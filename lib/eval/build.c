@@ -622,7 +622,7 @@ int run_steps(struct step *steps, size_t n, const char *build, const char *cache
 {
 	struct ca_proc *procs = ca_xcalloc(n, sizeof *procs);
 	char ***wrapped = ca_xcalloc(n, sizeof *wrapped);
-	int *fds = ca_xcalloc(n, sizeof *fds);
+	int *fds = ca_xcalloc(n, sizeof *fds), *ins = ca_xcalloc(n, sizeof *ins);
 	int first_bad = 0;
 	size_t started = 0, finished = 0;
 	struct ca_sandbox sb;
@@ -659,6 +659,11 @@ int run_steps(struct step *steps, size_t n, const char *build, const char *cache
 				procs[i].timeout_s = sb.time_s + 10;  /* the sandbox keeps the time; this is a backstop */
 			}
 			procs[i].in_mode = CA_PROC_NULL;
+			ins[i] = steps[i].input ? open(steps[i].input, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
+			if (ins[i] >= 0) {
+				procs[i].in_mode = CA_PROC_FD;
+				procs[i].in = ins[i];
+			}
 			procs[i].out_mode = fds[i] >= 0 ? CA_PROC_FD : CA_PROC_NULL;
 			procs[i].out = fds[i];
 			procs[i].err_mode = CA_PROC_TO_STDOUT;
@@ -675,6 +680,8 @@ int run_steps(struct step *steps, size_t n, const char *build, const char *cache
 			status = CA_PROC_TIMEOUT_STATUS;
 		if (fds[i] >= 0)
 			close(fds[i]);
+		if (ins[i] >= 0)
+			close(ins[i]);
 		if (status != 0 && !first_bad)
 			first_bad = status;
 	}
@@ -684,6 +691,7 @@ int run_steps(struct step *steps, size_t n, const char *build, const char *cache
 	free(wrapped);
 	free(procs);
 	free(fds);
+	free(ins);
 	argv_free(&shown);
 	return first_bad;
 }
@@ -702,6 +710,15 @@ int world_readable(const char *path)
 			return 0;
 	}
 	return stat(path, &st) == 0 && (st.st_mode & S_IROTH);
+}
+
+/* May the sandbox's user run the program at path (when it is another user: we are root and sandboxed)? */
+static int sandbox_can_run(const struct build *b, const char *path)
+{
+	struct stat st;
+	if (geteuid() != 0 || b->opt->no_sandbox)
+		return 1;
+	return world_readable(path) && stat(path, &st) == 0 && (st.st_mode & S_IXOTH);
 }
 
 /* Each string of array (consumed), prefixed, onto out. */
@@ -935,6 +952,56 @@ static int torch_args(struct build *b)
 	return 0;
 }
 
+/*
+ * The compiler of the cuda-agent flavour's C++ units, bindings (pybind11
+ * glue around torch's headers): opt->cxx, else CA_CXX, else clang++ where
+ * PATH has one the sandbox's user can run, else g++. clang keeps in the
+ * precompiled header the templates torch's headers instantiate, which g++
+ * instantiates again in every unit (build_pch.c): with the header made, a
+ * new binding takes clang about 2.8 s at -O1 where g++ takes 4.9-5.2 s
+ * (session 23, a 2-core CPU, CUDA-Agent's relu_binding.cpp). A build
+ * clang fails is built again with g++ (ca_build_workspace). clang's
+ * version joins the tools, so its objects and libraries have keys of
+ * their own. 0, or -1 when the compiler asked for is not there.
+ */
+static int choose_cxx(struct build *b)
+{
+	const char *want = b->opt->cxx ? b->opt->cxx : getenv("CA_CXX");
+	int asked = want && *want;
+	char *path;
+	if (asked)
+		path = strchr(want, '/') ? (access(want, X_OK) == 0 ? ca_xstrdup(want) : NULL) : find_in_path(want);
+	else
+		path = find_in_path("clang++");
+	if (asked && !path) {
+		set_result(b->res, 0, CA_EXIT_USAGE, "%s: '%s': no such compiler in PATH", b->opt->cxx ? "--cxx" : "CA_CXX", want);
+		return -1;
+	}
+	char *v = path && (asked || sandbox_can_run(b, path)) ? tool_version(b->cache, path) : NULL;
+	if (asked && !v) {
+		set_result(b->res, 0, CA_EXIT_SYSTEM, "%s --version failed", path);
+		free(path);
+		return -1;
+	}
+	b->clang = v && strstr(v, "clang version") != NULL;
+	if (!asked && !b->clang) {
+		free(path);
+		free(v);
+		b->cxx = ca_xstrdup("g++");
+		return 0;
+	}
+	b->cxx = path;
+	if (b->clang) {
+		size_t len = strlen(b->tools) + strlen(v) + 2;
+		char *tools = ca_xmalloc(len);
+		snprintf(tools, len, "%s\n%s", b->tools, v);
+		free(b->tools);
+		b->tools = tools;
+	}
+	free(v);
+	return 0;
+}
+
 /* The compilers, their versions and every flag. Paths in flags are relative to the build directory, so logs are too. */
 static int prepare_flags(struct build *b)
 {
@@ -964,6 +1031,8 @@ static int prepare_flags(struct build *b)
 			*slash = '\0';
 	}
 	int agent = strcmp(b->flavour, "cuda-agent") == 0;
+	if (agent && choose_cxx(b) != 0)
+		return -1;
 	b->libname = agent ? "cuda_extension.so" : "libkernels.so";
 	argv_add(&b->common, "-O3");
 	/* Recent torch headers require C++20; our own flavour stays at C++17 for the widest nvcc support. */
@@ -1063,10 +1132,10 @@ static int make_build_dir(struct build *b)
 	return 0;
 }
 
-/* The g++ command line of a unit of the cuda-agent flavour, without source and output. */
+/* The C++ command line (b->cxx) of a unit of the cuda-agent flavour, without source and output. */
 void cxx_command(struct build *b, struct argv_list *a)
 {
-	argv_add(a, "g++");
+	argv_add(a, "%s", b->cxx ? b->cxx : "g++");
 	argv_add(a, "-fPIC");
 	argv_append(a, &b->common);
 	/*
@@ -1075,7 +1144,9 @@ void cxx_command(struct build *b, struct argv_list *a)
 	 * generation of that glue (session 22, a new relu_binding.cpp with
 	 * the header made, on a 2-core CPU: 6.1-7.6 s at -O3, 4.9-5.2 s at
 	 * -O1); a call through it costs the same (about 0.1 us). The header
-	 * is made with the same command (build_pch.c), so it matches.
+	 * is made with the same command (build_pch.c), so it matches. clang
+	 * too: at -O0 its glue costs 0.6 us a call against -O1's 0.1 (session
+	 * 23, a pybind11 call with one tensor, CPU).
 	 */
 	if (!strcmp(b->flavour, "cuda-agent"))
 		argv_add(a, "-O1");
@@ -1118,12 +1189,11 @@ static void light_dir(struct build *b)
 static void through_ca_nvcc(struct build *b, struct step *s)
 {
 	char path[PATH_MAX];
-	struct stat st;
 	const char *parallel = getenv("CA_NVCC_PARALLEL");
 	snprintf(path, sizeof path, "%s/ca-nvcc", ca_paths_bindir());
 	if ((parallel && strcmp(parallel, "0") == 0) || access(path, X_OK) != 0 || strncmp(path, "/tmp/", 5) == 0)
 		return;
-	if (geteuid() == 0 && !b->opt->no_sandbox && !(world_readable(path) && stat(path, &st) == 0 && (st.st_mode & S_IXOTH)))
+	if (!sandbox_can_run(b, path))
 		return;
 	struct argv_list a = {0};
 	argv_add(&a, "env");
@@ -1168,6 +1238,7 @@ static void plan_steps(struct build *b)
 		} else {
 			cxx_command(b, &s->argv);
 			argv_add(&s->argv, "-c");
+			snprintf(b->res->cxx, sizeof b->res->cxx, "%s", b->clang ? "clang++" : "g++");
 		}
 		if (b->single) {
 			argv_add(&s->argv, "-o");
@@ -1214,8 +1285,7 @@ static void plan_steps(struct build *b)
 		if (want < 0)
 			want = want_pch(b);
 		if (want) {
-			argv_add(&s->argv, "-include");
-			argv_add(&s->argv, "ca-pch/torch.h");
+			pch_flags(b, &s->argv);
 			b->res->pch = 1;
 		}
 	}
@@ -1402,10 +1472,16 @@ static int build_once(struct build *b, char **full)
 	return status;
 }
 
-/* A failure that may be the light header's: a compiler's own error, not a limit, crash or missing tool. */
-static int light_may_fail(const struct build *b, int status, const char *full)
+/*
+ * A failure that may be clang's or the light header's alone: not a limit
+ * or a crash; a compiler's own error, or clang not run at all. g++ with
+ * torch's own header would answer as before either.
+ */
+static int may_fail_alone(const struct build *b, int status, const char *full)
 {
-	return b->res->light && status != 0 && !not_run(status) && !ca_build_failure_cause(status, full);
+	if (status == 0 || ca_build_failure_cause(status, full))
+		return 0;
+	return b->clang || (b->res->light && !not_run(status));
 }
 
 static void build_free(struct build *b)
@@ -1422,6 +1498,7 @@ static void build_free(struct build *b)
 	free(b->cache);
 	free(b->nvcc);
 	free(b->tools);
+	free(b->cxx);
 	free(b->pch);
 }
 
@@ -1462,12 +1539,16 @@ int ca_build_workspace(const char *dir, const struct ca_build_options *opt, stru
 	light_dir(&b);
 	char *full;
 	int status = build_once(&b, &full);
-	if (light_may_fail(&b, status, full)) {
-		/* A unit may need what the light header leaves out: built again with torch's, whose log is the answer. */
+	if (may_fail_alone(&b, status, full)) {
+		/* A unit may need what the light header leaves out, or g++: built again as before, whose log is the answer. */
 		free(full);
 		drop_steps(&b);
 		res->units_compiled = res->units_cached = res->pch = res->light = 0;
+		res->cxx[0] = '\0';
 		b.light[0] = '\0';
+		free(b.cxx);
+		b.cxx = ca_xstrdup("g++");
+		b.clang = 0;
 		status = build_once(&b, &full);
 	}
 	judge(&b, status, full);
@@ -1524,5 +1605,6 @@ jv ca_build_result_json(const struct ca_build_result *res)
 		jv_number(res->units_compiled)), jv_string("cached"), jv_number(res->units_cached)));
 	j = jv_object_set(j, jv_string("pch"), jv_bool(res->pch));
 	j = jv_object_set(j, jv_string("light"), jv_bool(res->light));
+	j = jv_object_set(j, jv_string("cxx"), res->cxx[0] ? jv_string(res->cxx) : jv_null());
 	return j;
 }

@@ -37,6 +37,7 @@ struct ca_build_options {
 	long long fsize_mb;    /* each file written, RLIMIT_FSIZE, and the private /tmp (CA_BUILD_FSIZE_MB) */
 	int jobs;              /* parallel compiler processes; 0: number of CPUs */
 	int no_sandbox;        /* 1: compile without ca-sandbox (trusted sources only; no limit but time_s) */
+	const char *cxx;       /* the cuda-agent flavour's C++ compiler: "clang++", "g++" or a path; NULL: CA_CXX, else clang++ where found, else g++ */
 };
 
 struct ca_build_result {
@@ -55,6 +56,7 @@ struct ca_build_result {
 	int units_cached;      /* compile units whose object came from the unit cache */
 	int pch;               /* 1: some unit was compiled with torch's precompiled header */
 	int light;             /* 1: built with ca's lighter torch/extension.h in front (cuda-agent; see ca-build(1)) */
+	char cxx[16];          /* the compiler of the C++ units: "clang++" or "g++" (cuda-agent; "" when none ran) */
 };
 
 /* Build (or find in the cache) the kernels of the workspace in dir. Returns res->status. */
@@ -73,7 +75,7 @@ int ca_build_make_pch(const char *key, const struct ca_build_options *opt, struc
 int ca_build_pch_lock(const struct ca_build_options *opt, const char *key, int wait);
 void ca_build_result_free(struct ca_build_result *res);
 
-/* {"ok","flavour","hash","cached","seconds","library","log","arch","transient","limit","units","pch","light"}. Borrows res. */
+/* {"ok","flavour","hash","cached","seconds","library","log","arch","transient","limit","units","pch","light","cxx"}. Borrows res. */
 jv ca_build_result_json(const struct ca_build_result *res);
 
 /* The architecture builds use when none is given ("sm_90"); cached per boot. */

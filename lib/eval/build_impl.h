@@ -139,6 +139,7 @@ struct step {
 	char key[65];      /* the unit's cache key; "" for the link and single-step builds */
 	char object[64];   /* obj/N.o */
 	int cached;        /* the object came from the unit cache: nothing to run */
+	const char *input; /* a file that is the compiler's standard input, or NULL (/dev/null) */
 };
 
 /* Everything one build works with. */
@@ -151,6 +152,8 @@ struct build {
 	struct sources src;
 	struct argv_list common, cu_flags, cxx_flags, link_flags;
 	char *cache, *nvcc, *tools;  /* tools: the compilers' version texts */
+	char *cxx;              /* the C++ units' compiler (a path, or "g++"): choose_cxx() */
+	int clang;              /* 1: cxx is clang++ */
 	jv torch;
 	struct limits lim;
 	struct step *steps;
@@ -181,18 +184,21 @@ int run_steps(struct step *steps, size_t n, const char *build, const char *cache
 /* A private directory below TMPDIR (prefix.XXXXXX); the Python headers copied in when the flags ask for them. */
 int make_private_dir(struct build *b, char *dir, size_t size, const char *prefix);
 
-/* The g++ command line of a unit of the cuda-agent flavour, without source and output. */
+/* The C++ command line (b->cxx) of a unit of the cuda-agent flavour, without source and output. */
 void cxx_command(struct build *b, struct argv_list *a);
 
 /* ---- torch's precompiled header (build_pch.c) ---- */
 
 /*
- * Whether the cuda-agent units may use torch's precompiled header, in
+ * Whether the cuda-agent C++ units may use torch's precompiled header, in
  * b->build/ca-pch/ then. The first time it is wanted it is made in the
  * background (ca-build --make-pch) and the units compile without it, or
  * made here first with CA_BUILD_PCH=wait.
  */
 int want_pch(struct build *b);
+
+/* The flags that put the made header in front of a unit (b->build/ca-pch/: want_pch). */
+void pch_flags(const struct build *b, struct argv_list *a);
 
 /* Make the header of key with b's flags, its lock held (ca_build_make_pch). 0 when made, or there already. */
 int pch_make_for(struct build *b, const char *key);

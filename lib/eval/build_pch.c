@@ -1,8 +1,11 @@
 /*
- * build_pch: torch's headers precompiled for the cuda-agent flavour's g++
+ * build_pch: torch's headers precompiled for the cuda-agent flavour's C++
  * units, once per compiler, flags and torch, kept in CACHE/pch/KEY/
- * (torch.h and torch.h.gch). g++ takes longer to make it (about 30 s on
- * the H200) than to compile the units without it, so the first build
+ * (torch.h and g++'s torch.h.gch, or clang's torch.h.pch). g++ writes it
+ * before it instantiates the templates the headers' inline functions use,
+ * so every unit does that again (about 4 s); clang keeps them in it
+ * (-fpch-instantiate-templates). The compiler takes longer to make it
+ * (g++ about 30 s on the H200) than to compile the units without it, so the first build
  * that wants it starts its making in the background (ca-build --make-pch,
  * a process of its own that outlives the build) and compiles without;
  * later builds use it. CA_BUILD_PCH=wait makes it first, in the build.
@@ -29,7 +32,31 @@ static const char header[] = "#include <torch/extension.h>\n";
 /* Trusted input (torch's headers alone), a large output: limits of its own, its time not the candidate's. */
 static const struct limits pch_limits = {300, 600, 8192, 2048};
 
-/* The g++ command the header is made with (the units' own) and its key. */
+/* The header's file name: g++ finds its own beside torch.h; clang is told it (pch_flags). */
+static const char *pch_name(const struct build *b)
+{
+	return b->clang ? "torch.h.pch" : "torch.h.gch";
+}
+
+void pch_flags(const struct build *b, struct argv_list *a)
+{
+	if (!b->clang) {
+		argv_add(a, "-include");
+		argv_add(a, "ca-pch/torch.h");
+		return;
+	}
+	/*
+	 * Made from its standard input, so it names no file that must stay
+	 * where it was made. Not validated against the headers' times: its key
+	 * has the compilers' versions, the flags and torch's install stamp.
+	 */
+	argv_add(a, "-include-pch");
+	argv_add(a, "ca-pch/torch.h.pch");
+	argv_add(a, "-Xclang");
+	argv_add(a, "-fno-validate-pch");
+}
+
+/* The command the header is made with (the units' own) and its key. */
 static void pch_command(struct build *b, struct argv_list *a, char key[65])
 {
 	struct ca_sha256 h;
@@ -80,10 +107,10 @@ int ca_build_pch_lock(const struct ca_build_options *opt, const char *key, int w
 }
 
 /*
- * Make the header of command a into entry, the lock held: by g++ under
- * the sandbox in a private directory like a build's, then renamed into
- * place. A failure of g++'s own (not a limit, not a signal) would come
- * again: it is remembered (entry.failed, its log). 0, or -1.
+ * Make the header of command a into entry, the lock held: by the compiler
+ * under the sandbox in a private directory like a build's, then renamed
+ * into place. A failure of the compiler's own (not a limit, not a signal)
+ * would come again: it is remembered (entry.failed, its log). 0, or -1.
  */
 static int make_pch(struct build *b, const struct argv_list *a, const char *entry)
 {
@@ -98,11 +125,18 @@ static int make_pch(struct build *b, const struct argv_list *a, const char *entr
 		goto out;
 	snprintf(s.log_path, sizeof s.log_path, "%s.log", dir);
 	argv_append(&s.argv, a);
+	if (b->clang) {
+		/* The sources in it, as a build's sandbox may not see them where they were (its pyinclude copy). */
+		argv_add(&s.argv, "-fpch-instantiate-templates");
+		argv_add(&s.argv, "-Xclang");
+		argv_add(&s.argv, "-fmodules-embed-all-files");
+	}
 	argv_add(&s.argv, "-x");
 	argv_add(&s.argv, "c++-header");
 	argv_add(&s.argv, "-o");
-	argv_add(&s.argv, "torch.h.gch");
-	argv_add(&s.argv, "torch.h");
+	argv_add(&s.argv, "%s", pch_name(b));
+	argv_add(&s.argv, b->clang ? "-" : "torch.h");
+	s.input = b->clang ? path : NULL;
 	double started = ca_proc_now();
 	int status = run_steps(&s, 1, dir, b->cache, b->nvcc, started + pch_limits.time_s, 1, b->opt->no_sandbox, &pch_limits);
 	b->limit_from += ca_proc_now() - started;
@@ -121,8 +155,8 @@ static int make_pch(struct build *b, const struct argv_list *a, const char *entr
 	ca_file_remove_tree(tmp);
 	if (rename(dir, tmp) != 0) {
 		mkdir(tmp, 0755);
-		snprintf(from, sizeof from, "%s/torch.h.gch", dir);
-		snprintf(path, sizeof path, "%s/torch.h.gch", tmp);
+		snprintf(from, sizeof from, "%s/%s", dir, pch_name(b));
+		snprintf(path, sizeof path, "%s/%s", tmp, pch_name(b));
 		if (build_copy_file(from, path, 0644) != 0)
 			goto out;
 		snprintf(path, sizeof path, "%s/torch.h", tmp);
@@ -133,16 +167,16 @@ static int make_pch(struct build *b, const struct argv_list *a, const char *entr
 	snprintf(path, sizeof path, "%s/pyinclude", tmp);
 	ca_file_remove_tree(path);
 	/* Made by the sandbox's uid: ours again, so no sandboxed process can write it. */
-	const char *names[] = {"", "/torch.h", "/torch.h.gch"};
+	const char *names[] = {"", "torch.h", pch_name(b)};
 	for (int k = 0; k < 3; k++) {
-		snprintf(path, sizeof path, "%s%s", tmp, names[k]);
+		snprintf(path, sizeof path, "%s%s%s", tmp, k ? "/" : "", names[k]);
 		if (lchown(path, geteuid(), getegid()) != 0 && errno != EPERM)
 			break;
 		chmod(path, k ? 0644 : 0755);
 	}
 	if (rename(tmp, entry) != 0)
 		ca_file_remove_tree(tmp);  /* another build made it first */
-	snprintf(path, sizeof path, "%s/torch.h.gch", entry);
+	snprintf(path, sizeof path, "%s/%s", entry, pch_name(b));
 	made = build_exists(path) ? 0 : -1;
 out:
 	if (s.log_path[0])
@@ -154,10 +188,10 @@ out:
 }
 
 /* Is it there (1), known not to be makeable (-1), or neither (0)? */
-static int pch_state(const char *entry)
+static int pch_state(const struct build *b, const char *entry)
 {
 	char path[PATH_MAX + 16];
-	snprintf(path, sizeof path, "%s/torch.h.gch", entry);
+	snprintf(path, sizeof path, "%s/%s", entry, pch_name(b));
 	if (build_exists(path))
 		return 1;
 	snprintf(path, sizeof path, "%s.failed", entry);
@@ -167,7 +201,7 @@ static int pch_state(const char *entry)
 /* The header there (1), or made now, the lock held (1), or not to be had (-1). */
 static int have_or_make(struct build *b, const struct argv_list *a, const char *entry)
 {
-	int state = pch_state(entry);
+	int state = pch_state(b, entry);
 	if (state == 0)
 		state = make_pch(b, a, entry) == 0 ? 1 : -1;
 	return state;
@@ -208,7 +242,7 @@ static void start_maker(struct build *b, const char *key)
 	snprintf(exe, sizeof exe, "%s/ca-build", ca_paths_bindir());
 	if (access(exe, X_OK) != 0)
 		return;
-	const char *argv[] = {exe, "--make-pch", key, "--cache", b->cache, "--arch", b->arch,
+	const char *argv[] = {exe, "--make-pch", key, "--cache", b->cache, "--arch", b->arch, "--cxx", b->cxx,
 		b->opt->no_sandbox ? "--no-sandbox" : NULL, NULL};
 	struct ca_proc p;
 	ca_proc_init(&p, argv);
@@ -218,18 +252,23 @@ static void start_maker(struct build *b, const char *key)
 		ca_err_warn("ca-build --make-pch %.12s: exit %d", key, p.status);
 }
 
-/* Where the units find it: b->build/ca-pch/torch.h, a hard link to the made one, else a copy. 0, or -1. */
+/*
+ * Where the units find it: b->build/ca-pch/torch.h and the header, a hard
+ * link to the made one, else a copy (another compiler's, from a build
+ * before, removed). 0, or -1.
+ */
 static int place_pch(struct build *b)
 {
 	char from[PATH_MAX * 2], to[PATH_MAX * 2];
 	snprintf(to, sizeof to, "%s/ca-pch", b->build);
+	ca_file_remove_tree(to);
 	if (mkdir(to, 0755) != 0)
 		return -1;
 	snprintf(to, sizeof to, "%s/ca-pch/torch.h", b->build);
 	if (ca_file_write(to, header, sizeof header - 1, 0644) != 0)
 		return -1;
-	snprintf(from, sizeof from, "%s/torch.h.gch", b->pch);
-	snprintf(to, sizeof to, "%s/ca-pch/torch.h.gch", b->build);
+	snprintf(from, sizeof from, "%s/%s", b->pch, pch_name(b));
+	snprintf(to, sizeof to, "%s/ca-pch/%s", b->build, pch_name(b));
 	return link(from, to) == 0 || build_copy_file(from, to, 0644) == 0 ? 0 : -1;
 }
 
@@ -240,7 +279,7 @@ static char *torch_pch(struct build *b)
 	char key[65], entry[PATH_MAX];
 	pch_command(b, &a, key);
 	pch_entry(b->cache, key, entry, sizeof entry);
-	int state = pch_state(entry);
+	int state = pch_state(b, entry);
 	if (state == 0) {
 		const char *how = getenv("CA_BUILD_PCH");
 		if (!how || strcmp(how, "wait") != 0) {
