@@ -336,6 +336,38 @@ static char *find_in_path(const char *name)
 	return NULL;
 }
 
+/* The newest NAME-N (N a version number: clang++-16) in PATH's directories, or NULL. */
+static char *find_versioned(const char *name)
+{
+	const char *path = getenv("PATH");
+	char buf[PATH_MAX], *best = NULL;
+	long best_v = -1;
+	size_t n = strlen(name);
+	for (const char *dir = path ? path : ""; dir && *dir;) {
+		const char *colon = strchr(dir, ':');
+		int len = colon ? (int)(colon - dir) : (int)strlen(dir);
+		snprintf(buf, sizeof buf, "%.*s", len, dir);
+		DIR *d = len ? opendir(buf) : NULL;
+		for (struct dirent *e; d && (e = readdir(d));) {
+			const char *v = e->d_name + n + 1;
+			if (strncmp(e->d_name, name, n) != 0 || e->d_name[n] != '-' || !*v || strspn(v, "0123456789") != strlen(v))
+				continue;
+			char full[PATH_MAX * 2];
+			snprintf(full, sizeof full, "%s/%s", buf, e->d_name);
+			long ver = strtol(v, NULL, 10);
+			if (ver > best_v && access(full, X_OK) == 0) {
+				free(best);
+				best = ca_xstrdup(full);
+				best_v = ver;
+			}
+		}
+		if (d)
+			closedir(d);
+		dir = colon ? colon + 1 : NULL;
+	}
+	return best;
+}
+
 static char *find_nvcc(void)
 {
 	const char *env = getenv("NVCC");
@@ -954,8 +986,9 @@ static int torch_args(struct build *b)
 
 /*
  * The compiler of the cuda-agent flavour's C++ units, bindings (pybind11
- * glue around torch's headers): opt->cxx, else CA_CXX, else clang++ where
- * PATH has one the sandbox's user can run, else g++. clang keeps in the
+ * glue around torch's headers): opt->cxx, else CA_CXX, else clang++ (or
+ * the newest clang++-N) where PATH has one the sandbox's user can run,
+ * else g++. clang keeps in the
  * precompiled header the templates torch's headers instantiate, which g++
  * instantiates again in every unit (build_pch.c): with the header made, a
  * new binding takes clang about 2.8 s at -O1 where g++ takes 4.9-5.2 s
@@ -971,8 +1004,8 @@ static int choose_cxx(struct build *b)
 	char *path;
 	if (asked)
 		path = strchr(want, '/') ? (access(want, X_OK) == 0 ? ca_xstrdup(want) : NULL) : find_in_path(want);
-	else
-		path = find_in_path("clang++");
+	else if (!(path = find_in_path("clang++")))
+		path = find_versioned("clang++");
 	if (asked && !path) {
 		set_result(b->res, 0, CA_EXIT_USAGE, "%s: '%s': no such compiler in PATH", b->opt->cxx ? "--cxx" : "CA_CXX", want);
 		return -1;
