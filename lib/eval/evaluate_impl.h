@@ -70,6 +70,7 @@ struct worker {
 	int gpu;                 /* its slot's, -1 for the CPU */
 	int hold;                /* stopped between requests (a candidate, from its load on: worker_hold_from_now) */
 	int held;                /* stopped now */
+	double replied_at;       /* when its last reply came in, before it was stopped */
 };
 
 struct ca_pool;
@@ -211,6 +212,7 @@ int worker_send(struct worker *w, jv req, jv *fault);
 int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, struct loop_clock *ours);
 int worker_call(struct worker *w, jv req, double timeout_s, jv *reply, jv *fault, struct loop_clock *ours);
 void worker_hold_from_now(struct worker *w);
+void worker_wake(struct worker *w);
 void worker_stop(struct worker *w, double grace);
 void worker_abandon(struct worker *w);
 

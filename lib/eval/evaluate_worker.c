@@ -139,6 +139,17 @@ static void worker_hold(struct worker *w, int stop)
 	}
 }
 
+/*
+ * A held worker continued now, before a request that our clock times
+ * from its send: the continue and the stop after the reply (a scan of
+ * /proc each, milliseconds on a busy host) are then outside the clock,
+ * which ends at replied_at.
+ */
+void worker_wake(struct worker *w)
+{
+	worker_hold(w, 0);
+}
+
 /* A candidate about to be sent its load: held between requests from now on. */
 void worker_hold_from_now(struct worker *w)
 {
@@ -339,6 +350,7 @@ int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, struct 
 		jv timing = ca_json_get(v, "timing");
 		if (jv_get_kind(timing) != JV_KIND_STRING) {
 			jv_free(timing);
+			w->replied_at = ca_proc_now();
 			worker_hold(w, 1);
 			*reply = v;
 			return 0;
