@@ -478,8 +478,10 @@ static int tree_of(pid_t root, pid_t **out)
 	return ntree;
 }
 
-int ca_proc_signal_tree(pid_t root, int sig)
+int ca_proc_signal_tree_found(pid_t root, int sig, pid_t **found)
 {
+	if (found)
+		*found = NULL;
 	if (root <= 0)
 		return 0;
 	int total = 0;
@@ -488,10 +490,19 @@ int ca_proc_signal_tree(pid_t root, int sig)
 		pid_t *tree;
 		int ntree = tree_of(root, &tree);
 		for (int i = 0; i < ntree; i++)
-			total += kill(tree[i], sig) == 0;
-		free(tree);
+			if (kill(tree[i], sig) == 0)
+				tree[total++] = tree[i];
+		if (pass == 1 && found)
+			*found = tree;
+		else
+			free(tree);
 	}
 	return total;
+}
+
+int ca_proc_signal_tree(pid_t root, int sig)
+{
+	return ca_proc_signal_tree_found(root, sig, NULL);
 }
 
 int ca_proc_tree_usage(pid_t root, struct ca_proc_usage *u)

@@ -105,6 +105,8 @@ void ca_proc_kill(struct ca_proc *p, int sig);
  * processes the second pass signalled.
  */
 int ca_proc_signal_tree(pid_t root, int sig);
+/* The same, and *found (freed by the caller) the processes the second pass signalled, in order. */
+int ca_proc_signal_tree_found(pid_t root, int sig, pid_t **found);
 
 /* What root and the processes below it have used so far, summed (as ca_proc_signal_tree finds them). */
 struct ca_proc_usage {

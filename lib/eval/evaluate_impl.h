@@ -70,6 +70,8 @@ struct worker {
 	int gpu;                 /* its slot's, -1 for the CPU */
 	int hold;                /* stopped between requests (a candidate, from its load on: worker_hold_from_now) */
 	int held;                /* stopped now */
+	pid_t *stopped;          /* held: the processes stopped, to continue */
+	int nstopped;
 	double replied_at;       /* when its last reply came in, before it was stopped */
 };
 

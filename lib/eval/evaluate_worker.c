@@ -120,6 +120,13 @@ static jv fault_of(const char *stage, const char *error)
 		jv_string("error"), jv_string(error));
 }
 
+static void forget_stopped(struct worker *w)
+{
+	free(w->stopped);
+	w->stopped = NULL;
+	w->nstopped = 0;
+}
+
 /*
  * A candidate runs only while a request of ours is in flight: from its
  * load on (hold), its whole process tree, its sandbox and whatever it
@@ -133,7 +140,17 @@ static jv fault_of(const char *stage, const char *error)
 static void worker_hold(struct worker *w, int stop)
 {
 	if (w->hold && w->run.running && w->held != stop) {
-		ca_proc_signal_tree(w->run.co.proc.pid, stop ? SIGSTOP : SIGCONT);
+		if (stop) {
+			w->nstopped = ca_proc_signal_tree_found(w->run.co.proc.pid, SIGSTOP, &w->stopped);
+		} else if (w->stopped) {
+			/* A stopped tree forks nothing: the same processes, in the same order, without a scan of /proc. */
+			for (int i = 0; i < w->nstopped; i++)
+				kill(w->stopped[i], SIGCONT);
+		} else {
+			ca_proc_signal_tree(w->run.co.proc.pid, SIGCONT);
+		}
+		if (!stop)
+			forget_stopped(w);
 		w->held = stop;
 		candidates_running_add(w->gpu, stop ? -1 : 1);
 	}
@@ -141,9 +158,9 @@ static void worker_hold(struct worker *w, int stop)
 
 /*
  * A held worker continued now, before a request that our clock times
- * from its send: the continue and the stop after the reply (a scan of
- * /proc each, milliseconds on a busy host) are then outside the clock,
- * which ends at replied_at.
+ * from its send: the continue and the stop after the reply (two scans of
+ * /proc, milliseconds on a busy host) are then outside the clock, which
+ * ends at replied_at.
  */
 void worker_wake(struct worker *w)
 {
@@ -184,6 +201,7 @@ void worker_stop(struct worker *w, double grace)
 	if (w->hold && !w->held)
 		candidates_running_add(w->gpu, -1);
 	w->hold = w->held = 0;
+	forget_stopped(w);
 }
 
 /*
@@ -440,6 +458,8 @@ int worker_start(struct slot *s, struct worker *w, int candidate, jv *fault)
 	quiet_before_start(s->gpu);
 	w->gpu = s->gpu;
 	w->hold = w->held = 0;
+	w->stopped = NULL;
+	w->nstopped = 0;
 	w->env = make_env(s, candidate);
 	w->argv = NULL;
 	ca_runner_init(&w->run);

@@ -288,6 +288,12 @@ static void test_signal_tree(void)
 	CHECK(ca_proc_signal_tree(child, SIGCONT) == 2);
 	usleep(20000);
 	CHECK(state_of(child) == 'S' && state_of(grandchild) == 'S');
+	/* The processes stopped, parents first: what a held worker continues without a scan. */
+	pid_t *found = NULL;
+	CHECK(ca_proc_signal_tree_found(child, SIGSTOP, &found) == 2);
+	CHECK(found && found[0] == child && found[1] == grandchild);
+	free(found);
+	CHECK(ca_proc_signal_tree_found(child, SIGCONT, NULL) == 2);
 	CHECK(ca_proc_signal_tree(0, SIGSTOP) == 0);
 	kill(grandchild, SIGKILL);
 	kill(child, SIGKILL);
