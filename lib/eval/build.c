@@ -988,9 +988,9 @@ static int torch_args(struct build *b)
  * The compiler of the cuda-agent flavour's C++ units, bindings (pybind11
  * glue around torch's headers): opt->cxx, else CA_CXX, else clang++ (or
  * the newest clang++-N) where PATH has one the sandbox's user can run,
- * else g++. clang keeps in the
- * precompiled header the templates torch's headers instantiate, which g++
- * instantiates again in every unit (build_pch.c): with the header made, a
+ * else g++. clang keeps in the precompiled header the templates torch's
+ * headers instantiate, which g++ instantiates again in every unit
+ * (build_pch.c): with the header made, a
  * new binding takes clang about 2.8 s at -O1 where g++ takes 4.9-5.2 s
  * (session 23, a 2-core CPU, CUDA-Agent's relu_binding.cpp). A build
  * clang fails is built again with g++ (ca_build_workspace). clang's

@@ -5,10 +5,11 @@
  * before it instantiates the templates the headers' inline functions use,
  * so every unit does that again (about 4 s); clang keeps them in it
  * (-fpch-instantiate-templates). The compiler takes longer to make it
- * (g++ about 30 s on the H200) than to compile the units without it, so the first build
- * that wants it starts its making in the background (ca-build --make-pch,
- * a process of its own that outlives the build) and compiles without;
- * later builds use it. CA_BUILD_PCH=wait makes it first, in the build.
+ * (g++ about 30 s on the H200) than to compile the units without it, so
+ * the first build that wants it starts its making in the background
+ * (ca-build --make-pch, a process of its own that outlives the build)
+ * and compiles without; later builds use it. CA_BUILD_PCH=wait makes it
+ * first, in the build.
  * CACHE/pch/KEY.lock is held while it is made, so it is made once.
  */
 #include <errno.h>
