@@ -89,6 +89,7 @@ check_field() { # field (verify|profile) file
 		case $want in
 		ok) [ "$got" = ok ] ;;
 		notok) [ "$got" != ok ] ;;
+		*"|"*) case "|$want|" in *"|$got|"*) true ;; *) false ;; esac ;;
 		*) [ "$got" = "$want" ] ;;
 		esac || { echo "$id: $1 wanted $want, got $got: $(printf "%s" "$line" | jq -c ".$1 | {error, stage}")"; bad=1; }
 	done <"$2"
@@ -114,10 +115,13 @@ expect_success 'ca-profile times the verified candidates; cheats in timing are c
 
 # cheat/recognise caches outputs by a few input values: with fresh inputs
 # for every call it never hits, so it is timed like honest relu (same task).
+# Its cache of 1 GB outputs may outgrow the card (an 80 GB H100, three
+# slots): out of memory at stage run, its own doing, gains nothing too.
 expect_success 'a candidate that recognises inputs it has seen gains nothing' '
 	jq -e -s "(map(select(.id == \"honest/relu\"))[0].profile.candidate_us) as \$h |
 		map(select(.id == \"cheat/recognise\"))[0].profile |
-		.ok and .input_sets == .warmup + .iterations and .candidate_us >= 0.5 * \$h" "$LOG/profiled.ndjson"
+		(.ok and .input_sets == .warmup + .iterations and .candidate_us >= 0.5 * \$h) or
+		(.ok == false and .stage == \"run\" and (.error | test(\"out of memory\")))" "$LOG/profiled.ndjson"
 '
 # cheat/ship_peek forces shipped inputs and keeps the output of every input
 # file it finds: each timed call's file appears only at its turn.
