@@ -459,9 +459,96 @@ static int process_table(pid_t **pids, pid_t **parents)
 	return n;
 }
 
-/* root and every process below it now, parents before children, into *out (freed by the caller); how many. */
+/* Whether the kernel lists each task's children (/proc/PID/task/TID/children: CONFIG_PROC_CHILDREN). */
+static int children_listed(void)
+{
+	static int listed = -1;
+	if (listed < 0) {
+		char path[96];
+		snprintf(path, sizeof path, "/proc/self/task/%ld/children", (long)syscall(SYS_gettid));
+		listed = access(path, R_OK) == 0;
+	}
+	return listed;
+}
+
+/* At most this many in a tree (a bound on a racy walk; fork bombs stop at the sandbox's process limit). */
+enum { TREE_MAX = 1 << 16 };
+
+/* Append what the list of pids in text names to tree (n of cap), each once. */
+static void append_pids(const char *text, pid_t **tree, int *n, int *cap)
+{
+	for (const char *p = text; *p && *n < TREE_MAX;) {
+		char *end;
+		long v = strtol(p, &end, 10);
+		if (end == p)
+			break;
+		p = end;
+		int seen = v <= 0;
+		for (int i = 0; i < *n && i < 1024 && !seen; i++)
+			seen = (*tree)[i] == (pid_t)v;
+		if (seen)
+			continue;
+		if (*n == *cap) {
+			*cap *= 2;
+			*tree = ca_xrealloc(*tree, (size_t)*cap * sizeof **tree);
+		}
+		(*tree)[(*n)++] = (pid_t)v;
+	}
+}
+
+/* The children of pid, as its threads' lists name them, appended to tree (n of cap). */
+static void children_of(pid_t pid, pid_t **tree, int *n, int *cap)
+{
+	char path[64], file[128], buf[4096];
+	snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+	DIR *d = opendir(path);
+	for (struct dirent *e; d && (e = readdir(d));) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(file, sizeof file, "%s/%s/children", path, e->d_name);
+		int fd = open(file, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		/* Whole pids only: a read that stops inside one keeps its head for the next. */
+		size_t have = 0;
+		ssize_t got;
+		while ((got = read(fd, buf + have, sizeof buf - 1 - have)) > 0) {
+			have += (size_t)got;
+			buf[have] = 0;
+			char *last = strrchr(buf, ' ');
+			if (!last)
+				continue;
+			size_t keep = strlen(last + 1);
+			*last = 0;
+			append_pids(buf, tree, n, cap);
+			memmove(buf, buf + have - keep, keep);
+			have = keep;
+		}
+		buf[have] = 0;
+		append_pids(buf, tree, n, cap);
+		close(fd);
+	}
+	if (d)
+		closedir(d);
+}
+
+/*
+ * root and every process below it now, parents before children, into
+ * *out (freed by the caller); how many. From the kernel's lists of each
+ * task's children where it keeps them (a read per thread of the tree, not
+ * one per process of the machine), else from every process's parent.
+ */
 static int tree_of(pid_t root, pid_t **out)
 {
+	if (children_listed()) {
+		int n = 1, cap = 16;
+		pid_t *tree = ca_xcalloc((size_t)cap, sizeof *tree);
+		tree[0] = root;
+		for (int at = 0; at < n; at++)
+			children_of(tree[at], &tree, &n, &cap);
+		*out = tree;
+		return n;
+	}
 	pid_t *pids, *parents;
 	int n = process_table(&pids, &parents);
 	pid_t *tree = ca_xcalloc((size_t)n + 1, sizeof *tree);

@@ -99,10 +99,11 @@ int ca_proc_wait_any(struct ca_proc *const *procs, size_t n, double timeout_s);
 void ca_proc_kill(struct ca_proc *p, int sig);
 
 /*
- * Send sig to root and every process below it, found by their parents in
- * /proc (so also those that left its process group or session), parents
- * before children, twice over for those forked meanwhile. How many
- * processes the second pass signalled.
+ * Send sig to root and every process below it, found through /proc (each
+ * task's list of children where the kernel keeps them, else every
+ * process's parent; so also those that left its process group or
+ * session), parents before children, twice over for those forked
+ * meanwhile. How many processes the second pass signalled.
  */
 int ca_proc_signal_tree(pid_t root, int sig);
 /* The same, and *found (freed by the caller) the processes the second pass signalled, in order. */
