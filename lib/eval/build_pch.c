@@ -68,6 +68,14 @@ static void pch_command(struct build *b, struct argv_list *a, char key[65])
 	ca_sha256_string(&h, "ca-build pch 1");
 	ca_sha256_string(&h, b->tools);
 	argv_hash(&h, a);
+	if (b->light[0]) {
+		/* Its text, not only its directory: a header kept from an older ca's light one would be stale. */
+		char path[PATH_MAX + 32];
+		snprintf(path, sizeof path, "%s/torch/extension.h", b->light);
+		char *text = ca_file_read(path, 0, 1 << 20, NULL);
+		ca_sha256_string(&h, text ? text : "");
+		free(text);
+	}
 	jv t = jv_dump_string(jv_copy(b->torch), 0);
 	ca_sha256_string(&h, jv_string_value(t));
 	jv_free(t);
