@@ -16,8 +16,8 @@
 
 static const char usage_text[] =
 	"usage: ca-build [-H] [--arch sm_NN] [--cache DIR] [--cpu S] [--cxx CXX] [--flavour auto|ca|cuda-agent|kernelbench]\n"
-	"                [--fsize MB] [--mem MB] [--no-sandbox] [--time S] DIR\n"
-	"       ca-build --make-pch KEY [--arch sm_NN] [--cache DIR] [--cxx CXX] [--no-sandbox]\n";
+	"                [--fsize MB] [--mem MB] [--no-light] [--no-sandbox] [--time S] DIR\n"
+	"       ca-build --make-pch KEY [--arch sm_NN] [--cache DIR] [--cxx CXX] [--no-light] [--no-sandbox]\n";
 
 static int valid_arch(const char *a)
 {
@@ -74,6 +74,7 @@ int main(int argc, char **argv)
 		{"human", no_argument, NULL, 'H'},
 		{"make-pch", required_argument, NULL, 'P'},
 		{"mem", required_argument, NULL, 'm'},
+		{"no-light", no_argument, NULL, 'L'},
 		{"no-sandbox", no_argument, NULL, 'n'},
 		{"time", required_argument, NULL, 't'},
 		{NULL, 0, NULL, 0},
@@ -100,6 +101,7 @@ int main(int argc, char **argv)
 		case 'F': opt.fsize_mb = ca_opt_long("--fsize", optarg, 1, 1 << 20); break;
 		case 'H': human = 1; break;
 		case 'm': opt.mem_mb = ca_opt_long("--mem", optarg, 1, 1 << 20); break;
+		case 'L': opt.no_light = 1; break;
 		case 'n': opt.no_sandbox = 1; break;
 		case 'P':
 			if (strlen(optarg) != 64 || strspn(optarg, "0123456789abcdef") != 64)

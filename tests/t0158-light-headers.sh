@@ -156,7 +156,12 @@ else
 	expect_success 'ca-build: a binding only g++ compiles is built again with g++, and loads' '
 		agent ws "    int narrow{x.numel()}; (void)narrow;" && ca-build --cache "$BC" ws >b.json 2>err; cat err
 		jq -c "{ok, units, pch, light, cxx}" b.json | sed "s/^/# /" &&
-		jq -e ".ok and .cxx == \"g++\"" b.json >/dev/null && loads b.json
+		jq -e ".ok and .cxx == \"g++\"" b.json >/dev/null && loads b.json &&
+		# The g++ header such a build wants is made in the background with its flags, and the next one uses it.
+		i=0; while [ $i -lt 600 ] && ! ls "$BC"/pch/*/torch.h.gch >/dev/null 2>&1; do sleep 0.5; i=$((i + 1)); done
+		agent ws "    int narrow{x.numel()}; (void)narrow; // again" && ca-build --cache "$BC" ws >b2.json &&
+		jq -c "{ok, units, pch, light, cxx}" b2.json | sed "s/^/# /" &&
+		jq -e ".ok and .pch and .cxx == \"g++\"" b2.json >/dev/null && ! ls "$BC"/pch/*.failed 2>/dev/null
 	'
 	expect_success 'CA_CXX=g++: g++ from the start (its own precompiled header)' '
 		agent ws "    // g++ asked for" && CA_CXX=g++ CA_BUILD_PCH=wait ca-build --cache "$BC" ws >b.json &&

@@ -984,6 +984,13 @@ static int torch_args(struct build *b)
 	return 0;
 }
 
+/* g++ as PATH finds it, as --cxx g++ would name it (the header's maker is told so), else "g++". */
+static char *gxx_path(void)
+{
+	char *path = find_in_path("g++");
+	return path ? path : ca_xstrdup("g++");
+}
+
 /*
  * The compiler of the cuda-agent flavour's C++ units, bindings (pybind11
  * glue around torch's headers): opt->cxx, else CA_CXX, else clang++ (or
@@ -1001,6 +1008,7 @@ static int choose_cxx(struct build *b)
 {
 	const char *want = b->opt->cxx ? b->opt->cxx : getenv("CA_CXX");
 	int asked = want && *want;
+	b->tools_gxx = strlen(b->tools);
 	char *path;
 	if (asked)
 		path = strchr(want, '/') ? (access(want, X_OK) == 0 ? ca_xstrdup(want) : NULL) : find_in_path(want);
@@ -1020,7 +1028,7 @@ static int choose_cxx(struct build *b)
 	if (!asked && !b->clang) {
 		free(path);
 		free(v);
-		b->cxx = ca_xstrdup("g++");
+		b->cxx = gxx_path();
 		return 0;
 	}
 	b->cxx = path;
@@ -1200,7 +1208,7 @@ static void light_dir(struct build *b)
 	char dir[PATH_MAX], header[PATH_MAX + 32];
 	const char *off = getenv("CA_LIGHT_HEADERS");
 	b->light[0] = '\0';
-	if (strcmp(b->flavour, "cuda-agent") != 0 || (off && strcmp(off, "0") == 0))
+	if (strcmp(b->flavour, "cuda-agent") != 0 || (off && strcmp(off, "0") == 0) || b->opt->no_light)
 		return;
 	snprintf(dir, sizeof dir, "%s/light", ca_paths_pydir());
 	snprintf(header, sizeof header, "%s/torch/extension.h", dir);
@@ -1580,8 +1588,9 @@ int ca_build_workspace(const char *dir, const struct ca_build_options *opt, stru
 		res->cxx[0] = '\0';
 		b.light[0] = '\0';
 		free(b.cxx);
-		b.cxx = ca_xstrdup("g++");
+		b.cxx = gxx_path();
 		b.clang = 0;
+		b.tools[b.tools_gxx] = '\0';  /* as a build without clang: the precompiled header's key */
 		status = build_once(&b, &full);
 	}
 	judge(&b, status, full);

@@ -38,6 +38,7 @@ struct ca_build_options {
 	int jobs;              /* parallel compiler processes; 0: number of CPUs */
 	int no_sandbox;        /* 1: compile without ca-sandbox (trusted sources only; no limit but time_s) */
 	const char *cxx;       /* the cuda-agent flavour's C++ compiler: "clang++", "g++" or a path; NULL: CA_CXX, else clang++ where found, else g++ */
+	int no_light;          /* 1: without ca's light torch/extension.h (as CA_LIGHT_HEADERS=0) */
 };
 
 struct ca_build_result {

@@ -153,6 +153,7 @@ struct build {
 	struct argv_list common, cu_flags, cxx_flags, link_flags;
 	char *cache, *nvcc, *tools;  /* tools: the compilers' version texts */
 	char *cxx;              /* the C++ units' compiler (a path, or "g++"): choose_cxx() */
+	size_t tools_gxx;       /* the length of tools before clang's version was added */
 	int clang;              /* 1: cxx is clang++ */
 	jv torch;
 	struct limits lim;

@@ -251,8 +251,13 @@ static void start_maker(struct build *b, const char *key)
 	snprintf(exe, sizeof exe, "%s/ca-build", ca_paths_bindir());
 	if (access(exe, X_OK) != 0)
 		return;
-	const char *argv[] = {exe, "--make-pch", key, "--cache", b->cache, "--arch", b->arch, "--cxx", b->cxx,
-		b->opt->no_sandbox ? "--no-sandbox" : NULL, NULL};
+	/* Told the build's compiler and light header, so that its flags give the key (a build again with g++, without). */
+	const char *argv[14] = {exe, "--make-pch", key, "--cache", b->cache, "--arch", b->arch, "--cxx", b->cxx};
+	int n = 9;
+	if (!b->light[0])
+		argv[n++] = "--no-light";
+	if (b->opt->no_sandbox)
+		argv[n++] = "--no-sandbox";
 	struct ca_proc p;
 	ca_proc_init(&p, argv);
 	p.in_mode = p.out_mode = p.err_mode = CA_PROC_NULL;
