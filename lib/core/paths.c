@@ -157,3 +157,14 @@ const char *ca_paths_cache(void)
 	pthread_once(&cache_once, find_cache);
 	return cache;
 }
+
+int ca_paths_next_dir(const char **list, char *buf, size_t size)
+{
+	const char *dir = *list;
+	if (!dir || !*dir)
+		return 0;
+	size_t len = strcspn(dir, ":");
+	snprintf(buf, size, "%.*s", (int)len, dir);
+	*list = dir + len + (dir[len] == ':');
+	return 1;
+}

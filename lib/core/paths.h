@@ -25,4 +25,13 @@ const char *ca_paths_cache(void);
 /* Make a directory and its parents; 0 or -1 with errno. */
 int ca_paths_mkdirs(const char *path, int mode);
 
+#include <stddef.h>
+
+/*
+ * The directories of a PATH-style list, one a call: the next into buf (at
+ * most size bytes) and *list moved past it; 0 once none is left (list
+ * NULL or empty). An empty entry comes as "", for the caller to skip.
+ */
+int ca_paths_next_dir(const char **list, char *buf, size_t size);
+
 #endif

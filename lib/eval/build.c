@@ -323,15 +323,12 @@ char *build_cache_root(const struct ca_build_options *opt)
 
 static char *find_in_path(const char *name)
 {
-	const char *path = getenv("PATH");
-	char buf[PATH_MAX];
-	for (const char *dir = path ? path : ""; dir && *dir;) {
-		const char *colon = strchr(dir, ':');
-		int len = colon ? (int)(colon - dir) : (int)strlen(dir);
-		snprintf(buf, sizeof buf, "%.*s/%s", len, dir, name);
-		if (len && access(buf, X_OK) == 0)
+	const char *list = getenv("PATH");
+	char dir[PATH_MAX], buf[PATH_MAX * 2];
+	while (ca_paths_next_dir(&list, dir, sizeof dir)) {
+		snprintf(buf, sizeof buf, "%s/%s", dir, name);
+		if (*dir && access(buf, X_OK) == 0)
 			return ca_xstrdup(buf);
-		dir = colon ? colon + 1 : NULL;
 	}
 	return NULL;
 }
@@ -339,15 +336,12 @@ static char *find_in_path(const char *name)
 /* The newest NAME-N (N a version number: clang++-16) in PATH's directories, or NULL. */
 static char *find_versioned(const char *name)
 {
-	const char *path = getenv("PATH");
+	const char *list = getenv("PATH");
 	char buf[PATH_MAX], *best = NULL;
 	long best_v = -1;
 	size_t n = strlen(name);
-	for (const char *dir = path ? path : ""; dir && *dir;) {
-		const char *colon = strchr(dir, ':');
-		int len = colon ? (int)(colon - dir) : (int)strlen(dir);
-		snprintf(buf, sizeof buf, "%.*s", len, dir);
-		DIR *d = len ? opendir(buf) : NULL;
+	while (ca_paths_next_dir(&list, buf, sizeof buf)) {
+		DIR *d = *buf ? opendir(buf) : NULL;
 		for (struct dirent *e; d && (e = readdir(d));) {
 			const char *v = e->d_name + n + 1;
 			if (strncmp(e->d_name, name, n) != 0 || e->d_name[n] != '-' || !*v || strspn(v, "0123456789") != strlen(v))
@@ -363,7 +357,6 @@ static char *find_versioned(const char *name)
 		}
 		if (d)
 			closedir(d);
-		dir = colon ? colon + 1 : NULL;
 	}
 	return best;
 }
@@ -997,9 +990,9 @@ static char *gxx_path(void)
  * the newest clang++-N) where PATH has one the sandbox's user can run,
  * else g++. clang keeps in the precompiled header the templates torch's
  * headers instantiate, which g++ instantiates again in every unit
- * (build_pch.c): with the header made, a
- * new binding takes clang about 2.8 s at -O1 where g++ takes 4.9-5.2 s
- * (session 23, a 2-core CPU, CUDA-Agent's relu_binding.cpp). A build
+ * (build_pch.c): with the header made, a new binding takes clang about
+ * 2.8 s at -O1 where g++ takes 4.9-5.2 s (session 23, a 2-core CPU,
+ * CUDA-Agent's relu_binding.cpp). A build
  * clang fails is built again with g++ (ca_build_workspace). clang's
  * version joins the tools, so its objects and libraries have keys of
  * their own. 0, or -1 when the compiler asked for is not there.

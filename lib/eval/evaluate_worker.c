@@ -142,15 +142,12 @@ static void worker_hold(struct worker *w, int stop)
 	if (w->hold && w->run.running && w->held != stop) {
 		if (stop) {
 			w->nstopped = ca_proc_signal_tree_found(w->run.co.proc.pid, SIGSTOP, &w->stopped);
-		} else if (w->stopped) {
+		} else {
 			/* A stopped tree forks nothing: the same processes, in the same order, without a scan of /proc. */
 			for (int i = 0; i < w->nstopped; i++)
 				kill(w->stopped[i], SIGCONT);
-		} else {
-			ca_proc_signal_tree(w->run.co.proc.pid, SIGCONT);
-		}
-		if (!stop)
 			forget_stopped(w);
+		}
 		w->held = stop;
 		candidates_running_add(w->gpu, stop ? -1 : 1);
 	}

@@ -12,6 +12,7 @@
 #include "err.h"
 #include "file.h"
 #include "nvcc.h"
+#include "paths.h"
 #include "proc.h"
 #include "strmap.h"
 
@@ -710,13 +711,12 @@ char *ca_nvcc_find_real(void)
 	snprintf(buf, sizeof buf, "%s/bin/nvcc", home ? home : "");
 	if (home && *home && usable(buf, self))
 		return ca_xstrdup(buf);
-	const char *path = getenv("PATH");
-	for (const char *dir = path ? path : ""; *dir;) {
-		size_t len = strcspn(dir, ":");
-		snprintf(buf, sizeof buf, "%.*s/nvcc", (int)len, dir);
-		if (len && usable(buf, self))
+	const char *list = getenv("PATH");
+	char dir[PATH_MAX];
+	while (ca_paths_next_dir(&list, dir, sizeof dir)) {
+		snprintf(buf, sizeof buf, "%s/nvcc", dir);
+		if (*dir && usable(buf, self))
 			return ca_xstrdup(buf);
-		dir += len + (dir[len] == ':');
 	}
 	return NULL;
 }
