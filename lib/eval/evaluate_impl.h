@@ -275,6 +275,7 @@ void job_fault(struct job *j, jv fault, const char *prefix);
 void reference_failed(struct job *j, jv why);
 int reference_call(struct job *j, jv req, double timeout, jv *reply);
 int reference_recv(struct job *j, double timeout, jv *reply);
+int reference_answer(struct job *j, double timeout, jv *reply, jv *why);
 int candidate_call(struct job *j, jv req, double timeout, jv *reply, struct loop_clock *ours);
 unsigned long long fresh_seed(void);
 void ext_save(struct job *j);
@@ -283,6 +284,9 @@ jv top_kernels(jv kernels, int top, int *nbad, jv *bad_names);
 
 /* evaluate_idle.c: around a timed loop of the reference's, the GPU idle. */
 int reference_loop(struct job *j, int (*run)(struct job *j, void *arg, jv *reply), void *arg, jv *reply);
+
+/* evaluate_again.c: a reference request that failed beside the candidate, asked again. */
+int reference_again(struct job *j, jv req, double timeout, jv why, jv *reply);
 
 /* evaluate_verify.c */
 void do_verify(struct job *j);

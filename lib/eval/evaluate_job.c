@@ -85,37 +85,60 @@ void reference_failed(struct job *j, jv why)
 	j->result = set_str(j->result, "stage", "reference");
 }
 
-/* Receive the reference's reply to a request sent; -1 after recording the failure. */
-int reference_recv(struct job *j, double timeout, jv *reply)
+/*
+ * Receive the reference's reply to a request sent: 0 with *reply; 1 when
+ * it answered that the request failed, *why its reply (not recorded:
+ * reference_again may yet find whose the failure is); -1 after recording
+ * a fault (it died, broke the protocol, or did not answer in time).
+ */
+int reference_answer(struct job *j, double timeout, jv *reply, jv *why)
 {
 	jv fault;
+	*why = jv_invalid();
 	if (worker_recv(&j->slot->reference, ca_proc_now() + timeout, reply, &fault, NULL) != 0) {
 		reference_failed(j, fault);
 		return -1;
 	}
 	if (ca_json_bool(*reply, "ok") != 1) {
-		reference_failed(j, *reply);
+		*why = *reply;
 		*reply = jv_invalid();
-		return -1;
+		return 1;
 	}
 	return 0;
 }
 
+/* Receive the reference's reply to a request sent; -1 after recording the failure. */
+int reference_recv(struct job *j, double timeout, jv *reply)
+{
+	jv why;
+	int rc = reference_answer(j, timeout, reply, &why);
+	if (rc > 0)
+		reference_failed(j, why);
+	return rc ? -1 : 0;
+}
+
 /*
  * Send req (consumed) to the reference and wait for its reply, at most
- * timeout (worker_call's way). Its failure is the task's (or its worker
- * died): -1 after recording it, stage "reference".
+ * timeout (worker_call's way). A request that failed is asked again
+ * (reference_again); a failure that stays is the task's (or its worker
+ * died): -1 after recording it, stage "reference", or the candidate's
+ * when only its death let the reference work.
  */
 int reference_call(struct job *j, jv req, double timeout, jv *reply)
 {
-	jv fault;
+	jv fault, why;
 	*reply = jv_invalid();
 	j->slot->reference.limit_s = timeout;
-	if (worker_send(&j->slot->reference, req, &fault) != 0) {
+	if (worker_send(&j->slot->reference, jv_copy(req), &fault) != 0) {
+		jv_free(req);
 		reference_failed(j, fault);
 		return -1;
 	}
-	return reference_recv(j, timeout, reply);
+	int rc = reference_answer(j, timeout, reply, &why);
+	if (rc > 0)
+		return reference_again(j, req, timeout, why, reply);
+	jv_free(req);
+	return rc;
 }
 
 int candidate_call(struct job *j, jv req, double timeout, jv *reply, struct loop_clock *ours)

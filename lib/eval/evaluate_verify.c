@@ -107,7 +107,9 @@ static int verify_check(struct job *j, int k, const struct robust_spec *robust, 
 		jv req = inputs_request(j, seed, in, ref);
 		if (robust)
 			req = jv_object_set(req, jv_string("robust"), robust_json(robust));
-		if (worker_send(&s->reference, req, &fault) != 0) {
+		s->reference.limit_s = cfg->timeout_s * 4;
+		if (worker_send(&s->reference, jv_copy(req), &fault) != 0) {
+			jv_free(req);
 			reference_failed(j, fault);
 			return -1;
 		}
@@ -125,7 +127,12 @@ static int verify_check(struct job *j, int k, const struct robust_spec *robust, 
 			else
 				cand_sent = 1;
 		}
-		if (reference_recv(j, cfg->timeout_s * 4, &rreply) != 0) {
+		jv why;
+		int ra = reference_answer(j, cfg->timeout_s * 4, &rreply, &why);
+		if (ra > 0)
+			ra = reference_again(j, jv_copy(req), cfg->timeout_s * 4, why, &rreply);
+		jv_free(req);
+		if (ra != 0) {
 			jv_free(cfault);
 			return -1;
 		}

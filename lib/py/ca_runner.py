@@ -174,6 +174,10 @@ thread runs the request on CPU C alone and gets its CPUs back after it;
 a C it cannot move to is ignored. Our clock compares the two processes'
 own work around each call, and on a shared host some CPUs ran that work
 1.4-1.75x slower than the others for seconds (see lib/eval/evaluate_slot.c).
+Any request may carry "mem": true (a request of the reference's asked
+again after it failed: lib/eval/evaluate_again.c): on the GPU its reply,
+ok or not, adds "gpu_free" (the device's free bytes when the request came)
+and "gpu_peak" (the most bytes this process reserved while it ran).
 """
 
 import argparse
@@ -1342,6 +1346,27 @@ class Worker:
                 return {"idle": us <= IDLE_PROBE_US, "waited_s": waited, "probe_us": us}
             time.sleep(0.01)
 
+    def memory_start(self):
+        """Before a request asked again (ca's reference_again): the GPU's
+        free memory, which tells what a candidate killed meanwhile had
+        held, and the peak reset, to measure what the request needs."""
+        if self.device != "cuda":
+            return {}
+        try:
+            self.torch.cuda.reset_peak_memory_stats(self.dev)
+            return {"gpu_free": self.torch.cuda.mem_get_info(self.dev)[0]}
+        except Exception:
+            return {}
+
+    def memory_end(self, start):
+        """The reply's share of a request asked again: gpu_free (bytes free
+        when it came) and gpu_peak (the most this process reserved while it
+        ran)."""
+        try:
+            return dict(start, gpu_peak=self.torch.cuda.max_memory_reserved(self.dev)) if start else {}
+        except Exception:
+            return {}
+
     def _probe_us(self):
         """The median host round trip of a one-element kernel, synchronized."""
         self.sync()
@@ -2074,6 +2099,7 @@ def main():
             _send({"ok": False, "stage": "protocol", "error": "op %r is for the reference role" % op})
             continue
         pinned = _pin(req.get("cpu"))
+        mem = worker.memory_start() if req.get("mem") else None
         try:
             reply = fn(req)
             reply.setdefault("ok", True)
@@ -2085,6 +2111,8 @@ def main():
             reply = {"ok": False, "stage": {"time": "time", "candidate": "load"}.get(op, "run"),
                      "error": _one_line(e), "detail": _detail(e)}
         _unpin(pinned)
+        if mem is not None:
+            reply.update(worker.memory_end(mem))
         _send(reply)
     return 0
 

@@ -44,19 +44,20 @@ add() { # id task dir
 for d in "$ADV"/honest/*/ "$ADV"/cheat/*/; do
 	d=${d%/}
 	name=$(basename "$d")
-	case $name in fork_bomb|huge_output|illegal_address) continue ;; esac
+	case $name in fork_bomb|huge_output|illegal_address|starve) continue ;; esac
 	# Without the sandbox these would really do harm: leave them out.
 	case $sandbox_gpu.$name in no.write_outside|no.socket) continue ;; esac
 	task=$(sed -n 's/^task=//p' "$d/expect")
 	add "$(basename "$(dirname "$d")")/$name" "$task" "$d"
 done
-# The faults, then an honest record that must still pass, in one slot of their own.
+# The faults, then an honest record that must still pass, in one slot of their own
+# (starve first: it takes the GPU's memory, which would fail the other slots' references).
 main_records=$records
 records=$TRASH_BASE/faults.ndjson
 : >"$records"
-faults="illegal_address huge_output fork_bomb"
+faults="starve illegal_address huge_output fork_bomb"
 if [ $sandbox_gpu = no ]; then
-	faults=illegal_address
+	faults="starve illegal_address"
 	skip 'fork bomb, 10 GB output, writes outside, sockets' 'only run inside the sandbox'
 fi
 for name in $faults; do

@@ -1,0 +1,132 @@
+/*
+ * evaluate_again: a reference request that failed beside the candidate,
+ * asked again to find whose the failure is.
+ *
+ * The reference shares the machine with the record's candidate: the
+ * GPU's memory above all. A candidate that takes nearly all of it at
+ * import (and keeps it: stopped between our requests, its memory stays
+ * held) makes the reference run out of memory in the very first check.
+ * Recorded as the reference's failure, that is an evaluator fault and a
+ * reward of null, where its wrong outputs would have earned -1: a policy
+ * learns to hold the memory whenever it is unsure. So a request the
+ * reference answered with a failure (it ran and raised: out of memory,
+ * say), while this record's candidate is alive, is asked again:
+ *
+ *   1. beside the candidate as it is: passing now, the failure came and
+ *      went (a neighbour's peak, or a candidate that lets go of what it
+ *      held), and the record goes on with this reply;
+ *   2. failing again, with the candidate killed (its memory, its CUDA
+ *      context and what it queued go with it): passing now, the failure
+ *      was the candidate's doing and its record fails (stage "run");
+ *      failing still, it is the reference's, as before (stage
+ *      "reference", an evaluator fault).
+ *
+ * On a GPU step 2 blames the candidate only when killing it freed more
+ * than the request needs twice over (at least 1 GiB): a candidate using
+ * about what the reference uses, on a GPU that neighbours fill, is not
+ * the cause; nor is anyone while a candidate of another slot is running
+ * (its load is not under our control), as in evaluate_idle.c.
+ *
+ * A reference that died or did not answer is not asked again (it is
+ * restarted for the next record); the timed loops of its baselines are
+ * not either (the candidate is verified by then, and a correct candidate
+ * earns more than a null).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "evaluate_impl.h"
+#include "json.h"
+#include "proc.h"
+
+enum { GIB = 1 << 30 };
+
+/* Send req (consumed) again, asking for the GPU's memory around it; as reference_answer. */
+static int ask(struct job *j, jv req, double timeout, jv *reply, jv *why)
+{
+	jv fault;
+	*why = jv_invalid();
+	j->slot->reference.limit_s = timeout;
+	req = jv_object_set(req, jv_string("mem"), jv_true());
+	if (worker_send(&j->slot->reference, req, &fault) != 0) {
+		reference_failed(j, fault);
+		return -1;
+	}
+	return reference_answer(j, timeout, reply, why);
+}
+
+/*
+ * Whether the candidate's death freed what the reference lacked: the
+ * GPU's free memory before the request beside it (beside, its failure)
+ * and after its death (alone, the reply that passed) differ by at least
+ * twice what the request reserved at its peak, and 1 GiB. On the CPU
+ * (no such numbers) its death is the only change: yes. The amounts go in
+ * held_gib and need_gib (-1 when not known).
+ */
+static int freed_enough(jv beside, jv alone, double *held_gib, double *need_gib)
+{
+	double before = 0, after = 0, peak = 0;
+	*held_gib = *need_gib = -1;
+	if (ca_json_number(beside, "gpu_free", &before) != 1 || ca_json_number(alone, "gpu_free", &after) != 1 ||
+	    ca_json_number(alone, "gpu_peak", &peak) != 1)
+		return 1;
+	*held_gib = (after - before) / GIB;
+	*need_gib = peak / GIB;
+	return after - before >= 2 * peak && after - before >= GIB;
+}
+
+/*
+ * req (consumed) failed with why (consumed): ask again as above. 0 with
+ * *reply when it passed beside the candidate; -1 with the record failed,
+ * the reference's failure or the candidate's.
+ */
+int reference_again(struct job *j, jv req, double timeout, jv why, jv *reply)
+{
+	jv beside = jv_invalid(), alone = jv_invalid();
+	int rc = -1;
+	*reply = jv_invalid();
+	if (!j->cand.run.running) {
+		reference_failed(j, jv_copy(why));
+		goto out;
+	}
+	int again = ask(j, jv_copy(req), timeout, reply, &beside);
+	if (again <= 0) {
+		rc = again;  /* passed now (0), or the reference is gone, recorded (-1) */
+		goto out;
+	}
+	int mine = j->cand.hold && !j->cand.held;  /* ours, running its own request of this check */
+	if (candidates_running(j->slot->gpu) > mine) {
+		/* A candidate of another slot is running: whose the failure is cannot be told. */
+		reference_failed(j, jv_copy(why));
+		goto out;
+	}
+	worker_stop(&j->cand, 0);
+	again = ask(j, req, timeout, reply, &alone);
+	req = jv_invalid();
+	if (again < 0)
+		goto out;
+	double held = -1, need = -1;
+	if (again > 0 || !freed_enough(beside, *reply, &held, &need)) {
+		reference_failed(j, jv_copy(why));
+		goto out;
+	}
+	char *error = ca_json_strdup(why, "error"), msg[1024], amounts[128] = "";
+	if (held >= 0)
+		snprintf(amounts, sizeof amounts, " (its death freed %.1f GiB of the GPU's memory; the request needs %.1f GiB)",
+			held, need);
+	snprintf(msg, sizeof msg, "the reference failed beside the candidate (%.400s), again with the candidate stopped, "
+		"and passed once it was killed%s: the candidate kept from the reference what it needs to run",
+		error ? error : "unknown failure", amounts);
+	free(error);
+	job_fail(j, "run", msg);
+out:
+	if (rc != 0) {
+		jv_free(*reply);
+		*reply = jv_invalid();
+	}
+	jv_free(req);
+	jv_free(why);
+	jv_free(beside);
+	jv_free(alone);
+	return rc;
+}

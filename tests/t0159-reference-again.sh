@@ -1,0 +1,133 @@
+#!/bin/sh
+# A reference request that fails beside the candidate is asked again
+# (lib/eval/evaluate_again.c): beside it, then with it killed. On the CPU a
+# lock file stands in for the GPU's memory: the task's reference fails,
+# as torch does out of memory, while another process holds the lock.
+#   - a wrong candidate that holds it from its import fails as the
+#     candidate's doing (stage run, reward -1), not as the evaluator's
+#     (null): holding what the reference needs earns nothing;
+#   - held by a process that is not the candidate: the reference's
+#     failure, an evaluator fault (ok null), as before;
+#   - a failure that comes once and goes: the record goes on and passes.
+# tests/gpu/t0150 has the GPU's case (cheat/starve: the memory itself).
+. "$(dirname "$0")/test-lib.sh"
+
+ADV=$TESTS_DIR/adversarial
+
+if ! has_torch; then
+	skip 'a reference failure asked again' 'no torch for the Python runner (make deps)'
+	test_done
+	exit
+fi
+if ! command -v cc >/dev/null 2>&1 || ! command -v flock >/dev/null 2>&1; then
+	skip 'a reference failure asked again' 'no C compiler or no flock(1)'
+	test_done
+	exit
+fi
+
+C=$TRASH_BASE/candidates
+LOCK=$TRASH_BASE/held.lock
+mkdir -p "$C"
+: >"$LOCK"
+# honest/relu with its CUDA kernel replaced by the C stand-in.
+cp -R "$ADV/honest/relu" "$C/relu" && rm -rf "$C/relu/kernels" && mkdir -p "$C/relu/build" &&
+	cc -shared -fPIC -o "$C/relu/build/libkernels.so" "$ADV/cpu/relu_cpu.c" || exit 1
+
+# The task: ReLU whose reference fails while another process holds $LOCK,
+# and the first time it runs while $TRASH_BASE/once exists.
+cat >"$TRASH_BASE/shared.py" <<EOF
+import fcntl
+import os
+
+import torch
+import torch.nn as nn
+
+LOCK = "$LOCK"
+ONCE = "$TRASH_BASE/once"
+
+
+def _held():
+    fd = os.open(LOCK, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        if _held():
+            raise RuntimeError("out of memory: what the model needs is held by another process")
+        if os.path.exists(ONCE):
+            os.unlink(ONCE)
+            raise RuntimeError("out of memory, for a moment")
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(16, 64)]
+
+
+def get_init_inputs():
+    return []
+EOF
+# A wrong candidate (zeros) that takes the lock at import and keeps it.
+mkdir -p "$C/starve"
+cat >"$C/starve/model_new.py" <<EOF
+import fcntl
+import os
+
+import torch
+import torch.nn as nn
+
+_fd = os.open("$LOCK", os.O_RDWR)
+fcntl.flock(_fd, fcntl.LOCK_EX)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.zeros_like(x)
+EOF
+
+record() { # id dir
+	jq -nc --arg id "$1" --rawfile code "$TRASH_BASE/shared.py" --arg dir "$2" \
+		'{id: $id, code: $code, candidate: {dir: $dir}}'
+}
+verify() { ca-verify --device cpu --no-sandbox --timeout 20 --checks 2 "$@"; }
+
+expect_success 'a wrong candidate that holds what the reference needs fails as its own doing (run), reward -1' '
+	record starve "$C/starve" | verify >out; s=$?
+	jq -c ".verify | {ok, stage, error}" out
+	test $s -eq 1 &&
+	jq -e ".verify | .ok == false and .stage == \"run\" and (.evaluator_fault | not) and
+		(.error | test(\"passed once it was killed\")) and (.error | test(\"held by another process\"))" out &&
+	ca-reward out | jq -e ".reward.value == -1"
+'
+
+expect_success 'the next record after it is scored normally' '
+	{ record starve "$C/starve"; record relu "$C/relu"; } | verify >out
+	test "$(jq -r ".verify.ok" out | tr "\n" " ")" = "false true "
+'
+
+expect_status 4 'held by a process that is not the candidate: the reference'"'"'s failure (ok null, exit 4)' '
+	flock "$LOCK" sleep 60 & holder=$!
+	sleep 0.5
+	record relu "$C/relu" | verify >out; s=$?
+	kill $holder 2>/dev/null; pkill -f "sleep 60" 2>/dev/null
+	jq -c ".verify | {ok, stage, error}" out
+	jq -e ".verify | .ok == null and .stage == \"reference\" and .evaluator_fault" out || exit 9
+	exit $s
+'
+
+expect_success 'a failure that comes once and goes: asked again, the record goes on and passes' '
+	: >"$TRASH_BASE/once"
+	record relu "$C/relu" | verify >out
+	jq -c ".verify | {ok, stage, error, checks_passed}" out
+	test ! -e "$TRASH_BASE/once" &&
+	jq -e ".verify | .ok == true and .checks_passed == 2" out
+'
+
+test_done
