@@ -9,6 +9,9 @@
 # our clock ("beyond the reference's loop").
 #
 #   make all && sh bench/probe-ab.sh REV [SLOTS [CANDIDATE ...]]
+#
+# REV may also be a tar file of a tree (git archive REV > old.tar), for a
+# copy of the checkout that has no .git, as on the device machine.
 #   sh bench/probe-ab.sh 3419e48 0,0,0 relu relu_pos
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,7 +26,12 @@ fi
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 A=$ROOT/tests/adversarial
-mkdir -p "$W/old" && (cd "$ROOT" && git archive "$REV") | tar -x -C "$W/old" || exit 1
+mkdir -p "$W/old"
+if [ -f "$REV" ]; then
+	tar -xf "$REV" -C "$W/old" || exit 1
+else
+	(cd "$ROOT" && git archive "$REV") | tar -x -C "$W/old" || exit 1
+fi
 (cd "$W/old" && make -j"$(nproc)" all >"$W/build.log" 2>&1) || { tail -20 "$W/build.log"; exit 1; }
 for name in "$@"; do
 	d=$A/honest/$name
