@@ -46,5 +46,7 @@ for tree in here "$REV"; do
 	"$B/ca-profile" -v --gpus "$SLOTS" --timeout 30 --iters 20 --no-compile <"$W/verified.ndjson" 2>"$W/err" |
 		jq -c --arg t "$tree" '{tree: $t, id, ok: .profile.ok, stage: .profile.stage, eager_us: .profile.eager_us,
 			candidate_us: .profile.candidate_us, error: (.profile.error // "" | .[0:200])}'
-	grep -h "beyond the reference" "$W/err" | cut -c1-300 | sed "s/^/  $tree: /"
+	grep -h "beyond the reference" "$W/err" | cut -c1-300 | while IFS= read -r line; do
+		printf '  %s: %s\n' "$tree" "$line"
+	done
 done
