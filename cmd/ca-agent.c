@@ -92,17 +92,9 @@ static int program_exists(const char *name)
 {
 	if (strchr(name, '/'))
 		return access(name, X_OK) == 0;
-	const char *path = getenv("PATH");
-	if (!path)
-		return 0;
-	char *copy = ca_xstrdup(path), *save = NULL;
-	int found = 0;
-	for (char *dir = strtok_r(copy, ":", &save); dir && !found; dir = strtok_r(NULL, ":", &save)) {
-		char p[PATH_MAX];
-		snprintf(p, sizeof p, "%s/%s", *dir ? dir : ".", name);
-		found = access(p, X_OK) == 0;
-	}
-	free(copy);
+	char *path = ca_paths_find_program(name, getenv("PATH"));
+	int found = path != NULL;
+	free(path);
 	return found;
 }
 

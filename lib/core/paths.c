@@ -168,3 +168,18 @@ int ca_paths_next_dir(const char **list, char *buf, size_t size)
 	*list = dir + len + (dir[len] == ':');
 	return 1;
 }
+
+char *ca_paths_find_program(const char *name, const char *list)
+{
+	struct stat st;
+	if (strchr(name, '/'))
+		return ca_xstrdup(name);
+	char dir[PATH_MAX], buf[PATH_MAX * 2];
+	while (ca_paths_next_dir(&list, dir, sizeof dir)) {
+		snprintf(buf, sizeof buf, "%s/%s", *dir ? dir : ".", name);
+		if (stat(buf, &st) == 0 && S_ISREG(st.st_mode) && access(buf, X_OK) == 0)
+			return ca_xstrdup(buf);
+	}
+	errno = ENOENT;
+	return NULL;
+}

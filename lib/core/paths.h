@@ -34,4 +34,12 @@ int ca_paths_mkdirs(const char *path, int mode);
  */
 int ca_paths_next_dir(const char **list, char *buf, size_t size);
 
+/*
+ * Where a PATH-style list finds program name: the first DIR/name that is
+ * a regular file we may run, an empty entry meaning the current
+ * directory; name itself when it holds a '/'. malloc'd, or NULL with
+ * errno ENOENT.
+ */
+char *ca_paths_find_program(const char *name, const char *list);
+
 #endif

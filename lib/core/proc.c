@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "paths.h"
 #include "proc.h"
 
 extern char **environ;
@@ -110,38 +111,11 @@ static const char *env_path(const char *const *env)
 	return NULL;
 }
 
-static int is_executable(const char *path)
-{
-	struct stat st;
-	return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
-}
-
 /* A malloc'd path for argv[0], or NULL with errno ENOENT. */
 static char *find_program(const char *name, const char *const *env)
 {
-	if (strchr(name, '/'))
-		return ca_xstrdup(name);
 	const char *path = env_path(env);
-	if (!path || !*path)
-		path = "/usr/local/bin:/usr/bin:/bin";
-	size_t nlen = strlen(name);
-	for (const char *dir = path;;) {
-		const char *colon = strchr(dir, ':');
-		size_t dlen = colon ? (size_t)(colon - dir) : strlen(dir);
-		char *candidate = ca_xmalloc(dlen + nlen + 3);
-		if (dlen == 0)
-			snprintf(candidate, dlen + nlen + 3, "./%s", name);
-		else
-			snprintf(candidate, dlen + nlen + 3, "%.*s/%s", (int)dlen, dir, name);
-		if (is_executable(candidate))
-			return candidate;
-		free(candidate);
-		if (!colon)
-			break;
-		dir = colon + 1;
-	}
-	errno = ENOENT;
-	return NULL;
+	return ca_paths_find_program(name, path && *path ? path : "/usr/local/bin:/usr/bin:/bin");
 }
 
 static void close_fd(int *fd)
