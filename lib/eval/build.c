@@ -1311,7 +1311,8 @@ static void plan_steps(struct build *b)
 		/*
 		 * The key leaves out the object's name (a unit keeps its key when a
 		 * file added before it renumbers the objects) and the precompiled
-		 * header (it changes how fast, never what).
+		 * header (it changes how fast, never what: what a unit compiled
+		 * with clang's leaves to its archive, every link adds, pch_link_flags).
 		 */
 		unit_key(&b->src, &inc, i, b->tools, &s->argv, s->key);
 		snprintf(s->object, sizeof s->object, "obj/%zu.o", b->nsteps);
@@ -1402,6 +1403,7 @@ static int compile_and_link(struct build *b, struct step *link)
 	argv_add(&link->argv, "out/%s", b->libname);
 	for (size_t i = 0; i < b->nsteps; i++)
 		argv_add(&link->argv, "%s", b->steps[i].object);
+	pch_link_flags(b, &link->argv);
 	argv_append(&link->argv, &b->link_flags);
 	return run_steps(link, 1, b->build, b->cache, b->nvcc, deadline, 1, b->opt->no_sandbox, &b->lim);
 }

@@ -202,6 +202,14 @@ int want_pch(struct build *b);
 /* The flags that put the made header in front of a unit (b->build/ca-pch/: want_pch). */
 void pch_flags(const struct build *b, struct argv_list *a);
 
+/*
+ * clang's header compiled what torch's headers instantiate into an
+ * archive, which units compiled with it need: the link's flags for it
+ * added to a (the header made; b->build/ca-pch/ placed now when no unit
+ * of this build wanted it). 1 when added, 0 when there is none.
+ */
+int pch_link_flags(struct build *b, struct argv_list *a);
+
 /* Make the header of key with b's flags, its lock held (ca_build_make_pch). 0 when made, or there already. */
 int pch_make_for(struct build *b, const char *key);
 

@@ -4,7 +4,10 @@
  * (torch.h and g++'s torch.h.gch, or clang's torch.h.pch). g++ writes it
  * before it instantiates the templates the headers' inline functions use,
  * so every unit does that again (about 4 s); clang keeps them in it
- * (-fpch-instantiate-templates). The compiler takes longer to make it
+ * (-fpch-instantiate-templates), and compiles what they instantiate once,
+ * into CACHE/pch/KEY/torch-pch.a (-fpch-codegen: the units then leave it
+ * out and the library links it, pch_link_flags), not again in every
+ * unit. The compiler takes longer to make it
  * (g++ about 30 s on the H200) than to compile the units without it, so
  * the first build that wants it starts its making in the background
  * (ca-build --make-pch, a process of its own that outlives the build)
@@ -65,7 +68,7 @@ static void pch_command(struct build *b, struct argv_list *a, char key[65])
 	if (b->light[0])
 		argv_insert_include(a, b->light);
 	ca_sha256_init(&h);
-	ca_sha256_string(&h, "ca-build pch 1");
+	ca_sha256_string(&h, "ca-build pch 2");  /* 2: clang's with -fpch-codegen and its archive */
 	ca_sha256_string(&h, b->tools);
 	argv_hash(&h, a);
 	if (b->light[0]) {
@@ -115,6 +118,45 @@ int ca_build_pch_lock(const struct ca_build_options *opt, const char *key, int w
 	return fd;
 }
 
+static const char archive[] = "torch-pch.a";
+
+/*
+ * clang's header made (in dir), what it instantiates compiled once: an
+ * object with a section per function, so that a library keeps only what
+ * its units call (pch_link_flags), in an archive, so that the library
+ * does not export it. run_steps' status.
+ */
+static int make_archive(struct build *b, const char *dir, double deadline)
+{
+	struct step s[2];
+	memset(s, 0, sizeof s);
+	cxx_command(b, &s[0].argv);
+	argv_add(&s[0].argv, "-Wno-unused-command-line-argument");
+	argv_add(&s[0].argv, "-ffunction-sections");
+	argv_add(&s[0].argv, "-fdata-sections");
+	argv_add(&s[0].argv, "-c");
+	argv_add(&s[0].argv, "%s", pch_name(b));
+	argv_add(&s[0].argv, "-o");
+	argv_add(&s[0].argv, "torch-pch.o");
+	argv_add(&s[1].argv, "ar");
+	argv_add(&s[1].argv, "rcs");
+	argv_add(&s[1].argv, "%s", archive);
+	argv_add(&s[1].argv, "torch-pch.o");
+	int status = 0;
+	for (int k = 0; k < 2 && status == 0; k++) {
+		snprintf(s[k].log_path, sizeof s[k].log_path, "%s.log.%d", dir, k);
+		status = run_steps(&s[k], 1, dir, b->cache, b->nvcc, deadline, 1, b->opt->no_sandbox, &pch_limits);
+	}
+	for (int k = 0; k < 2; k++) {
+		unlink(s[k].log_path);
+		argv_free(&s[k].argv);
+	}
+	char obj[PATH_MAX + 16];
+	snprintf(obj, sizeof obj, "%s/torch-pch.o", dir);
+	unlink(obj);
+	return status;
+}
+
 /*
  * Make the header of command a into entry, the lock held: by the compiler
  * under the sandbox in a private directory like a build's, then renamed
@@ -137,6 +179,7 @@ static int make_pch(struct build *b, const struct argv_list *a, const char *entr
 	if (b->clang) {
 		/* The sources in it, as a build's sandbox may not see them where they were (its pyinclude copy). */
 		argv_add(&s.argv, "-fpch-instantiate-templates");
+		argv_add(&s.argv, "-fpch-codegen");
 		argv_add(&s.argv, "-Xclang");
 		argv_add(&s.argv, "-fmodules-embed-all-files");
 	}
@@ -148,6 +191,8 @@ static int make_pch(struct build *b, const struct argv_list *a, const char *entr
 	s.input = b->clang ? path : NULL;
 	double started = ca_proc_now();
 	int status = run_steps(&s, 1, dir, b->cache, b->nvcc, started + pch_limits.time_s, 1, b->opt->no_sandbox, &pch_limits);
+	if (status == 0 && b->clang)
+		status = make_archive(b, dir, started + pch_limits.time_s);
 	b->limit_from += ca_proc_now() - started;
 	if (status != 0) {
 		size_t n;
@@ -170,14 +215,18 @@ static int make_pch(struct build *b, const struct argv_list *a, const char *entr
 			goto out;
 		snprintf(path, sizeof path, "%s/torch.h", tmp);
 		ca_file_write(path, header, sizeof header - 1, 0644);
+		snprintf(from, sizeof from, "%s/%s", dir, archive);
+		snprintf(path, sizeof path, "%s/%s", tmp, archive);
+		if (b->clang && build_copy_file(from, path, 0644) != 0)
+			goto out;
 	} else {
 		dir[0] = '\0';
 	}
 	snprintf(path, sizeof path, "%s/pyinclude", tmp);
 	ca_file_remove_tree(path);
 	/* Made by the sandbox's uid: ours again, so no sandboxed process can write it. */
-	const char *names[] = {"", "torch.h", pch_name(b)};
-	for (int k = 0; k < 3; k++) {
+	const char *names[] = {"", "torch.h", pch_name(b), archive};
+	for (int k = 0; k < (b->clang ? 4 : 3); k++) {
 		snprintf(path, sizeof path, "%s%s%s", tmp, k ? "/" : "", names[k]);
 		if (lchown(path, geteuid(), getegid()) != 0 && errno != EPERM)
 			break;
@@ -196,12 +245,13 @@ out:
 	return made;
 }
 
-/* Is it there (1), known not to be makeable (-1), or neither (0)? */
+/* Is it there (1; clang's with its archive), known not to be makeable (-1), or neither (0)? */
 static int pch_state(const struct build *b, const char *entry)
 {
-	char path[PATH_MAX + 16];
+	char path[PATH_MAX + 16], lib[PATH_MAX + 16];
 	snprintf(path, sizeof path, "%s/%s", entry, pch_name(b));
-	if (build_exists(path))
+	snprintf(lib, sizeof lib, "%s/%s", entry, archive);
+	if (build_exists(path) && (!b->clang || build_exists(lib)))
 		return 1;
 	snprintf(path, sizeof path, "%s.failed", entry);
 	return build_exists(path) ? -1 : 0;
@@ -281,9 +331,14 @@ static int place_pch(struct build *b)
 	snprintf(to, sizeof to, "%s/ca-pch/torch.h", b->build);
 	if (ca_file_write(to, header, sizeof header - 1, 0644) != 0)
 		return -1;
-	snprintf(from, sizeof from, "%s/%s", b->pch, pch_name(b));
-	snprintf(to, sizeof to, "%s/ca-pch/%s", b->build, pch_name(b));
-	return link(from, to) == 0 || build_copy_file(from, to, 0644) == 0 ? 0 : -1;
+	const char *names[] = {pch_name(b), archive};
+	for (int k = 0; k < (b->clang ? 2 : 1); k++) {
+		snprintf(from, sizeof from, "%s/%s", b->pch, names[k]);
+		snprintf(to, sizeof to, "%s/ca-pch/%s", b->build, names[k]);
+		if (link(from, to) != 0 && build_copy_file(from, to, 0644) != 0)
+			return -1;
+	}
+	return 0;
 }
 
 /* CACHE/pch/KEY for the build's flags when it is made (now, with CA_BUILD_PCH=wait), else NULL. */
@@ -338,4 +393,27 @@ int want_pch(struct build *b)
 		return 0;
 	b->pch = torch_pch(b);
 	return b->pch && place_pch(b) == 0;
+}
+
+int pch_link_flags(struct build *b, struct argv_list *a)
+{
+	if (!b->clang || strcmp(b->flavour, "cuda-agent") != 0)
+		return 0;
+	if (!b->pch) {
+		/* Every unit cached: those compiled with the header need its archive all the same. */
+		struct argv_list c = {0};
+		char key[65], entry[PATH_MAX];
+		pch_command(b, &c, key);
+		argv_free(&c);
+		pch_entry(b->cache, key, entry, sizeof entry);
+		if (pch_state(b, entry) != 1)
+			return 0;
+		b->pch = ca_xstrdup(entry);
+		if (place_pch(b) != 0)
+			return 0;
+	}
+	argv_add(a, "ca-pch/%s", archive);
+	argv_add(a, "-Wl,--exclude-libs,ALL");
+	argv_add(a, "-Wl,--gc-sections");
+	return 1;
 }
