@@ -1296,7 +1296,6 @@ static void plan_steps(struct build *b)
 		} else {
 			cxx_command(b, &s->argv);
 			argv_add(&s->argv, "-c");
-			snprintf(b->res->cxx, sizeof b->res->cxx, "%s", b->clang ? "clang++" : "g++");
 		}
 		if (b->single) {
 			argv_add(&s->argv, "-o");
@@ -1322,6 +1321,8 @@ static void plan_steps(struct build *b)
 		snprintf(path, sizeof path, "%s/%s", b->build, s->object);
 		s->cached = unit_fetch(b->cache, s->key, path) == 0;
 		b->res->units_cached += s->cached;
+		if (!cu && !ca && !s->cached)
+			snprintf(b->res->cxx, sizeof b->res->cxx, "%s", b->clang ? "clang++" : "g++");
 		int torch_cu = cu && !s->cached && unit_includes_torch(&b->src, i);
 		/* After the key, as the precompiled header: the light header changes how fast, not what (or it fails). */
 		if (b->light[0] && !s->cached && (!cu || torch_cu)) {
