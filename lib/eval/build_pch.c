@@ -60,6 +60,20 @@ void pch_flags(const struct build *b, struct argv_list *a)
 	argv_add(a, "-fno-validate-pch");
 }
 
+static const char archive[] = "torch-pch.a";
+
+/*
+ * Whether clang's header compiles what it instantiates into the archive:
+ * where LLVM's linker links the library. GNU ld took 0.65 s longer to
+ * link with the archive (2-core CPU), the binding's compile 0.8 s less;
+ * a candidate whose kernel alone changed would pay the link and gain
+ * nothing. Part of the header's key.
+ */
+static int codegen(const struct build *b)
+{
+	return b->clang && b->lld;
+}
+
 /* The command the header is made with (the units' own) and its key. */
 static void pch_command(struct build *b, struct argv_list *a, char key[65])
 {
@@ -68,7 +82,7 @@ static void pch_command(struct build *b, struct argv_list *a, char key[65])
 	if (b->light[0])
 		argv_insert_include(a, b->light);
 	ca_sha256_init(&h);
-	ca_sha256_string(&h, "ca-build pch 2");  /* 2: clang's with -fpch-codegen and its archive */
+	ca_sha256_string(&h, codegen(b) ? "ca-build pch 2" : "ca-build pch 1");  /* 2: -fpch-codegen, its archive */
 	ca_sha256_string(&h, b->tools);
 	argv_hash(&h, a);
 	if (b->light[0]) {
@@ -117,8 +131,6 @@ int ca_build_pch_lock(const struct ca_build_options *opt, const char *key, int w
 	free(cache);
 	return fd;
 }
-
-static const char archive[] = "torch-pch.a";
 
 /*
  * clang's header made (in dir), what it instantiates compiled once: an
@@ -179,7 +191,8 @@ static int make_pch(struct build *b, const struct argv_list *a, const char *entr
 	if (b->clang) {
 		/* The sources in it, as a build's sandbox may not see them where they were (its pyinclude copy). */
 		argv_add(&s.argv, "-fpch-instantiate-templates");
-		argv_add(&s.argv, "-fpch-codegen");
+		if (codegen(b))
+			argv_add(&s.argv, "-fpch-codegen");
 		argv_add(&s.argv, "-Xclang");
 		argv_add(&s.argv, "-fmodules-embed-all-files");
 	}
@@ -191,7 +204,7 @@ static int make_pch(struct build *b, const struct argv_list *a, const char *entr
 	s.input = b->clang ? path : NULL;
 	double started = ca_proc_now();
 	int status = run_steps(&s, 1, dir, b->cache, b->nvcc, started + pch_limits.time_s, 1, b->opt->no_sandbox, &pch_limits);
-	if (status == 0 && b->clang)
+	if (status == 0 && codegen(b))
 		status = make_archive(b, dir, started + pch_limits.time_s);
 	b->limit_from += ca_proc_now() - started;
 	if (status != 0) {
@@ -217,7 +230,7 @@ static int make_pch(struct build *b, const struct argv_list *a, const char *entr
 		ca_file_write(path, header, sizeof header - 1, 0644);
 		snprintf(from, sizeof from, "%s/%s", dir, archive);
 		snprintf(path, sizeof path, "%s/%s", tmp, archive);
-		if (b->clang && build_copy_file(from, path, 0644) != 0)
+		if (codegen(b) && build_copy_file(from, path, 0644) != 0)
 			goto out;
 	} else {
 		dir[0] = '\0';
@@ -226,7 +239,7 @@ static int make_pch(struct build *b, const struct argv_list *a, const char *entr
 	ca_file_remove_tree(path);
 	/* Made by the sandbox's uid: ours again, so no sandboxed process can write it. */
 	const char *names[] = {"", "torch.h", pch_name(b), archive};
-	for (int k = 0; k < (b->clang ? 4 : 3); k++) {
+	for (int k = 0; k < (codegen(b) ? 4 : 3); k++) {
 		snprintf(path, sizeof path, "%s%s%s", tmp, k ? "/" : "", names[k]);
 		if (lchown(path, geteuid(), getegid()) != 0 && errno != EPERM)
 			break;
@@ -251,7 +264,7 @@ static int pch_state(const struct build *b, const char *entry)
 	char path[PATH_MAX + 16], lib[PATH_MAX + 16];
 	snprintf(path, sizeof path, "%s/%s", entry, pch_name(b));
 	snprintf(lib, sizeof lib, "%s/%s", entry, archive);
-	if (build_exists(path) && (!b->clang || build_exists(lib)))
+	if (build_exists(path) && (!codegen(b) || build_exists(lib)))
 		return 1;
 	snprintf(path, sizeof path, "%s.failed", entry);
 	return build_exists(path) ? -1 : 0;
@@ -332,7 +345,7 @@ static int place_pch(struct build *b)
 	if (ca_file_write(to, header, sizeof header - 1, 0644) != 0)
 		return -1;
 	const char *names[] = {pch_name(b), archive};
-	for (int k = 0; k < (b->clang ? 2 : 1); k++) {
+	for (int k = 0; k < (codegen(b) ? 2 : 1); k++) {
 		snprintf(from, sizeof from, "%s/%s", b->pch, names[k]);
 		snprintf(to, sizeof to, "%s/ca-pch/%s", b->build, names[k]);
 		if (link(from, to) != 0 && build_copy_file(from, to, 0644) != 0)
@@ -397,7 +410,7 @@ int want_pch(struct build *b)
 
 int pch_link_flags(struct build *b, struct argv_list *a)
 {
-	if (!b->clang || strcmp(b->flavour, "cuda-agent") != 0)
+	if (!codegen(b) || strcmp(b->flavour, "cuda-agent") != 0)
 		return 0;
 	if (!b->pch) {
 		/* Every unit cached: those compiled with the header need its archive all the same. */
