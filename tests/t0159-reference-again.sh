@@ -92,8 +92,65 @@ class ModelNew(nn.Module):
         return torch.zeros_like(x)
 EOF
 
-record() { # id dir
-	jq -nc --arg id "$1" --rawfile code "$TRASH_BASE/shared.py" --arg dir "$2" \
+# A correct candidate (the C stand-in's ReLU) that takes the lock in its
+# first timed call (the runner's time or burst request on its stack) and
+# keeps it: the reference's baselines or bursts after it fail beside it.
+cp -R "$C/relu" "$C/starve_late" && cat >>"$C/starve_late/model_new.py" <<EOF
+
+import fcntl
+import os
+import sys
+
+_held = []
+_forward = ModelNew.forward
+
+
+def _timed():
+    f = sys._getframe()
+    while f is not None:
+        if f.f_code.co_name in ("op_time", "op_burst"):
+            return True
+        f = f.f_back
+    return False
+
+
+def _forward_holding(self, x):
+    if not _held and _timed():
+        _held.append(os.open("$LOCK", os.O_RDWR))
+        fcntl.flock(_held[0], fcntl.LOCK_EX)
+    return _forward(self, x)
+
+
+ModelNew.forward = _forward_holding
+EOF
+
+# The same candidate taking the lock in its first robustness check (the
+# last of verify's), so that it holds it through profile's baselines.
+sed -e 's/in ("op_time", "op_burst"):/== "op_run" and (f.f_locals.get("req") or {}).get("robust"):/' \
+	"$C/starve_late/model_new.py" >"$C/starve_late/mid.py" && mkdir -p "$C/starve_mid" &&
+	cp -R "$C/starve_late/build" "$C/starve_mid/" && mv "$C/starve_late/mid.py" "$C/starve_mid/model_new.py" &&
+	grep -q '"op_run"' "$C/starve_mid/model_new.py" || exit 1
+
+# The same task whose reference fails only in its timed loops (a time or
+# burst request on its stack): as a loop that needs more memory than one
+# call, the failure is first met there.
+sed -e 's/^        if _held():$/        if _held() and _in_loop():/' "$TRASH_BASE/shared.py" >"$TRASH_BASE/shared_loop.py" &&
+	cat >>"$TRASH_BASE/shared_loop.py" <<EOF
+
+
+def _in_loop():
+    import sys
+    f = sys._getframe()
+    while f is not None:
+        if f.f_code.co_name in ("op_time", "op_burst"):
+            return True
+        f = f.f_back
+    return False
+EOF
+grep -q "_in_loop():" "$TRASH_BASE/shared_loop.py" || exit 1
+
+record() { # id dir [task]
+	jq -nc --arg id "$1" --rawfile code "$TRASH_BASE/${3:-shared}.py" --arg dir "$2" \
 		'{id: $id, code: $code, candidate: {dir: $dir}}'
 }
 verify() { ca-verify --device cpu --no-sandbox --timeout 20 --checks 2 "$@"; }
@@ -128,6 +185,32 @@ expect_success 'a failure that comes once and goes: asked again, the record goes
 	jq -c ".verify | {ok, stage, error, checks_passed}" out
 	test ! -e "$TRASH_BASE/once" &&
 	jq -e ".verify | .ok == true and .checks_passed == 2" out
+'
+
+expect_success 'a correct candidate that holds it from its timed calls on fails in profile as its own doing, not null' '
+	record starve_late "$C/starve_late" | CA_CACHE=$TRASH/cache ca-profile --verify --device cpu --no-sandbox --no-compile \
+		--iters 10 --warmup 2 --timeout 20 >out; s=$?
+	jq -c "{verify: .verify.ok, profile: (.profile | {ok, stage, error})}" out
+	test $s -eq 1 &&
+	jq -e ".verify.ok and .profile.ok == false and .profile.stage == \"run\" and
+		(.profile.error | test(\"passed once it was killed\"))" out &&
+	ca-reward out | jq -e ".reward.value == -1"
+'
+
+expect_success 'the same when the reference fails only in its timed loops (its baselines, run again as a whole)' '
+	record starve_mid "$C/starve_mid" shared_loop | CA_CACHE=$TRASH/cache ca-profile --verify --device cpu --no-sandbox \
+		--no-compile --iters 10 --warmup 2 --timeout 20 >out; s=$?
+	jq -c "{verify: .verify.ok, profile: (.profile | {ok, stage, error})}" out
+	test $s -eq 1 &&
+	jq -e ".verify.ok and .profile.ok == false and .profile.stage == \"run\" and
+		(.profile.error | test(\"passed once it was killed\"))" out
+'
+
+expect_success 'the honest candidate is profiled normally beside the same task' '
+	record relu "$C/relu" shared_loop | CA_CACHE=$TRASH/cache ca-profile --verify --device cpu --no-sandbox --no-compile \
+		--iters 10 --warmup 2 --timeout 20 >out
+	jq -c "{verify: .verify.ok, profile: (.profile | {ok, stage, error})}" out
+	jq -e ".verify.ok and .profile.ok" out
 '
 
 test_done

@@ -28,10 +28,11 @@
  * the cause; nor is anyone while a candidate of another slot is running
  * (its load is not under our control), as in evaluate_idle.c.
  *
- * A reference that died or did not answer is not asked again (it is
- * restarted for the next record); the timed loops of its baselines are
- * not either (the candidate is verified by then, and a correct candidate
- * earns more than a null).
+ * The same holds for the timed loops of its baselines (a correct
+ * candidate's null would leave it out of a group whose other answers
+ * are faster: better than its 1), each try a whole loop with the GPU
+ * quiet and idle (reference_loop). A reference that died or did not
+ * answer is not asked again (it is restarted for the next record).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,18 +51,20 @@ enum { GIB = 1 << 30 };
  */
 enum { FREED_WAIT_S = 5 };
 
-/* Send req (consumed) again, asking for the GPU's memory around it; as reference_answer. */
-static int ask(struct job *j, jv req, double timeout, jv *reply, jv *why)
+/* A request to ask again: the request, and how long its answer may take. */
+struct request {
+	jv req;
+	double timeout;
+};
+
+/* Send the request again, asking for the GPU's memory around it; as reference_answer. */
+static int ask(struct job *j, void *arg, jv *reply, jv *why)
 {
-	jv fault;
+	struct request *r = arg;
 	*why = jv_invalid();
-	j->slot->reference.limit_s = timeout;
-	req = jv_object_set(req, jv_string("mem"), jv_true());
-	if (worker_send(&j->slot->reference, req, &fault) != 0) {
-		reference_failed(j, fault);
+	if (reference_send(j, jv_object_set(jv_copy(r->req), jv_string("mem"), jv_true()), r->timeout) != 0)
 		return -1;
-	}
-	return reference_answer(j, timeout, reply, why);
+	return reference_answer(j, r->timeout, reply, why);
 }
 
 /*
@@ -85,11 +88,11 @@ static int freed_enough(jv beside, jv alone, double *held_gib, double *need_gib)
 }
 
 /*
- * req (consumed) failed with why (consumed): ask again as above. 0 with
+ * What failed with why (consumed), tried again by once as above. 0 with
  * *reply when it passed beside the candidate; -1 with the record failed,
  * the reference's failure or the candidate's.
  */
-int reference_again(struct job *j, jv req, double timeout, jv why, jv *reply)
+int reference_again_with(struct job *j, again_try *once, void *arg, jv why, jv *reply)
 {
 	jv beside = jv_invalid(), alone = jv_invalid();
 	int rc = -1;
@@ -98,7 +101,8 @@ int reference_again(struct job *j, jv req, double timeout, jv why, jv *reply)
 		reference_failed(j, jv_copy(why));
 		goto out;
 	}
-	int again = ask(j, jv_copy(req), timeout, reply, &beside);
+	j->ask_mem = 1;
+	int again = once(j, arg, reply, &beside);
 	if (again <= 0) {
 		rc = again;  /* passed now (0), or the reference is gone, recorded (-1) */
 		goto out;
@@ -112,7 +116,7 @@ int reference_again(struct job *j, jv req, double timeout, jv why, jv *reply)
 	worker_stop(&j->cand, 0);
 	/* Its memory goes with its CUDA context, a moment after its death: asked until it passes, FREED_WAIT_S. */
 	double until = ca_proc_now() + FREED_WAIT_S;
-	while ((again = ask(j, jv_copy(req), timeout, reply, &alone)) > 0 && ca_proc_now() < until) {
+	while ((again = once(j, arg, reply, &alone)) > 0 && ca_proc_now() < until) {
 		jv_free(alone);
 		alone = jv_invalid();
 		usleep(200 * 1000);
@@ -134,13 +138,22 @@ int reference_again(struct job *j, jv req, double timeout, jv why, jv *reply)
 	free(error);
 	job_fail(j, "run", msg);
 out:
+	j->ask_mem = 0;
 	if (rc != 0) {
 		jv_free(*reply);
 		*reply = jv_invalid();
 	}
-	jv_free(req);
 	jv_free(why);
 	jv_free(beside);
 	jv_free(alone);
+	return rc;
+}
+
+/* req (consumed), sent, failed with why (consumed): asked again. As reference_again_with. */
+int reference_again(struct job *j, jv req, double timeout, jv why, jv *reply)
+{
+	struct request r = {req, timeout};
+	int rc = reference_again_with(j, ask, &r, why, reply);
+	jv_free(req);
 	return rc;
 }

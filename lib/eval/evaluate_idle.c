@@ -122,18 +122,26 @@ static int idle_after(struct job *j, double *probe_us)
 	return p.idle;
 }
 
+/* A loop's run, as reference_loop takes it. */
+struct loop_run {
+	int (*run)(struct job *j, void *arg, jv *reply);
+	void *arg;
+};
+
 /*
  * One timed loop of the reference's, run (its request sent and its reply
- * into *reply: 0, or -1 with the record failed), with the GPU quiet and
+ * into *reply: 0; 1 when the reference answered that it failed, its
+ * answer in *why; or -1 with the record failed), with the GPU quiet and
  * ours (timed_loop_begin), the candidate stopped (as it is between
  * requests) and the GPU idle before and after. A loop that other work
  * came beside is run once more (a candidate of another slot loading, its
  * weights going to the GPU, is brief); beside other work again, the
- * record fails (stage "gpu"). 0 with *reply, or -1 with the record failed.
+ * record fails (stage "gpu"). As again_try.
  */
-int reference_loop(struct job *j, int (*run)(struct job *j, void *arg, jv *reply), void *arg, jv *reply)
+static int loop_once(struct job *j, void *arg, jv *reply, jv *why)
 {
-	*reply = jv_invalid();
+	struct loop_run *l = arg;
+	*reply = *why = jv_invalid();
 	for (int attempt = 0;; attempt++) {
 		timed_loop_begin(j->slot);
 		if (idle_before(j) != 0) {
@@ -141,9 +149,14 @@ int reference_loop(struct job *j, int (*run)(struct job *j, void *arg, jv *reply
 			return -1;
 		}
 		double probe_us = 0;
-		int rc = run(j, arg, reply);
+		int rc = l->run(j, l->arg, reply);
 		int idle = rc == 0 ? idle_after(j, &probe_us) : 1;
 		timed_loop_end(j->slot);
+		if (rc > 0) {
+			*why = *reply;
+			*reply = jv_invalid();
+			return 1;
+		}
 		if (rc != 0)
 			return -1;
 		if (idle == 1)
@@ -160,4 +173,17 @@ int reference_loop(struct job *j, int (*run)(struct job *j, void *arg, jv *reply
 			return -1;
 		}
 	}
+}
+
+/*
+ * A timed loop of the reference's (loop_once); one the reference failed
+ * beside the candidate is run again (reference_again_with). 0 with
+ * *reply, or -1 with the record failed.
+ */
+int reference_loop(struct job *j, int (*run)(struct job *j, void *arg, jv *reply), void *arg, jv *reply)
+{
+	struct loop_run l = {run, arg};
+	jv why;
+	int rc = loop_once(j, &l, reply, &why);
+	return rc > 0 ? reference_again_with(j, loop_once, &l, why, reply) : rc;
 }

@@ -167,6 +167,7 @@ struct job {
 	char kernels_lib[PATHLEN];
 	char ext_key[65];        /* torch extensions cache key ("" when the candidate builds none) */
 	int loaded;              /* the candidate's ModelNew loaded */
+	int ask_mem;             /* the reference's loops asked for its memory ("mem": evaluate_again.c) */
 	jv sizes;                /* the task's size globals, {name: value} (ca_runner's size_globals) */
 	char task_path[PATHLEN];  /* the task's code where the candidate can read it */
 	unsigned long long seed;
@@ -276,16 +277,27 @@ void reference_failed(struct job *j, jv why);
 int reference_call(struct job *j, jv req, double timeout, jv *reply);
 int reference_recv(struct job *j, double timeout, jv *reply);
 int reference_answer(struct job *j, double timeout, jv *reply, jv *why);
+int reference_send(struct job *j, jv req, double timeout);
 int candidate_call(struct job *j, jv req, double timeout, jv *reply, struct loop_clock *ours);
 unsigned long long fresh_seed(void);
 void ext_save(struct job *j);
 double kernel_sum_us(jv kernels);
 jv top_kernels(jv kernels, int top, int *nbad, jv *bad_names);
 
-/* evaluate_idle.c: around a timed loop of the reference's, the GPU idle. */
+/*
+ * evaluate_idle.c: around a timed loop of the reference's, the GPU idle.
+ * run: 0 with *reply; 1 when the reference answered that the loop failed,
+ * its answer in *reply (not recorded); -1 with the record failed.
+ */
 int reference_loop(struct job *j, int (*run)(struct job *j, void *arg, jv *reply), void *arg, jv *reply);
 
-/* evaluate_again.c: a reference request that failed beside the candidate, asked again. */
+/*
+ * evaluate_again.c: what the reference failed beside the candidate, tried
+ * again. A try: 0 with *reply; 1 with *why, the reference's answer that it
+ * failed (not recorded); -1 with the record failed.
+ */
+typedef int again_try(struct job *j, void *arg, jv *reply, jv *why);
+int reference_again_with(struct job *j, again_try *once, void *arg, jv why, jv *reply);
 int reference_again(struct job *j, jv req, double timeout, jv why, jv *reply);
 
 /* evaluate_verify.c */

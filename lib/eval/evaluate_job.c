@@ -107,6 +107,18 @@ int reference_answer(struct job *j, double timeout, jv *reply, jv *why)
 	return 0;
 }
 
+/* Send req (consumed) to the reference, its answer due within timeout; -1 after recording that it is gone. */
+int reference_send(struct job *j, jv req, double timeout)
+{
+	jv fault;
+	j->slot->reference.limit_s = timeout;
+	if (worker_send(&j->slot->reference, req, &fault) != 0) {
+		reference_failed(j, fault);
+		return -1;
+	}
+	return 0;
+}
+
 /* Receive the reference's reply to a request sent; -1 after recording the failure. */
 int reference_recv(struct job *j, double timeout, jv *reply)
 {
@@ -126,12 +138,10 @@ int reference_recv(struct job *j, double timeout, jv *reply)
  */
 int reference_call(struct job *j, jv req, double timeout, jv *reply)
 {
-	jv fault, why;
+	jv why;
 	*reply = jv_invalid();
-	j->slot->reference.limit_s = timeout;
-	if (worker_send(&j->slot->reference, jv_copy(req), &fault) != 0) {
+	if (reference_send(j, jv_copy(req), timeout) != 0) {
 		jv_free(req);
-		reference_failed(j, fault);
 		return -1;
 	}
 	int rc = reference_answer(j, timeout, reply, &why);

@@ -107,10 +107,8 @@ static int verify_check(struct job *j, int k, const struct robust_spec *robust, 
 		jv req = inputs_request(j, seed, in, ref);
 		if (robust)
 			req = jv_object_set(req, jv_string("robust"), robust_json(robust));
-		s->reference.limit_s = cfg->timeout_s * 4;
-		if (worker_send(&s->reference, jv_copy(req), &fault) != 0) {
+		if (reference_send(j, jv_copy(req), cfg->timeout_s * 4) != 0) {
 			jv_free(req);
-			reference_failed(j, fault);
 			return -1;
 		}
 		double sent = ca_proc_now();
