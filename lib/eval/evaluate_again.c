@@ -34,6 +34,7 @@
  * quiet and idle (reference_loop). A reference that died or did not
  * answer is not asked again (it is restarted for the next record).
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -88,6 +89,23 @@ static int freed_enough(jv beside, jv alone, double *held_gib, double *need_gib)
 }
 
 /*
+ * The reference's failure (why, consumed) recorded as its own, with what
+ * asking again found (how, printf-style) after its error: a record that
+ * blames the evaluator says why the candidate was not blamed.
+ */
+static void reference_kept(struct job *j, jv why, const char *how, ...)
+{
+	char *error = ca_json_strdup(why, "error"), note[256], msg[1024];
+	va_list ap;
+	va_start(ap, how);
+	vsnprintf(note, sizeof note, how, ap);
+	va_end(ap);
+	snprintf(msg, sizeof msg, "%.700s (asked again: %s)", error ? error : "unknown failure", note);
+	free(error);
+	reference_failed(j, jv_object_set(why, jv_string("error"), jv_string(msg)));
+}
+
+/*
  * What failed with why (consumed), tried again by once as above. 0 with
  * *reply when it passed beside the candidate; -1 with the record failed,
  * the reference's failure or the candidate's.
@@ -98,7 +116,7 @@ int reference_again_with(struct job *j, again_try *once, void *arg, jv why, jv *
 	int rc = -1;
 	*reply = jv_invalid();
 	if (!j->cand.run.running) {
-		reference_failed(j, jv_copy(why));
+		reference_kept(j, jv_copy(why), "not, the candidate was gone");
 		goto out;
 	}
 	j->ask_mem = 1;
@@ -110,13 +128,14 @@ int reference_again_with(struct job *j, again_try *once, void *arg, jv why, jv *
 	int mine = j->cand.hold && !j->cand.held;  /* ours, running its own request of this check */
 	if (candidates_running(j->slot->gpu) > mine) {
 		/* A candidate of another slot is running: whose the failure is cannot be told. */
-		reference_failed(j, jv_copy(why));
+		reference_kept(j, jv_copy(why), "it failed beside the candidate, and a candidate of another slot was running");
 		goto out;
 	}
 	worker_stop(&j->cand, 0);
 	/* Its memory goes with its CUDA context, a moment after its death: asked until it passes, FREED_WAIT_S. */
 	double until = ca_proc_now() + FREED_WAIT_S;
-	while ((again = once(j, arg, reply, &alone)) > 0 && ca_proc_now() < until) {
+	int tries = 1;
+	for (; (again = once(j, arg, reply, &alone)) > 0 && ca_proc_now() < until; tries++) {
 		jv_free(alone);
 		alone = jv_invalid();
 		usleep(200 * 1000);
@@ -124,8 +143,15 @@ int reference_again_with(struct job *j, again_try *once, void *arg, jv why, jv *
 	if (again < 0)
 		goto out;
 	double held = -1, need = -1;
-	if (again > 0 || !freed_enough(beside, *reply, &held, &need)) {
-		reference_failed(j, jv_copy(why));
+	if (again > 0) {
+		reference_kept(j, jv_copy(why), "it failed beside the candidate and %d time(s) over %d s with the candidate "
+			"killed", tries, FREED_WAIT_S);
+		goto out;
+	}
+	if (!freed_enough(beside, *reply, &held, &need)) {
+		reference_kept(j, jv_copy(why), "it failed beside the candidate and passed with it killed, whose death "
+			"freed %.1f GiB of the GPU's memory; the request needs %.1f GiB, at least 1 GiB and twice that "
+			"blame the candidate", held, need);
 		goto out;
 	}
 	char *error = ca_json_strdup(why, "error"), msg[1024], amounts[128] = "";

@@ -176,8 +176,10 @@ own work around each call, and on a shared host some CPUs ran that work
 1.4-1.75x slower than the others for seconds (see lib/eval/evaluate_slot.c).
 Any request may carry "mem": true (a request of the reference's asked
 again after it failed: lib/eval/evaluate_again.c): on the GPU its reply,
-ok or not, adds "gpu_free" (the device's free bytes when the request came)
-and "gpu_peak" (the most bytes this process reserved while it ran).
+ok or not, adds "gpu_free" (the device's free bytes when the request came,
+or when it ended less what it added to this process's reservation,
+whichever is more) and "gpu_peak" (the most bytes this process reserved
+while it ran).
 """
 
 import argparse
@@ -1354,16 +1356,23 @@ class Worker:
             return {}
         try:
             self.torch.cuda.reset_peak_memory_stats(self.dev)
-            return {"gpu_free": self.torch.cuda.mem_get_info(self.dev)[0]}
+            return {"gpu_free": self.torch.cuda.mem_get_info(self.dev)[0],
+                    "reserved": self.torch.cuda.memory_reserved(self.dev)}
         except Exception:
             return {}
 
     def memory_end(self, start):
-        """The reply's share of a request asked again: gpu_free (bytes free
-        when it came) and gpu_peak (the most this process reserved while it
-        ran)."""
+        """The reply's share of a request asked again: gpu_free, the bytes
+        free when it came or, more, when it ended less what it added to
+        this process's reservation (a candidate killed just before it came
+        frees its memory while it runs), and gpu_peak (the most bytes this
+        process reserved while it ran)."""
+        if not start:
+            return {}
         try:
-            return dict(start, gpu_peak=self.torch.cuda.max_memory_reserved(self.dev)) if start else {}
+            cuda = self.torch.cuda
+            end = cuda.mem_get_info(self.dev)[0] - (cuda.memory_reserved(self.dev) - start["reserved"])
+            return {"gpu_free": max(start["gpu_free"], end), "gpu_peak": cuda.max_memory_reserved(self.dev)}
         except Exception:
             return {}
 
