@@ -175,7 +175,7 @@ if want flavours && fits 300 "builds per flavour"; then
 	emit "$(jq -nc --arg wa "$wa" --arg wp "$wp" --slurpfile a "$WORK/fl-anchor.json" --slurpfile b0 "$WORK/fl-b0.json" \
 		--slurpfile b1 "$WORK/fl-b1.json" --slurpfile b2 "$WORK/fl-b2.json" \
 		--slurpfile b3 "$WORK/fl-b3.json" --slurpfile b4 "$WORK/fl-b4.json" --slurpfile b5 "$WORK/fl-b5.json" \
-		'def r(b): {s: b[0].seconds, ok: b[0].ok, units: b[0].units, pch: b[0].pch, light: b[0].light, cxx: b[0].cxx, ratio: (($wa | tonumber) / b[0].seconds)};
+		'def r(b): {s: b[0].seconds, ok: b[0].ok, units: b[0].units, pch: b[0].pch, light: b[0].light, cxx: b[0].cxx, linker: b[0].linker, ratio: (($wa | tonumber) / b[0].seconds)};
 		{bench: "build, cuda-agent layout (CUDA-Agent agent_workdir, ReLU), anchor: CUDA-Agent compile (cpp_extension.load)",
 		anchor_wall_s: ($wa | tonumber), anchor: $a[0], first_ever: r($b1), pch_ready_after_s: ($wp | tonumber),
 		first_ever_waiting_for_pch: r($b0), new_binding: r($b2), new_kernel_only: r($b3),

@@ -128,10 +128,19 @@ else
 	# The C++ units' compiler: clang++ where PATH has one (ca-build(1)).
 	CXX_WANT=g++
 	command -v clang++ >/dev/null 2>&1 && CXX_WANT=clang++
-	# With clang, the link goes through LLVM's linker where there is one; its library says so.
-	LLD_WANT=no
-	[ $CXX_WANT = clang++ ] && command -v ld.lld >/dev/null 2>&1 && command -v readelf >/dev/null 2>&1 && LLD_WANT=yes
-	linked_by_lld() { readelf -p .comment "$(jq -r .library "$1")" 2>/dev/null | grep -q "Linker: .*LLD"; }
+	# With clang, the link goes through lld, else gold, where there is one; the result says which,
+	# and lld's library says so too.
+	LINKER=ld
+	if [ $CXX_WANT = clang++ ]; then
+		command -v ld.gold >/dev/null 2>&1 && LINKER=gold
+		command -v ld.lld >/dev/null 2>&1 && LINKER=lld
+	fi
+	linked_fast() {
+		jq -e --arg l "$LINKER" '.linker == $l' "$1" >/dev/null &&
+		case $LINKER in
+		lld) ! command -v readelf >/dev/null 2>&1 || readelf -p .comment "$(jq -r .library "$1")" | grep -q "Linker: .*LLD" ;;
+		esac
+	}
 	# The first build starts torch's precompiled header in the background
 	# and compiles without it; the next one uses it.
 	expect_success 'ca-build, CUDA-Agent'"'"'s layout: every unit with the light header, and it loads; the header made meanwhile' '
@@ -145,7 +154,7 @@ else
 		jq -c "{ok, seconds, units, pch, light, cxx}" b2.json | sed "s/^/# /" &&
 		jq -e --arg cxx "$CXX_WANT" ".ok and .light and .pch and .units == {compiled: 1, cached: 1} and .cxx == \$cxx" b2.json >/dev/null &&
 		loads b2.json &&
-		{ [ $LLD_WANT = no ] || linked_by_lld b2.json; }
+		linked_fast b2.json
 	'
 	expect_success 'ca-build: a binding that needs the C++ frontend is built again with torch'"'"'s header' '
 		agent ws "    torch::optim::SGDOptions unused(0.1);" && ca-build --cache "$BC" ws >b.json 2>err; cat err
@@ -161,7 +170,7 @@ else
 	expect_success 'ca-build: a binding only g++ compiles is built again with g++, and loads' '
 		agent ws "    int narrow{x.numel()}; (void)narrow;" && ca-build --cache "$BC" ws >b.json 2>err; cat err
 		jq -c "{ok, units, pch, light, cxx}" b.json | sed "s/^/# /" &&
-		jq -e ".ok and .cxx == \"g++\"" b.json >/dev/null && loads b.json && ! linked_by_lld b.json &&
+		jq -e ".ok and .cxx == \"g++\"" b.json >/dev/null && loads b.json && jq -e ".linker == \"ld\"" b.json >/dev/null &&
 		# The g++ header such a build wants is made in the background with its flags, and the next one uses it.
 		i=0; while [ $i -lt 600 ] && ! ls "$BC"/pch/*/torch.h.gch >/dev/null 2>&1; do sleep 0.5; i=$((i + 1)); done
 		agent ws "    int narrow{x.numel()}; (void)narrow; // again" && ca-build --cache "$BC" ws >b2.json &&

@@ -58,6 +58,7 @@ struct ca_build_result {
 	int pch;               /* 1: some unit was compiled with torch's precompiled header */
 	int light;             /* 1: built with ca's lighter torch/extension.h in front (cuda-agent; see ca-build(1)) */
 	char cxx[16];          /* the compiler of the C++ units: "clang++" or "g++" (cuda-agent; "" when none ran) */
+	char linker[8];        /* the linker of this call's link: "lld", "gold" or "ld" (GNU's); "" when none ran */
 };
 
 /* Build (or find in the cache) the kernels of the workspace in dir. Returns res->status. */

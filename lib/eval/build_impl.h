@@ -155,7 +155,9 @@ struct build {
 	char *cxx;              /* the C++ units' compiler (a path, or "g++"): choose_cxx() */
 	size_t tools_gxx;       /* the length of tools before clang's version was added */
 	int clang;              /* 1: cxx is clang++ */
-	char *lld, *lld_version; /* with clang, LLVM's linker for the link (a path; its version), else NULL: choose_cxx() */
+	char *linker;            /* with clang, a linker faster than GNU ld (lld, gold) for the link, else NULL: choose_cxx() */
+	const char *linker_name; /* its -fuse-ld= name ("lld", "gold") */
+	char *linker_version;    /* its --version */
 	jv torch;
 	struct limits lim;
 	struct step *steps;

@@ -64,14 +64,14 @@ static const char archive[] = "torch-pch.a";
 
 /*
  * Whether clang's header compiles what it instantiates into the archive:
- * where LLVM's linker links the library. GNU ld took 0.65 s longer to
+ * where lld or gold links the library (choose_linker). GNU ld took 0.65 s longer to
  * link with the archive (2-core CPU), the binding's compile 0.8 s less;
  * a candidate whose kernel alone changed would pay the link and gain
  * nothing. Part of the header's key.
  */
 static int codegen(const struct build *b)
 {
-	return b->clang && b->lld;
+	return b->clang && b->linker;
 }
 
 /* The command the header is made with (the units' own) and its key. */
