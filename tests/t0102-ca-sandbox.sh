@@ -46,6 +46,12 @@ expect_success 'a sandboxed process keeps the host'"'"'s speculation mitigations
 	ca-sandbox -- sh -c "grep ^Specul /proc/self/status" >box.txt &&
 	test -s host.txt && cat box.txt | sed "s/^/# /" && cmp host.txt box.txt
 '
+# The host's OOM killer takes the command first, not a trusted reference beside it.
+expect_success 'the command and what it forks have the most OOM score' '
+	ca-sandbox -- sh -c "cat /proc/self/oom_score_adj; sh -c \"cat /proc/self/oom_score_adj\"" >adj &&
+	test "$(cat adj | tr "\n" " ")" = "1000 1000 " &&
+	! ca-sandbox -- sh -c "echo 0 >/proc/self/oom_score_adj" 2>/dev/null
+'
 expect_status 2 'no command is a usage error' 'ca-sandbox --time 1'
 expect_status 2 'a bad number is a usage error' 'ca-sandbox --time x -- true'
 expect_status 2 '--env needs NAME=VALUE' 'ca-sandbox --env FOO -- true'

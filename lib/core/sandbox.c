@@ -591,6 +591,25 @@ static void close_inherited_fds(void)
 	closedir(d);
 }
 
+/*
+ * The kernel's OOM killer takes the sandboxed command, and whatever it
+ * forks, before any process of ours: its score is raised to the most
+ * (an unprivileged process may raise it, not lower it back). Memory a
+ * command hides from its own score (files in its /tmp or /dev/shm, a
+ * memfd) would otherwise make the biggest process on the host, a
+ * trusted reference or ca itself, the one that dies; its death frees
+ * that memory (the private tmpfs goes with its last process).
+ */
+static void first_to_go(const struct plan *pl)
+{
+	int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT)
+		return;  /* no /proc: no OOM score either */
+	if (fd < 0 || write(fd, "1000", 4) != 4)
+		setup_fail(pl->chan, "cannot raise the OOM score (/proc/self/oom_score_adj)");
+	close(fd);
+}
+
 static noreturn void worker_main(const struct plan *pl)
 {
 	const struct ca_sandbox *cfg = pl->cfg;
@@ -601,6 +620,7 @@ static noreturn void worker_main(const struct plan *pl)
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	setsid();  /* its own process group, away from our terminal */
+	first_to_go(pl);
 	if (pl->outer_uid == 0) {
 		if (setgroups(0, NULL) != 0)
 			setup_fail(pl->chan, "cannot clear supplementary groups");
