@@ -33,10 +33,16 @@
  * are faster: better than its 1), each try a whole loop with the GPU
  * quiet and idle (reference_loop). A reference that died or did not
  * answer is not asked again (it is restarted for the next record).
+ *
+ * A reference that ran out of disk where the candidate's own files fill
+ * half of it or more is not asked either: the candidate filled it
+ * (candidate_filled_disk in evaluate_files.c), stage "run".
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "evaluate_impl.h"
@@ -106,6 +112,24 @@ static void reference_kept(struct job *j, jv why, const char *how, ...)
 }
 
 /*
+ * A reference that ran out of disk (why, its failure, borrowed) on a disk
+ * the candidate filled (candidate_filled_disk): the record fails as the
+ * candidate's (stage "run"), 1. Asking again would find the disk as full.
+ */
+static int filled_disk(struct job *j, jv why)
+{
+	char *error = ca_json_strdup(why, "error"), filled[256], msg[1024];
+	int err = !error ? 0 : strstr(error, strerror(ENOSPC)) ? ENOSPC : strstr(error, strerror(EDQUOT)) ? EDQUOT : 0;
+	int yes = err && candidate_filled_disk(j->cand.dir, err, filled, sizeof filled);
+	if (yes) {
+		snprintf(msg, sizeof msg, "the reference failed (%.400s): %s", error, filled);
+		job_fail(j, "run", msg);
+	}
+	free(error);
+	return yes;
+}
+
+/*
  * What failed with why (consumed), tried again by once as above. 0 with
  * *reply when it passed beside the candidate; -1 with the record failed,
  * the reference's failure or the candidate's.
@@ -115,6 +139,10 @@ int reference_again_with(struct job *j, again_try *once, void *arg, jv why, jv *
 	jv beside = jv_invalid(), alone = jv_invalid();
 	int rc = -1;
 	*reply = jv_invalid();
+	if (filled_disk(j, why)) {
+		rc = -1;
+		goto out;
+	}
 	if (!j->cand.run.running) {
 		reference_kept(j, jv_copy(why), "not, the candidate was gone");
 		goto out;

@@ -98,13 +98,13 @@ static int burst_ship(struct job *j, const unsigned long long *seeds, int n, jv 
 	gpu_lock(j->slot, LOCK_SH);
 	int rc = 0;
 	for (int k = 0; k < n && rc == 0; k++) {
-		char from[PATHLEN], to[PATHLEN], why[256];
+		char from[PATHLEN], to[PATHLEN], why[512];
 		ship_path(j, "b", k, from, sizeof from);
 		snprintf(to, sizeof to, "%s/tin-b-%d.ten", j->io, k);
 		rc = ship_write(j, seeds[k], from, written);
 		unlink(to);
 		if (rc == 0 && reveal_copy(from, to) != 0) {
-			job_fail(j, placing_failed(errno, "a burst's shipped inputs", why, sizeof why), why);
+			job_fail(j, placing_failed(j->cand.dir, errno, "a burst's shipped inputs", why, sizeof why), why);
 			rc = -1;
 		}
 	}

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "err.h"
@@ -209,15 +210,74 @@ int reveal_copy(const char *from, const char *to)
 }
 
 /*
- * Whose fault it is that a file could not be put in the candidate's
- * directory once its code ran (errno err): a full disk or an I/O error is
- * the evaluator's ("system"); anything else -- the directory made
- * unwritable, removed, or a file put where ours goes -- is the
- * candidate's doing ("run"), so it cannot turn its -1 into an evaluator
- * fault. why gets the message.
+ * The bytes of the files below the directory fd (consumed) that are the
+ * candidate's: not ours by owner where we run as root (the sandbox's user
+ * wrote them), every file otherwise. Links are not followed.
  */
-const char *placing_failed(int err, const char *what, char *why, size_t size)
+static double candidate_bytes(int fd, int depth)
 {
+	DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return 0;
+	}
+	uid_t ours = geteuid();
+	double sum = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		struct stat st;
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+		    fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+			continue;
+		if (S_ISDIR(st.st_mode) && depth < 32) {
+			int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub >= 0)
+				sum += candidate_bytes(sub, depth + 1);
+		} else if (S_ISREG(st.st_mode) && (ours != 0 || st.st_uid != ours)) {
+			sum += (double)st.st_blocks * 512;
+		}
+	}
+	closedir(d);
+	return sum;
+}
+
+/*
+ * Whether the disk that ran out of space (errno err) was filled by the
+ * candidate: its files in its directory dir take half of that
+ * filesystem or more (a candidate that writes until the disk is full
+ * holds nearly all of it; an honest one's outputs are a task's, which
+ * leave room for its inputs). 1 with why set, naming how much.
+ */
+int candidate_filled_disk(const char *dir, int err, char *why, size_t size)
+{
+	struct statvfs vfs;
+	if ((err != ENOSPC && err != EDQUOT) || statvfs(dir, &vfs) != 0)
+		return 0;
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	double bytes = fd >= 0 ? candidate_bytes(fd, 0) : 0, disk = (double)vfs.f_blocks * (double)vfs.f_frsize;
+	if (disk <= 0 || bytes < disk / 2)
+		return 0;
+	snprintf(why, size, "%s: the candidate's files in its directory take %.1f GiB of the filesystem's %.1f GiB "
+		"(it filled the disk)", strerror(err), bytes / (1 << 30), disk / (1 << 30));
+	return 1;
+}
+
+/*
+ * Whose fault it is that a file could not be put in the candidate's
+ * directory dir once its code ran (errno err): a full disk or an I/O
+ * error is the evaluator's ("system"), unless the candidate's own files
+ * filled the disk (candidate_filled_disk); anything else -- the
+ * directory made unwritable, removed, or a file put where ours goes --
+ * is the candidate's doing ("run"), so it cannot turn its -1 into an
+ * evaluator fault. why gets the message.
+ */
+const char *placing_failed(const char *dir, int err, const char *what, char *why, size_t size)
+{
+	char filled[256];
+	if (candidate_filled_disk(dir, err, filled, sizeof filled)) {
+		snprintf(why, size, "cannot put %s in the candidate's directory: %s", what, filled);
+		return "run";
+	}
 	int ours = err == ENOSPC || err == EDQUOT || err == EIO || err == ENOMEM || err == EMFILE || err == ENFILE;
 	snprintf(why, size, "cannot put %s in the candidate's directory: %s%s", what, strerror(err),
 		ours ? "" : " (the candidate changed its directory)");

@@ -205,7 +205,8 @@ void chmod_tree(const char *dir);
 int has_kernel_sources(const char *dir);
 int reveal_file(const char *from, const char *to);
 int reveal_copy(const char *from, const char *to);
-const char *placing_failed(int err, const char *what, char *why, size_t size);
+int candidate_filled_disk(const char *dir, int err, char *why, size_t size);
+const char *placing_failed(const char *dir, int err, const char *what, char *why, size_t size);
 
 /* evaluate_worker.c: a worker's start, requests and replies, and end. */
 void workers_prepare(void);

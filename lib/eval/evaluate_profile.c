@@ -441,8 +441,8 @@ static int candidate_loop_run(struct job *j, struct candidate_loop *cl)
 	loop_clock_reset(&cl->ours);
 	jv req = time_request(j, "candidate", prefix, jv_copy(cl->named), &cl->ours, j->seeds + cfg->warmup);
 	if (!jv_is_valid(req)) {
-		char why[256];
-		job_fail(j, placing_failed(errno, "the shipped inputs", why, sizeof why), why);
+		char why[512];
+		job_fail(j, placing_failed(j->cand.dir, errno, "the shipped inputs", why, sizeof why), why);
 		return -1;
 	}
 	/* For -v: whether a doubted loop's worker faulted pages in or ran short of CPU (two walks of /proc). */

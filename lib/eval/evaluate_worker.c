@@ -300,8 +300,13 @@ static int answer_draw(struct worker *w, struct loop_clock *ours, int wants_seed
 		snprintf(from, sizeof from, "%s%d.ten", ours->ship_from, k % (ours->nship > 0 ? ours->nship : 1));
 		snprintf(to, sizeof to, "%s%d.ten", ours->ship_to, k);
 		if (reveal_file(from, to) != 0) {
-			char why[256];
-			const char *stage = placing_failed(errno, "a timed call's shipped inputs", why, sizeof why);
+			char why[512], dir[PATHLEN];
+			int err = errno;
+			/* ship_to is the candidate's DIR/.ca-io/tin-call-: its directory two levels up. */
+			snprintf(dir, sizeof dir, "%s", ours->ship_to);
+			for (int up = 0; up < 2 && strrchr(dir, '/'); up++)
+				*strrchr(dir, '/') = '\0';
+			const char *stage = placing_failed(dir, err, "a timed call's shipped inputs", why, sizeof why);
 			return worker_abort(w, stage, why, fault);
 		}
 		seed = jv_object_set(jv_object(), jv_string("input"), jv_string(to));
