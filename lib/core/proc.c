@@ -921,6 +921,34 @@ char *ca_coproc_read_line(struct ca_coproc *c, double timeout_s, size_t *len)
 	}
 }
 
+int ca_coproc_wait_any(struct ca_coproc *const *cs, int n, double timeout_s)
+{
+	struct pollfd pfd[8];
+	double deadline = ca_proc_now() + timeout_s;
+	if (n > 8)
+		n = 8;
+	for (int i = 0; i < n; i++) {
+		if ((cs[i]->len > 0 && memchr(cs[i]->buf, '\n', cs[i]->len)) || cs[i]->eof || cs[i]->proc.out < 0)
+			return i;
+		pfd[i] = (struct pollfd){.fd = cs[i]->proc.out, .events = POLLIN};
+	}
+	for (;;) {
+		int ms = -1;
+		if (timeout_s >= 0) {
+			double left = deadline - ca_proc_now();
+			if (left <= 0)
+				return -1;
+			ms = (int)(left * 1000) + 1;
+		}
+		int r = poll(pfd, (nfds_t)n, ms);
+		if (r < 0 && errno != EINTR)
+			return -1;
+		for (int i = 0; r > 0 && i < n; i++)
+			if (pfd[i].revents)
+				return i;
+	}
+}
+
 int ca_coproc_alive(struct ca_coproc *c)
 {
 	return c->proc.pid > 0 && !ca_proc_wait_exit(&c->proc, 0);

@@ -187,6 +187,13 @@ int ca_coproc_write(struct ca_coproc *c, const char *line, size_t len);
  */
 char *ca_coproc_read_line(struct ca_coproc *c, double timeout_s, size_t *len);
 
+/*
+ * Wait at most timeout_s (< 0: forever) until one of the n coprocesses
+ * (n <= 8) has something to read: a whole line buffered, its pipe
+ * readable, or its end. Its index, or -1 when none had in time.
+ */
+int ca_coproc_wait_any(struct ca_coproc *const *cs, int n, double timeout_s);
+
 /* 1 while the worker has not exited. */
 int ca_coproc_alive(struct ca_coproc *c);
 

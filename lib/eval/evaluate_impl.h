@@ -215,6 +215,7 @@ int worker_ready(struct worker *w, double timeout_s, jv *fault);
 int worker_send(struct worker *w, jv req, jv *fault);
 int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, struct loop_clock *ours);
 int worker_call(struct worker *w, jv req, double timeout_s, jv *reply, jv *fault, struct loop_clock *ours);
+int worker_first(struct worker *a, struct worker *b, double deadline);
 void worker_hold_from_now(struct worker *w);
 void worker_wake(struct worker *w);
 void worker_stop(struct worker *w, double grace);

@@ -125,6 +125,19 @@ static int verify_check(struct job *j, int k, const struct robust_spec *robust, 
 			else
 				cand_sent = 1;
 		}
+		/*
+		 * The candidate's reply is taken as soon as it comes, before the
+		 * reference's, and at its own limit at the latest: taking it stops
+		 * its whole tree (worker_recv), so what it leaves running cannot
+		 * starve the reference's check of the CPUs (a reference that does
+		 * not answer is an evaluator fault, a null where its wrong outputs
+		 * earn -1).
+		 */
+		int early = 0, crc = 0;
+		if (cand_sent > 0 && worker_first(&j->cand, &j->slot->reference, sent + cfg->timeout_s) != 1) {
+			crc = worker_recv(&j->cand, sent + cfg->timeout_s, reply, &cfault, NULL);
+			early = 1;
+		}
 		jv why;
 		int ra = reference_answer(j, cfg->timeout_s * 4, &rreply, &why);
 		if (ra > 0)
@@ -132,6 +145,8 @@ static int verify_check(struct job *j, int k, const struct robust_spec *robust, 
 		jv_free(req);
 		if (ra != 0) {
 			jv_free(cfault);
+			jv_free(*reply);
+			*reply = jv_invalid();
 			return -1;
 		}
 		*ref_mutated = ca_json_bool(rreply, "inputs_mutated") == 1;
@@ -160,7 +175,12 @@ static int verify_check(struct job *j, int k, const struct robust_spec *robust, 
 			}
 			sent = ca_proc_now();
 		}
-		if (worker_recv(&j->cand, sent + cfg->timeout_s, reply, &fault, NULL) != 0) {
+		if (early && crc != 0) {
+			jv_free(want);
+			job_fault(j, cfault, NULL);
+			return -1;
+		}
+		if (!early && worker_recv(&j->cand, sent + cfg->timeout_s, reply, &fault, NULL) != 0) {
 			jv_free(want);
 			job_fault(j, fault, NULL);
 			return -1;

@@ -179,10 +179,30 @@ void worker_hold_from_now(struct worker *w)
  * grace 0 killed at once (nothing of a worker's is kept but its replies,
  * and a Python process tearing down CUDA takes tenths of a second).
  */
+/*
+ * A held worker's processes killed, all of them: killing its process
+ * group misses those that left it (a session of their own), which would
+ * live on, stopped or spinning, when no sandbox's PID namespace ends
+ * with it. Those stopped are known; a running tree is found in /proc.
+ */
+static void kill_tree(struct worker *w)
+{
+	if (!w->hold)
+		return;
+	if (w->held) {
+		for (int i = 0; i < w->nstopped; i++)
+			kill(w->stopped[i], SIGKILL);
+	} else {
+		ca_proc_signal_tree(w->run.co.proc.pid, SIGKILL);
+	}
+}
+
 void worker_stop(struct worker *w, double grace)
 {
 	if (w->run.running) {
 		quiet_done(w->run.co.proc.out, w->run.co.proc.pid);
+		if (grace <= 0)
+			kill_tree(w);
 		if (grace > 0) {
 			worker_hold(w, 0);  /* to read its exit request; a kill needs no continue */
 			ca_coproc_write(&w->run.co, "{\"op\":\"exit\"}", 13);
@@ -271,6 +291,7 @@ int worker_send(struct worker *w, jv req, jv *fault)
 /* Stop a worker at a fault in its protocol: *fault gets {"stage","error"}; returns -1. */
 static int worker_abort(struct worker *w, const char *stage, const char *error, jv *fault)
 {
+	kill_tree(w);
 	ca_runner_kill(&w->run);
 	*fault = fault_of(stage, error);
 	return -1;
@@ -381,6 +402,14 @@ int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, struct 
 		if (rc != 0)
 			return -1;
 	}
+}
+
+/* Which of two workers has something to say first, waiting until deadline: 0 (a), 1 (b), or -1 when neither had by then. */
+int worker_first(struct worker *a, struct worker *b, double deadline)
+{
+	struct ca_coproc *cs[2] = {&a->run.co, &b->run.co};
+	double left = deadline - ca_proc_now();
+	return ca_coproc_wait_any(cs, 2, left > 0 ? left : 0);
 }
 
 /* Send req (consumed) and wait for the reply, at most timeout_s. */
