@@ -934,18 +934,17 @@ int ca_coproc_wait_any(struct ca_coproc *const *cs, int n, double timeout_s)
 	}
 	for (;;) {
 		int ms = -1;
-		if (timeout_s >= 0) {
-			double left = deadline - ca_proc_now();
-			if (left <= 0)
-				return -1;
-			ms = (int)(left * 1000) + 1;
-		}
+		double left = deadline - ca_proc_now();
+		if (timeout_s >= 0)
+			ms = left > 0 ? (int)(left * 1000) + 1 : 0;  /* past it: one look at what is there */
 		int r = poll(pfd, (nfds_t)n, ms);
 		if (r < 0 && errno != EINTR)
 			return -1;
 		for (int i = 0; r > 0 && i < n; i++)
 			if (pfd[i].revents)
 				return i;
+		if (timeout_s >= 0 && ms == 0)
+			return -1;
 	}
 }
 

@@ -175,11 +175,6 @@ void worker_hold_from_now(struct worker *w)
 }
 
 /*
- * Stop a worker: asked to exit, given grace seconds, then killed; with
- * grace 0 killed at once (nothing of a worker's is kept but its replies,
- * and a Python process tearing down CUDA takes tenths of a second).
- */
-/*
  * A held worker's processes killed, all of them: killing its process
  * group misses those that left it (a session of their own), which would
  * live on, stopped or spinning, when no sandbox's PID namespace ends
@@ -197,6 +192,11 @@ static void kill_tree(struct worker *w)
 	}
 }
 
+/*
+ * Stop a worker: asked to exit, given grace seconds, then killed; with
+ * grace 0 killed at once (nothing of a worker's is kept but its replies,
+ * and a Python process tearing down CUDA takes tenths of a second).
+ */
 void worker_stop(struct worker *w, double grace)
 {
 	if (w->run.running) {
