@@ -64,12 +64,12 @@ struct request {
 	double timeout;
 };
 
-/* Send the request again, asking for the GPU's memory around it; as reference_answer. */
+/* Send the request again (with "mem": reference_send); as reference_answer. */
 static int ask(struct job *j, void *arg, jv *reply, jv *why)
 {
 	struct request *r = arg;
 	*why = jv_invalid();
-	if (reference_send(j, jv_object_set(jv_copy(r->req), jv_string("mem"), jv_true()), r->timeout) != 0)
+	if (reference_send(j, jv_copy(r->req), r->timeout) != 0)
 		return -1;
 	return reference_answer(j, r->timeout, reply, why);
 }
@@ -139,10 +139,8 @@ int reference_again_with(struct job *j, again_try *once, void *arg, jv why, jv *
 	jv beside = jv_invalid(), alone = jv_invalid();
 	int rc = -1;
 	*reply = jv_invalid();
-	if (filled_disk(j, why)) {
-		rc = -1;
+	if (filled_disk(j, why))
 		goto out;
-	}
 	if (!j->cand.run.running) {
 		reference_kept(j, jv_copy(why), "not, the candidate was gone");
 		goto out;

@@ -134,10 +134,8 @@ static int ref_burst_run(struct job *j, void *arg, jv *reply)
 {
 	struct ref_burst *b = arg;
 	double timeout = j->slot->cfg->timeout_s * 10, t0 = ca_proc_now();
-	jv req = burst_request(j, b->seeds, b->n, 0), why;
-	if (j->ask_mem)
-		req = jv_object_set(req, jv_string("mem"), jv_true());
-	if (reference_send(j, req, timeout) != 0)
+	jv why;
+	if (reference_send(j, burst_request(j, b->seeds, b->n, 0), timeout) != 0)
 		return -1;
 	int rc = reference_answer(j, timeout, reply, &why);
 	*b->secs = ca_proc_now() - t0;

@@ -167,7 +167,7 @@ struct job {
 	char kernels_lib[PATHLEN];
 	char ext_key[65];        /* torch extensions cache key ("" when the candidate builds none) */
 	int loaded;              /* the candidate's ModelNew loaded */
-	int ask_mem;             /* the reference's loops asked for its memory ("mem": evaluate_again.c) */
+	int ask_mem;             /* a failure asked again: the reference's requests ask for its GPU memory ("mem": evaluate_again.c) */
 	jv sizes;                /* the task's size globals, {name: value} (ca_runner's size_globals) */
 	char task_path[PATHLEN];  /* the task's code where the candidate can read it */
 	unsigned long long seed;

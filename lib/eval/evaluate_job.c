@@ -107,10 +107,16 @@ int reference_answer(struct job *j, double timeout, jv *reply, jv *why)
 	return 0;
 }
 
-/* Send req (consumed) to the reference, its answer due within timeout; -1 after recording that it is gone. */
+/*
+ * Send req (consumed) to the reference, its answer due within timeout,
+ * asking for the GPU's memory around it while a failure is asked again
+ * (j->ask_mem); -1 after recording that the reference is gone.
+ */
 int reference_send(struct job *j, jv req, double timeout)
 {
 	jv fault;
+	if (j->ask_mem)
+		req = jv_object_set(req, jv_string("mem"), jv_true());
 	j->slot->reference.limit_s = timeout;
 	if (worker_send(&j->slot->reference, req, &fault) != 0) {
 		reference_failed(j, fault);

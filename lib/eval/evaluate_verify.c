@@ -175,14 +175,11 @@ static int verify_check(struct job *j, int k, const struct robust_spec *robust, 
 			}
 			sent = ca_proc_now();
 		}
-		if (early && crc != 0) {
+		if (!early)
+			crc = worker_recv(&j->cand, sent + cfg->timeout_s, reply, &cfault, NULL);
+		if (crc != 0) {
 			jv_free(want);
 			job_fault(j, cfault, NULL);
-			return -1;
-		}
-		if (!early && worker_recv(&j->cand, sent + cfg->timeout_s, reply, &fault, NULL) != 0) {
-			jv_free(want);
-			job_fault(j, fault, NULL);
 			return -1;
 		}
 		if (ca_json_bool(*reply, "ok") != 1) {
