@@ -325,6 +325,7 @@ jv evaluate_record(struct slot *s, jv record, int *status)
 	j.phases = jv_object();
 	j.ship_digests = jv_array();
 	j.sizes = jv_invalid();
+	j.ref_state = jv_invalid();
 	if (cfg->mode == CA_EVAL_PROFILE && !cfg->also_verify) {
 		jv verify = ca_json_get(record, "verify");
 		int vok = jv_get_kind(verify) == JV_KIND_OBJECT ? ca_json_bool(verify, "ok") : -2;
@@ -374,6 +375,7 @@ jv evaluate_record(struct slot *s, jv record, int *status)
 	free(j.seeds);
 	jv_free(j.ship_digests);
 	jv_free(j.sizes);
+	jv_free(j.ref_state);
 	job_phase(&j, "release");
 	double seconds = ca_proc_now() - j.started;
 	if (cfg->verbose)

@@ -31,8 +31,17 @@
  * The same holds for the timed loops of its baselines (a correct
  * candidate's null would leave it out of a group whose other answers
  * are faster: better than its 1), each try a whole loop with the GPU
- * quiet and idle (reference_loop). A reference that died or did not
- * answer is not asked again (it is restarted for the next record).
+ * quiet and idle (reference_loop).
+ *
+ * So does a reference that died or did not answer in time beside the
+ * candidate (reference_gone): a candidate that keeps the machine from it
+ * (its CPUs, the GPU's time) would otherwise earn the null of a
+ * reference that timed out. Before each try it is started afresh and
+ * given the record's model again (reference_revive: the task, at the
+ * sizes --shapes gave it, its weights checked to be those the candidate
+ * loaded). One that did not answer blames the candidate only when, with
+ * it killed, it answers within half its limit: a reference that is
+ * merely near its limit stays the evaluator's fault.
  *
  * A reference that ran out of disk where the candidate's own files fill
  * half of it or more is not asked either: the candidate filled it
@@ -43,9 +52,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "evaluate_impl.h"
+#include "hash.h"
 #include "json.h"
 #include "proc.h"
 
@@ -130,6 +141,172 @@ static int filled_disk(struct job *j, jv why)
 }
 
 /*
+ * The requests that made the reference's model (j->ref_state), req
+ * (consumed) the newest, answered in seconds: a "task" starts them over,
+ * a "resize" to other sizes follows the task, one back to the task's own
+ * (sizes null) leaves the task alone.
+ */
+void reference_state(struct job *j, jv req, double seconds)
+{
+	char *op = ca_json_strdup(req, "op");
+	jv sizes = ca_json_get(req, "sizes");
+	jv made = jv_object_set(jv_object_set(jv_object(), jv_string("req"), req), jv_string("s"), jv_number(seconds));
+	if (op && !strcmp(op, "task")) {
+		jv_free(j->ref_state);
+		j->ref_state = JV_ARRAY_1(made);
+	} else if (jv_is_valid(j->ref_state)) {
+		jv task = jv_array_get(j->ref_state, 0);
+		if (jv_get_kind(sizes) == JV_KIND_NULL) {
+			jv_free(made);
+			j->ref_state = JV_ARRAY_1(task);
+		} else {
+			j->ref_state = JV_ARRAY_2(task, made);
+		}
+	} else {
+		jv_free(made);
+	}
+	jv_free(sizes);
+	free(op);
+}
+
+/*
+ * A reference that died or did not answer (fault, consumed) while this
+ * record's candidate runs, or while a failure is asked again: 1 with *why
+ * the fault, to be asked again as a failure is (started afresh first).
+ * Otherwise (its model not yet made, the candidate gone, or a broken
+ * protocol) the reference's fault is recorded: -1.
+ */
+int reference_gone(struct job *j, jv fault, jv *why)
+{
+	char *stage = ca_json_strdup(fault, "stage");
+	int again = stage && (!strcmp(stage, "timeout") || !strcmp(stage, "crash")) && jv_is_valid(j->ref_state) &&
+		(j->ask_mem || j->cand.run.running);
+	free(stage);
+	*why = jv_invalid();
+	if (!again) {
+		reference_failed(j, fault);
+		return -1;
+	}
+	*why = fault;
+	return 1;
+}
+
+/* Whether two files hold the same bytes (the same SHA-256). */
+static int same_content(const char *a, const char *b)
+{
+	struct ca_sha256 sa, sb;
+	unsigned char da[32], db[32];
+	ca_sha256_init(&sa);
+	ca_sha256_init(&sb);
+	if (ca_hash_file(&sa, a) != 0 || ca_hash_file(&sb, b) != 0)
+		return 0;
+	ca_sha256_final(&sa, da);
+	ca_sha256_final(&sb, db);
+	return !memcmp(da, db, sizeof da);
+}
+
+/*
+ * Make the reference's model again in a reference started afresh (made,
+ * borrowed, an entry of j->ref_state: the request and the seconds it took
+ * then), writing its weights and init inputs beside ours: they must be
+ * the ones the candidate was given, or the model would judge it by other
+ * numbers. It may take what the checks may, or thrice what it took then.
+ * 0, or 1 with *why.
+ */
+static int remake(struct job *j, jv made, jv *why)
+{
+	struct slot *s = j->slot;
+	static const char *const outs[2] = {"weights_out", "init_out"};
+	char *was[2], now[2][PATHLEN], *error = NULL;
+	double then = 0, limit = 4 * s->cfg->timeout_s;
+	jv req = ca_json_get(made, "req"), reply;
+	ca_json_number(made, "s", &then);
+	if (limit < 3 * then + 10)
+		limit = 3 * then + 10;
+	if (limit > s->cfg->load_timeout_s)
+		limit = s->cfg->load_timeout_s;
+	for (int k = 0; k < 2; k++) {
+		was[k] = ca_json_strdup(req, outs[k]);
+		snprintf(now[k], sizeof now[k], "%s/again-%s.ten", s->trusted, outs[k]);
+		req = set_str(req, outs[k], now[k]);
+	}
+	gpu_lock(s, LOCK_SH);
+	int rc = worker_call(&s->reference, req, limit, &reply, why, NULL) != 0;
+	gpu_lock(s, LOCK_UN);
+	if (!rc && ca_json_bool(reply, "ok") != 1) {
+		*why = reply;
+		rc = 1;
+	} else if (!rc) {
+		jv_free(reply);
+		for (int k = 0; k < 2; k++)
+			if (!error && (!was[k] || !same_content(was[k], now[k])))
+				error = k ? "its init inputs came out other than those the candidate was given"
+					: "its weights came out other than those the candidate was given";
+		if (error) {
+			*why = set_str(set_str(jv_object(), "stage", "reference"), "error", error);
+			rc = 1;
+		}
+	}
+	for (int k = 0; k < 2; k++) {
+		unlink(now[k]);
+		free(was[k]);
+	}
+	return rc;
+}
+
+/*
+ * A reference that is gone, started afresh with the record's model
+ * (j->ref_state). 0 (also when it is running), or 1 with *why: one that
+ * cannot be is a try that failed.
+ */
+static int reference_revive(struct job *j, jv *why)
+{
+	struct slot *s = j->slot;
+	if (s->reference.run.running)
+		return 0;
+	int rc = reference_ready(s, why) != 0;
+	for (int i = 0; !rc && i < jv_array_length(jv_copy(j->ref_state)); i++) {
+		jv made = jv_array_get(jv_copy(j->ref_state), i);
+		rc = remake(j, made, why);
+		jv_free(made);
+	}
+	if (rc) {
+		/* Killed wherever it stopped: the next try, or the next record, starts it again. */
+		worker_stop(&s->reference, 0);
+		char *error = ca_json_strdup(*why, "error"), msg[1024];
+		snprintf(msg, sizeof msg, "started again to be asked again: %.900s", error ? error : "unknown failure");
+		free(error);
+		*why = set_str(*why, "error", msg);
+	}
+	return rc;
+}
+
+/*
+ * A try (once), the reference started afresh first when it is gone; as
+ * again_try. The try's own seconds (not the start's) in *took.
+ */
+static int try_again(struct job *j, again_try *once, void *arg, jv *reply, jv *why, double *took)
+{
+	*reply = *why = jv_invalid();
+	*took = 0;
+	if (reference_revive(j, why) != 0)
+		return 1;
+	double t0 = ca_proc_now();
+	int rc = once(j, arg, reply, why);
+	*took = ca_proc_now() - t0;
+	return rc;
+}
+
+/* Whether a failure (borrowed) is a reference that did not answer in time. */
+static int timed_out(jv why)
+{
+	char *stage = ca_json_strdup(why, "stage");
+	int yes = stage && !strcmp(stage, "timeout");
+	free(stage);
+	return yes;
+}
+
+/*
  * What failed with why (consumed), tried again by once as above. 0 with
  * *reply when it passed beside the candidate; -1 with the record failed,
  * the reference's failure or the candidate's.
@@ -146,7 +323,8 @@ int reference_again_with(struct job *j, again_try *once, void *arg, jv why, jv *
 		goto out;
 	}
 	j->ask_mem = 1;
-	int again = once(j, arg, reply, &beside);
+	double took = 0;
+	int again = try_again(j, once, arg, reply, &beside, &took);
 	if (again <= 0) {
 		rc = again;  /* passed now (0), or the reference is gone, recorded (-1) */
 		goto out;
@@ -161,17 +339,25 @@ int reference_again_with(struct job *j, again_try *once, void *arg, jv why, jv *
 	/* Its memory goes with its CUDA context, a moment after its death: asked until it passes, FREED_WAIT_S. */
 	double until = ca_proc_now() + FREED_WAIT_S;
 	int tries = 1;
-	for (; (again = once(j, arg, reply, &alone)) > 0 && ca_proc_now() < until; tries++) {
+	for (;; tries++) {
+		again = try_again(j, once, arg, reply, &alone, &took);
+		if (again <= 0 || ca_proc_now() >= until)
+			break;
 		jv_free(alone);
 		alone = jv_invalid();
 		usleep(200 * 1000);
 	}
 	if (again < 0)
 		goto out;
-	double held = -1, need = -1;
+	double held = -1, need = -1, limit = j->slot->reference.limit_s;
 	if (again > 0) {
 		reference_kept(j, jv_copy(why), "it failed beside the candidate and %d time(s) over %d s with the candidate "
 			"killed", tries, FREED_WAIT_S);
+		goto out;
+	}
+	if (timed_out(why) && took > limit / 2) {
+		reference_kept(j, jv_copy(why), "it did not answer beside the candidate, and with the candidate killed "
+			"answered in %.1f s, more than half its %g s: too near its limit to blame the candidate", took, limit);
 		goto out;
 	}
 	if (!freed_enough(beside, *reply, &held, &need)) {

@@ -176,10 +176,8 @@ static int baseline_run(struct job *j, void *arg, jv *reply)
 	int rc = worker_call(&j->slot->reference, req, timeout, reply, &fault, &b->ours);
 	free(live);
 	ship_unreveal(j);
-	if (rc != 0) {
-		reference_failed(j, fault);
-		return -1;
-	}
+	if (rc != 0)
+		return reference_gone(j, fault, reply);  /* 1: gone beside the candidate, asked again as a failure */
 	return ca_json_bool(*reply, "ok") == 1 ? 0 : 1;  /* failed: reference_loop asks again */
 }
 

@@ -168,6 +168,7 @@ struct job {
 	char ext_key[65];        /* torch extensions cache key ("" when the candidate builds none) */
 	int loaded;              /* the candidate's ModelNew loaded */
 	int ask_mem;             /* a failure asked again: the reference's requests ask for its GPU memory ("mem": evaluate_again.c) */
+	jv ref_state;            /* the requests that made the reference's model, to start it again (reference_revive); invalid before */
 	jv sizes;                /* the task's size globals, {name: value} (ca_runner's size_globals) */
 	char task_path[PATHLEN];  /* the task's code where the candidate can read it */
 	unsigned long long seed;
@@ -277,7 +278,6 @@ void job_fail(struct job *j, const char *stage, const char *error);
 void job_fault(struct job *j, jv fault, const char *prefix);
 void reference_failed(struct job *j, jv why);
 int reference_call(struct job *j, jv req, double timeout, jv *reply);
-int reference_recv(struct job *j, double timeout, jv *reply);
 int reference_answer(struct job *j, double timeout, jv *reply, jv *why);
 int reference_send(struct job *j, jv req, double timeout);
 int candidate_call(struct job *j, jv req, double timeout, jv *reply, struct loop_clock *ours);
@@ -296,11 +296,16 @@ int reference_loop(struct job *j, int (*run)(struct job *j, void *arg, jv *reply
 /*
  * evaluate_again.c: what the reference failed beside the candidate, tried
  * again. A try: 0 with *reply; 1 with *why, the reference's answer that it
- * failed (not recorded); -1 with the record failed.
+ * failed or the fault of a reference gone (reference_gone; not recorded);
+ * -1 with the record failed. reference_state: a request (consumed) that
+ * made the reference's model ("task", "resize") in seconds, kept to start
+ * it again.
  */
 typedef int again_try(struct job *j, void *arg, jv *reply, jv *why);
 int reference_again_with(struct job *j, again_try *once, void *arg, jv why, jv *reply);
 int reference_again(struct job *j, jv req, double timeout, jv why, jv *reply);
+int reference_gone(struct job *j, jv fault, jv *why);
+void reference_state(struct job *j, jv req, double seconds);
 
 /* evaluate_verify.c */
 void do_verify(struct job *j);

@@ -87,18 +87,17 @@ void reference_failed(struct job *j, jv why)
 
 /*
  * Receive the reference's reply to a request sent: 0 with *reply; 1 when
- * it answered that the request failed, *why its reply (not recorded:
- * reference_again may yet find whose the failure is); -1 after recording
- * a fault (it died, broke the protocol, or did not answer in time).
+ * it answered that the request failed, *why its reply, or when it died or
+ * did not answer in time beside a candidate, *why the fault (not
+ * recorded: reference_again may yet find whose the failure is); -1 after
+ * recording a fault (it broke the protocol, or is gone for good).
  */
 int reference_answer(struct job *j, double timeout, jv *reply, jv *why)
 {
 	jv fault;
 	*why = jv_invalid();
-	if (worker_recv(&j->slot->reference, ca_proc_now() + timeout, reply, &fault, NULL) != 0) {
-		reference_failed(j, fault);
-		return -1;
-	}
+	if (worker_recv(&j->slot->reference, ca_proc_now() + timeout, reply, &fault, NULL) != 0)
+		return reference_gone(j, fault, why);
 	if (ca_json_bool(*reply, "ok") != 1) {
 		*why = *reply;
 		*reply = jv_invalid();
@@ -123,16 +122,6 @@ int reference_send(struct job *j, jv req, double timeout)
 		return -1;
 	}
 	return 0;
-}
-
-/* Receive the reference's reply to a request sent; -1 after recording the failure. */
-int reference_recv(struct job *j, double timeout, jv *reply)
-{
-	jv why;
-	int rc = reference_answer(j, timeout, reply, &why);
-	if (rc > 0)
-		reference_failed(j, why);
-	return rc ? -1 : 0;
 }
 
 /*
@@ -401,10 +390,14 @@ static int job_load_reference(struct job *j, jv code, const char *weights, const
 	job_phase(j, "reference_start");
 	/* Loads put weights and modules on the GPU: not while another slot's loop is timed. */
 	gpu_lock(s, LOCK_SH);
-	int rc = reference_call(j, req, cfg->load_timeout_s, &reply);
+	double t0 = ca_proc_now();
+	int rc = reference_call(j, jv_copy(req), cfg->load_timeout_s, &reply);
 	gpu_lock(s, LOCK_UN);
-	if (rc != 0)
+	if (rc != 0) {
+		jv_free(req);
 		return -1;
+	}
+	reference_state(j, req, ca_proc_now() - t0);
 	jv_free(j->sizes);
 	j->sizes = ca_json_get(reply, "sizes");
 	jv_free(reply);

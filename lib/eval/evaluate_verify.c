@@ -521,13 +521,19 @@ static int shapes_check(struct job *j, struct verify_tally *t, struct shapes_run
 	jv req = set_num(resize_request(j, jv_copy(sizes), 1, weights, init), "probe_seed", (double)seed);
 	jv reply = jv_invalid(), fault;
 	gpu_lock(s, LOCK_SH);
-	int wc = worker_call(&s->reference, req, cfg->load_timeout_s, &reply, &fault, NULL);
+	double t0 = ca_proc_now();
+	int wc = worker_call(&s->reference, jv_copy(req), cfg->load_timeout_s, &reply, &fault, NULL);
 	gpu_lock(s, LOCK_UN);
 	if (wc != 0) {
+		jv_free(req);
 		jv_free(sizes);
 		reference_failed(j, fault);
 		return -1;
 	}
+	if (ca_json_bool(reply, "ok") == 1)
+		reference_state(j, req, ca_proc_now() - t0);  /* its model now */
+	else
+		jv_free(req);
 	if (ca_json_bool(reply, "out_usable") != 1) {
 		int ran = ca_json_bool(reply, "ok") == 1;
 		char *why = ca_json_strdup(reply, ran ? "out_unusable_why" : "error");
@@ -602,9 +608,12 @@ static int shapes_checks(struct job *j, struct verify_tally *t)
 	if (rc != 0 || sr.run == 0)
 		return rc;
 	/* Back to the benchmark's sizes and models in both workers. */
-	jv reply;
-	if (reference_call(j, resize_request(j, jv_null(), 1, "", ""), cfg->load_timeout_s, &reply) != 0)
+	jv reply, back = resize_request(j, jv_null(), 1, "", "");
+	if (reference_call(j, jv_copy(back), cfg->load_timeout_s, &reply) != 0) {
+		jv_free(back);
 		return -1;
+	}
+	reference_state(j, back, 0);
 	jv_free(reply);
 	reply = jv_invalid();
 	rc = candidate_call(j, resize_request(j, jv_null(), 0, "", ""), cfg->load_timeout_s, &reply, NULL);
