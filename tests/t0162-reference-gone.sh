@@ -15,27 +15,9 @@
 #   - a hang that comes once and goes: the record goes on and passes.
 # t0159 has the same for a reference that answers that it failed.
 . "$(dirname "$0")/test-lib.sh"
+. "$TESTS_DIR/held-lock.sh"
 
-ADV=$TESTS_DIR/adversarial
-
-if ! has_torch; then
-	skip 'a reference gone, asked again' 'no torch for the Python runner (make deps)'
-	test_done
-	exit
-fi
-if ! command -v cc >/dev/null 2>&1 || ! command -v flock >/dev/null 2>&1; then
-	skip 'a reference gone, asked again' 'no C compiler or no flock(1)'
-	test_done
-	exit
-fi
-
-C=$TRASH_BASE/candidates
-LOCK=$TRASH_BASE/held.lock
-mkdir -p "$C"
-: >"$LOCK"
-# honest/relu with its CUDA kernel replaced by the C stand-in.
-cp -R "$ADV/honest/relu" "$C/relu" && rm -rf "$C/relu/kernels" && mkdir -p "$C/relu/build" &&
-	cc -shared -fPIC -o "$C/relu/build/libkernels.so" "$ADV/cpu/relu_cpu.c" || exit 1
+held_lock_setup 'a reference gone, asked again'
 
 # The task: ReLU whose reference hangs (HOW=hang) or kills itself
 # (HOW=die) while another process holds $LOCK; hangs the first time it
@@ -61,15 +43,7 @@ DIM = 64
 BATCH0 = BATCH
 
 
-def _held():
-    fd = os.open(LOCK, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
+$(held_python)
 
 
 def _checking():
@@ -107,24 +81,6 @@ def get_init_inputs():
 EOF
 }
 task hang >"$TRASH_BASE/hang.py" && task die >"$TRASH_BASE/die.py" || exit 1
-
-# A wrong candidate (zeros) that takes the lock at import and keeps it.
-mkdir -p "$C/starve"
-cat >"$C/starve/model_new.py" <<EOF
-import fcntl
-import os
-
-import torch
-import torch.nn as nn
-
-_fd = os.open("$LOCK", os.O_RDWR)
-fcntl.flock(_fd, fcntl.LOCK_EX)
-
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        return torch.zeros_like(x)
-EOF
 
 # A correct candidate (the C stand-in's ReLU) that takes the lock when
 # the runner's request named in WHEN is on its stack (in a call, or as
