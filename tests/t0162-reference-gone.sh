@@ -12,7 +12,9 @@
 #     the task (the reference's model made again there);
 #   - held by a process that is not the candidate, or a reference that
 #     answers alone only near its limit: the evaluator's fault (ok null);
-#   - a hang that comes once and goes: the record goes on and passes.
+#   - a hang or a death that comes once and goes: the record goes on and
+#     passes (the candidate's answer, come while the reference restarted,
+#     is read then).
 # t0159 has the same for a reference that answers that it failed.
 . "$(dirname "$0")/test-lib.sh"
 . "$TESTS_DIR/held-lock.sh"
@@ -142,6 +144,14 @@ expect_success 'a correct candidate that starves the reference'"'"'s timed loops
 	jq -c "{verify: .verify.ok, profile: (.profile | {ok, stage, error})}" out
 	test $s -eq 1 &&
 	jq -e ".verify.ok and (.profile | $blamed)" out
+'
+
+expect_success 'a death that comes once beside an honest candidate: its answer, read after the restart, is kept' '
+	: >"$TRASH_BASE/once"
+	record relu "$C/relu" die | verify >out
+	jq -c ".verify | {ok, stage, error, checks_passed}" out
+	test ! -e "$TRASH_BASE/once" &&
+	jq -e ".verify | .ok == true and .checks_passed == 2" out
 '
 
 expect_success 'a hang that comes once at the sizes --shapes gave: the reference made again there, the record passes' '

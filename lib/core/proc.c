@@ -892,17 +892,18 @@ char *ca_coproc_read_line(struct ca_coproc *c, double timeout_s, size_t *len)
 		}
 		int ms = -1;
 		if (timeout_s >= 0) {
+			/* Past the deadline (or at a timeout of 0) it still looks at what is there. */
 			double left = deadline - ca_proc_now();
-			if (left <= 0) {
-				errno = ETIMEDOUT;
-				return NULL;
-			}
-			ms = (int)(left * 1000) + 1;
+			ms = left > 0 ? (int)(left * 1000) + 1 : 0;
 		}
 		struct pollfd pfd = {.fd = c->proc.out, .events = POLLIN};
 		int r = poll(&pfd, 1, ms);
 		if (r < 0 && errno != EINTR)
 			return NULL;
+		if (r == 0 && ms == 0) {
+			errno = ETIMEDOUT;
+			return NULL;
+		}
 		if (r <= 0)
 			continue;
 		if (c->cap - c->len < 65536) {

@@ -181,7 +181,8 @@ int ca_coproc_write(struct ca_coproc *c, const char *line, size_t len);
 
 /*
  * Read one response line (without its '\n', malloc'd, NUL-terminated), waiting
- * at most timeout_s (< 0: forever). NULL on failure with errno: ETIMEDOUT,
+ * at most timeout_s (< 0: forever; 0, or a deadline passed while reading: what
+ * is there already, a line that came in time is never lost). NULL on failure with errno: ETIMEDOUT,
  * EPIPE (the worker closed its stdout or died), EMSGSIZE (line over
  * max_line), or a read error. *len (may be NULL) gets the line length.
  */
