@@ -89,6 +89,16 @@ task hang >"$TRASH_BASE/hang.py" && task die >"$TRASH_BASE/die.py" || exit 1
 holder starve_time 'f.f_code.co_name in ("op_time", "op_burst")' &&
 	holder starve_shapes 'f.f_code.co_name == "op_resize"' || exit 1
 
+# An honest candidate that answers each call 1 s late (within --timeout 2):
+# the reference that dies at once is read first.
+cp -R "$C/relu" "$C/relu_slow" && cat >>"$C/relu_slow/model_new.py" <<EOF || exit 1
+
+import time
+
+_forward = ModelNew.forward
+ModelNew.forward = lambda self, x: (time.sleep(1), _forward(self, x))[1]
+EOF
+
 record() { # id dir task
 	jq -nc --arg id "$1" --rawfile code "$TRASH_BASE/$3.py" --arg dir "$2" \
 		'{id: $id, code: $code, candidate: {dir: $dir}}'
@@ -148,7 +158,7 @@ expect_success 'a correct candidate that starves the reference'"'"'s timed loops
 
 expect_success 'a death that comes once beside an honest candidate: its answer, read after the restart, is kept' '
 	: >"$TRASH_BASE/once"
-	record relu "$C/relu" die | verify >out
+	record relu_slow "$C/relu_slow" die | verify >out
 	jq -c ".verify | {ok, stage, error, checks_passed}" out
 	test ! -e "$TRASH_BASE/once" &&
 	jq -e ".verify | .ok == true and .checks_passed == 2" out
