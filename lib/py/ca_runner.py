@@ -187,6 +187,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import struct
 import sys
 import time
@@ -1751,14 +1752,15 @@ def _use_ca_nvcc():
 
 def _light_headers():
     """torch's extension builds (cpp_extension.load_inline and load) try
-    ca's lighter torch/extension.h first (light/torch/extension.h beside
-    this file, found through CPATH before torch's own) and build again
-    with torch's when that fails, so a unit that needs what the light one
-    leaves out builds, or fails, as it would have; what is shown of a
-    failure is the second build's. ninja keeps what built either way. torch
-    builds a module again only when its version moved, so its versions are
-    put back as they were before the second build. CA_LIGHT_HEADERS=0
-    turns it off."""
+    ca's lighter torch/extension.h first and build again with torch's when
+    that fails, so a unit that needs what a light one leaves out builds, or
+    fails, as it would have; what is shown of a failure is the last
+    build's. The lighter headers, in turn, each found through CPATH before
+    torch's own: where the CUDA sources allow it, one made for them
+    (_ops_header); then light/torch/extension.h beside this file. ninja
+    keeps what built either way. torch builds a module again only when its
+    version moved, so its versions are put back as they were before each
+    build after the first. CA_LIGHT_HEADERS=0 turns it off."""
     shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), "light")
     if os.environ.get("CA_LIGHT_HEADERS") == "0" or not os.path.isdir(shim):
         return
@@ -1768,29 +1770,102 @@ def _light_headers():
     if not isinstance(versions, dict):
         return
 
-    def light_first(build):
+    def light_first(name, build):
         @functools.wraps(build)
         def wrapped(*args, **kwargs):
-            old, before = os.environ.get("CPATH"), dict(versions)
-            os.environ["CPATH"] = shim + (os.pathsep + old if old else "")
-            try:
-                return build(*args, **kwargs)
-            except _Violation:
-                raise
-            except Exception:
-                pass
-            finally:
-                if old is None:
-                    os.environ.pop("CPATH", None)
-                else:
-                    os.environ["CPATH"] = old
-            versions.clear()
-            versions.update(before)
+            before = dict(versions)
+            ops = _ops_header(_cuda_texts(name, args, kwargs))
+            for tier in ([ops] if ops else []) + [shim]:
+                old = os.environ.get("CPATH")
+                os.environ["CPATH"] = tier + (os.pathsep + old if old else "")
+                try:
+                    return build(*args, **kwargs)
+                except _Violation:
+                    raise
+                except Exception:
+                    pass
+                finally:
+                    if old is None:
+                        os.environ.pop("CPATH", None)
+                    else:
+                        os.environ["CPATH"] = old
+                versions.clear()
+                versions.update(before)
             return build(*args, **kwargs)
         return wrapped
 
     for name in ("load_inline", "load"):
-        setattr(cpp_extension, name, light_first(getattr(cpp_extension, name)))
+        setattr(cpp_extension, name, light_first(name, getattr(cpp_extension, name)))
+
+
+def _cuda_texts(name, args, kwargs):
+    """The CUDA sources of a load_inline (cuda_sources: a string or a list)
+    or load (sources: the .cu and .cuh files among them) call, as text."""
+    if name == "load_inline":
+        texts = kwargs.get("cuda_sources", args[2] if len(args) > 2 else None)
+        return [texts] if isinstance(texts, str) else list(texts or [])
+    out = []
+    for path in kwargs.get("sources", args[1] if len(args) > 1 else None) or []:
+        if isinstance(path, str) and path.endswith((".cu", ".cuh")):
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    out.append(f.read())
+            except OSError:
+                pass
+    return out
+
+
+_CALL = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+
+
+def _ops_header(texts):
+    """The directory of ca's lightest torch headers for a build whose CUDA
+    sources are texts, or None. In a CUDA unit its torch/types.h (which
+    load_inline puts before the CUDA sources, and its torch/extension.h
+    includes) declares ATen's Tensor, its dispatch macros and the
+    operators the sources call (each identifier before a "(" that names
+    an ATen operator, by its own ATen/ops/NAME.h), under torch's names too
+    (namespace torch { using namespace at; }, as torch's has it), where
+    torch's declares every operator: nvcc parses the unit in about half
+    the time. Other units get torch/python.h (as from light/) and torch's
+    own torch/types.h. None without CUDA sources, or where one names
+    requires_grad (torch's factories honour it, ATen's refuse it). The
+    directory is named by its content, under the extensions' directory,
+    so that the next process finds the same files and ninja rebuilds
+    nothing."""
+    base = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if not texts or not base or any("requires_grad" in t for t in texts):
+        return None
+    from torch.utils import cpp_extension
+    ops_dir = None
+    for inc in cpp_extension.include_paths():
+        if os.path.isdir(os.path.join(inc, "ATen", "ops")):
+            ops_dir = os.path.join(inc, "ATen", "ops")
+            break
+    if ops_dir is None:
+        return None
+    names = sorted({m.group(1) for t in texts for m in _CALL.finditer(t)})
+    ops = [n for n in names if os.path.isfile(os.path.join(ops_dir, n + ".h"))]
+    head = "/* ca's lightest %s for this build's CUDA units (ca_runner._ops_header) */\n#pragma once\n"
+    files = {
+        "extension.h": head % "torch/extension.h" + "#if defined(__CUDACC__)\n#include <torch/types.h>\n"
+                       "#else\n#include <torch/python.h>\n#endif\n",
+        # load_inline puts torch/types.h before the CUDA sources itself.
+        "types.h": head % "torch/types.h" + "#if defined(__CUDACC__)\n#include <ATen/core/Tensor.h>\n"
+                   "#include <ATen/Dispatch.h>\n" + "".join("#include <ATen/ops/%s.h>\n" % n for n in ops) +
+                   "namespace torch { using namespace at; }\n#else\n#include_next <torch/types.h>\n#endif\n",
+    }
+    key = hashlib.sha256("".join(files[k] for k in sorted(files)).encode()).hexdigest()[:16]
+    where = os.path.join(base, "ca-light-" + key)
+    for leaf, text in files.items():
+        path = os.path.join(where, "torch", leaf)
+        if not os.path.isfile(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = "%s.%d" % (path, os.getpid())
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)
+    return where
 
 
 def _copy_entries(src, dst):
