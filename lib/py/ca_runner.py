@@ -1774,7 +1774,10 @@ def _light_headers():
         @functools.wraps(build)
         def wrapped(*args, **kwargs):
             before = dict(versions)
-            ops = _ops_header(_cuda_texts(name, args, kwargs))
+            try:
+                ops = _ops_header(_cuda_texts(name, args, kwargs))
+            except Exception:
+                ops = None  # ours, not the candidate's: built as before
             for tier in ([ops] if ops else []) + [shim]:
                 old = os.environ.get("CPATH")
                 os.environ["CPATH"] = tier + (os.pathsep + old if old else "")
@@ -1804,8 +1807,8 @@ def _cuda_texts(name, args, kwargs):
     if name == "load_inline":
         texts = kwargs.get("cuda_sources", args[2] if len(args) > 2 else None)
         return [texts] if isinstance(texts, str) else list(texts or [])
-    out = []
-    for path in kwargs.get("sources", args[1] if len(args) > 1 else None) or []:
+    out, sources = [], kwargs.get("sources", args[1] if len(args) > 1 else None)
+    for path in [sources] if isinstance(sources, str) else sources or []:
         if isinstance(path, str) and path.endswith((".cu", ".cuh")):
             try:
                 with open(path, encoding="utf-8", errors="replace") as f:
