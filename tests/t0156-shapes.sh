@@ -47,6 +47,10 @@ cand mean64 '' 'return x.sum(dim=1) / 64'
 task heads '' 'return x.view(x.shape[0], 4, -1).softmax(-1).reshape(x.shape)' 'return [torch.randn(batch_size, dim)]' \
 	'batch_size = 16' 'dim = 12'
 cand heads '' 'return x.view(x.shape[0], 4, -1).softmax(-1).reshape(x.shape)'
+# A reference whose output at any smaller size cannot judge (all zero): every proposal skipped.
+task small_zero '' 'return torch.relu(x) if x.numel() >= 1024 else x * 0' 'return [torch.randn(batch_size, dim)]' \
+	'batch_size = 16' 'dim = 64'
+cand small_zero '' 'return torch.relu(x)'
 task literal '' 'return torch.tanh(x)' 'return [torch.randn(16, 64)]'
 cand literal '' 'return torch.tanh(x)'
 record() { # id task dir
@@ -99,5 +103,12 @@ expect_success 'ca-profile --verify --shapes: the profile follows at the benchma
 	grep "honest/linear" "$TRASH_BASE/in.ndjson" |
 		ca-profile $OPTS --verify --shapes 1 --no-compile --warmup 1 --iters 3 >out 2>err || { cat err; exit 1; }
 	jq -e ".verify.ok and .verify.shapes.passed == 1 and .profile.ok" out
+'
+expect_success 'every proposal skipped: the reference is back at the benchmark sizes for the profile' '
+	record honest/small_zero "$W/small_zero.py" "$W/small_zero" |
+		ca-profile $OPTS --verify --shapes 1 --no-compile --warmup 1 --iters 3 >out 2>err || { cat err; exit 1; }
+	jq -c "{shapes: .verify.shapes.skipped, profile: (.profile | {ok, error, inputs_shipped})}" out
+	jq -e ".verify.ok and .verify.shapes.checks == 0 and (.verify.shapes.skipped | length == 4) and .profile.ok and
+		(.profile.inputs_shipped | not)" out
 '
 test_done

@@ -439,6 +439,7 @@ static int robust_checks(struct job *j, struct verify_tally *t)
 
 struct shapes_run {
 	int asked, run, attempts;
+	int resized;  /* the reference was sent to other sizes (a proposal skipped too) */
 	jv used, skipped, failed;
 };
 
@@ -530,6 +531,7 @@ static int shapes_check(struct job *j, struct verify_tally *t, struct shapes_run
 		reference_failed(j, fault);
 		return -1;
 	}
+	sr->resized = 1;
 	if (ca_json_bool(reply, "ok") == 1)
 		reference_state(j, req, ca_proc_now() - t0);  /* its model now */
 	else
@@ -605,9 +607,14 @@ static int shapes_checks(struct job *j, struct verify_tally *t)
 	o = jv_object_set(o, jv_string("skipped"), sr.skipped);
 	o = jv_object_set(o, jv_string("failed"), sr.failed);
 	j->result = jv_object_set(j->result, jv_string("shapes"), o);
-	if (rc != 0 || sr.run == 0)
+	if (rc != 0 || !sr.resized)
 		return rc;
-	/* Back to the benchmark's sizes and models in both workers. */
+	/*
+	 * Back to the benchmark's sizes and models: the reference after any
+	 * proposal (one it ran but could not judge by left it at those sizes:
+	 * a profile after would draw its inputs there), the candidate after
+	 * one that ran.
+	 */
 	jv reply, back = resize_request(j, jv_null(), 1, "", "");
 	if (reference_call(j, jv_copy(back), cfg->load_timeout_s, &reply) != 0) {
 		jv_free(back);
@@ -615,6 +622,8 @@ static int shapes_checks(struct job *j, struct verify_tally *t)
 	}
 	reference_state(j, back, 0);
 	jv_free(reply);
+	if (sr.run == 0)
+		return 0;
 	reply = jv_invalid();
 	rc = candidate_call(j, resize_request(j, jv_null(), 0, "", ""), cfg->load_timeout_s, &reply, NULL);
 	jv_free(reply);
