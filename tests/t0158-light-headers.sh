@@ -50,17 +50,18 @@ class ModelNew(nn.Module):
 EOF
 }
 cand light ''
+cand middle '    torch::autograd::Variable v = y; (void)v;'
 cand frontend '    torch::optim::SGDOptions unused(0.1);'
 cand broken '    q[0] = not_declared_here;'
 R=$TRASH_BASE/records.ndjson
-for id in light frontend broken; do
+for id in light middle frontend broken; do
 	jq -nc --arg id "$id" --rawfile code "$ADV/tasks/relu_small.py" --arg dir "$C/$id" \
 		'{id: $id, code: $code, candidate: {dir: $dir}}'
 done >"$R"
 OUT=$TRASH_BASE/out.ndjson
-expect_status 1 'three load_inline candidates verified on the CPU; the broken one exits 1' '
+expect_status 1 'four load_inline candidates verified on the CPU; the broken one exits 1' '
 	ca-verify --device cpu --no-sandbox --checks 2 --robust 0 --seed 7 "$R" >"$OUT" 2>err; s=$?
-	tail -3 err; test "$(wc -l <"$OUT")" -eq 3 || exit 9
+	tail -3 err; test "$(wc -l <"$OUT")" -eq 4 || exit 9
 	exit $s
 '
 pick() { # id: its verify object, or failure when it has none
@@ -69,9 +70,13 @@ pick() { # id: its verify object, or failure when it has none
 # What ninja recorded of a build's headers (its deps log, kept in the
 # cache): with -MMD not torch's (-isystem), but ca's light one (CPATH).
 deps() { cat "$CA_CACHE"/torch-ext/*/relu_"$1"/.ninja_deps 2>/dev/null | tr -c '[:print:]' '\n'; }
-expect_success 'a unit that needs no more than the light header is built with it' '
+expect_success 'a unit that needs no more than the ATen operators it calls is built with the lightest header' '
 	pick light | jq -e .ok >/dev/null &&
-	deps light | grep -q "py/light/torch/extension.h"
+	deps light | grep -q "/ca-light-[0-9a-f]*/torch/extension.h" && ! deps light | grep -q "torch/python.h"
+'
+expect_success 'one that needs torch'"'"'s autograd (no ATen operator): built again with ca'"'"'s light header' '
+	pick middle | jq -e .ok >/dev/null &&
+	deps middle | grep -q "py/light/torch/extension.h"
 '
 expect_success 'a unit that needs the C++ frontend is built again with torch'"'"'s header, and passes' '
 	pick frontend | jq -e .ok >/dev/null &&

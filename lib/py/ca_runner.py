@@ -1756,9 +1756,10 @@ def _light_headers():
     that fails, so a unit that needs what a light one leaves out builds, or
     fails, as it would have; what is shown of a failure is the last
     build's. The lighter headers, in turn, each found through CPATH before
-    torch's own: where the CUDA sources allow it, one made for them
+    torch's own: where the sources allow it, one made for them
     (_ops_header); then light/torch/extension.h beside this file. ninja
-    keeps what built either way. torch builds a module again only when its
+    keeps what built either way, so a unit that built with a lighter one
+    is not compiled again. torch builds a module again only when its
     version moved, so its versions are put back as they were before each
     build after the first. CA_LIGHT_HEADERS=0 turns it off."""
     shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), "light")
@@ -1775,7 +1776,7 @@ def _light_headers():
         def wrapped(*args, **kwargs):
             before = dict(versions)
             try:
-                ops = _ops_header(_cuda_texts(name, args, kwargs))
+                ops = _ops_header(*_source_texts(name, args, kwargs))
             except Exception:
                 ops = None  # ours, not the candidate's: built as before
             for tier in ([ops] if ops else []) + [shim]:
@@ -1801,67 +1802,92 @@ def _light_headers():
         setattr(cpp_extension, name, light_first(name, getattr(cpp_extension, name)))
 
 
-def _cuda_texts(name, args, kwargs):
-    """The CUDA sources of a load_inline (cuda_sources: a string or a list)
-    or load (sources: the .cu and .cuh files among them) call, as text."""
+def _source_texts(name, args, kwargs):
+    """The texts of a load_inline (cuda_sources and cpp_sources: a string
+    or a list) or load (sources: files) call's sources, as (cuda, cxx)."""
+    def listed(v):
+        return [v] if isinstance(v, str) else [t for t in v or [] if isinstance(t, str)]
+
     if name == "load_inline":
-        texts = kwargs.get("cuda_sources", args[2] if len(args) > 2 else None)
-        return [texts] if isinstance(texts, str) else list(texts or [])
-    out, sources = [], kwargs.get("sources", args[1] if len(args) > 1 else None)
-    for path in [sources] if isinstance(sources, str) else sources or []:
-        if isinstance(path, str) and path.endswith((".cu", ".cuh")):
-            try:
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    out.append(f.read())
-            except OSError:
-                pass
-    return out
+        return (listed(kwargs.get("cuda_sources", args[2] if len(args) > 2 else None)),
+                listed(kwargs.get("cpp_sources", args[1] if len(args) > 1 else None)))
+    cuda, cxx = [], []
+    for path in listed(kwargs.get("sources", args[1] if len(args) > 1 else None)):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        (cuda if path.endswith((".cu", ".cuh")) else cxx).append(text)
+    return cuda, cxx
 
 
 _CALL = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[^\n]*\n", re.M)
+# What an ATen/ops/NAME.h includes for its operators' definitions, not
+# their declarations: DeviceGuard.h alone is about 2 s of cudafe++'s 6
+# on a load_inline ReLU unit (2-core CPU).
+_OPS_HEAVY = re.compile(r"^#include <ATen/(Context|DeviceGuard|TensorUtils|TracerMode)\.h>\n", re.M)
 
 
-def _ops_header(texts):
-    """The directory of ca's lightest torch headers for a build whose CUDA
-    sources are texts, or None. In a CUDA unit its torch/types.h (which
-    load_inline puts before the CUDA sources, and its torch/extension.h
-    includes) declares ATen's Tensor, its dispatch macros and the
-    operators the sources call (each identifier before a "(" that names
-    an ATen operator, by its own ATen/ops/NAME.h), under torch's names too
-    (namespace torch { using namespace at; }, as torch's has it), where
-    torch's declares every operator: nvcc parses the unit in about half
-    the time. Other units get torch/python.h (as from light/) and torch's
-    own torch/types.h. None without CUDA sources, or where one names
-    requires_grad (torch's factories honour it, ATen's refuse it). The
-    directory is named by its content, under the extensions' directory,
-    so that the next process finds the same files and ninja rebuilds
-    nothing."""
+def _ops_header(cuda, cxx):
+    """The directory of ca's lightest torch headers for a build whose
+    sources are the texts cuda (CUDA units) and cxx (C++ units), or None.
+    It declares ATen's Tensor, its dispatch macros, the operators the
+    sources call (each identifier before a "(" that names an ATen
+    operator: its ATen/ops/NAME.h, here without the four headers it
+    includes for its definitions, found before torch's own) and torch's
+    names for them (torch/types.h's own text without its includes:
+    namespace torch { using namespace at; ... }), where torch's headers
+    declare every operator and its whole C++ frontend. A CUDA unit gets
+    that as torch/types.h (which load_inline puts before its CUDA
+    sources); a C++ unit gets it, with torch's Python bindings
+    (torch/csrc/Exceptions.h: pybind11, the Tensor caster,
+    wrap_pybind_function), as torch/extension.h. nvcc and g++ parse a
+    load_inline ReLU's units in about a third of the time with ca's light
+    header. None without sources, or where one names requires_grad
+    (torch's factories honour it, ATen's refuse it). The directory is
+    named by its content, under the extensions' directory, so that the
+    next process finds the same files and ninja rebuilds nothing."""
+    texts = cuda + cxx
     base = os.environ.get("TORCH_EXTENSIONS_DIR")
     if not texts or not base or any("requires_grad" in t for t in texts):
         return None
     from torch.utils import cpp_extension
-    ops_dir = None
+    aten = api = None
     for inc in cpp_extension.include_paths():
         if os.path.isdir(os.path.join(inc, "ATen", "ops")):
-            ops_dir = os.path.join(inc, "ATen", "ops")
-            break
-    if ops_dir is None:
+            aten = inc
+        if os.path.isfile(os.path.join(inc, "torch", "types.h")) and os.path.isdir(os.path.join(inc, "torch", "nn")):
+            api = inc
+    if aten is None or api is None:
         return None
+
+    def read(*path):
+        with open(os.path.join(*path), encoding="utf-8") as f:
+            return f.read()
+
     names = sorted({m.group(1) for t in texts for m in _CALL.finditer(t)})
-    ops = [n for n in names if os.path.isfile(os.path.join(ops_dir, n + ".h"))]
-    head = "/* ca's lightest %s for this build's CUDA units (ca_runner._ops_header) */\n#pragma once\n"
+    # torch::tensor is torch's own (its floating values take the default
+    # dtype), not at::tensor under torch's name: left to the next header.
+    ops = [n for n in names if n != "tensor" and os.path.isfile(os.path.join(aten, "ATen", "ops", n + ".h"))]
+    head = "/* ca's lightest %s for this build (ca_runner._ops_header) */\n#pragma once\n"
+    decl = ("#include <ATen/core/Tensor.h>\n#include <ATen/Dispatch.h>\n" +
+            "".join("#include <ATen/ops/%s.h>\n" % n for n in ops) + "#include <torch/ca-names.h>\n")
     files = {
-        "extension.h": head % "torch/extension.h" + "#if defined(__CUDACC__)\n#include <torch/types.h>\n"
-                       "#else\n#include <torch/python.h>\n#endif\n",
+        "torch/extension.h": head % "torch/extension.h" + "#if defined(__CUDACC__)\n#include <torch/types.h>\n"
+                             "#else\n" + decl + "#include <torch/csrc/Exceptions.h>\n#endif\n",
         # load_inline puts torch/types.h before the CUDA sources itself.
-        "types.h": head % "torch/types.h" + "#if defined(__CUDACC__)\n#include <ATen/core/Tensor.h>\n"
-                   "#include <ATen/Dispatch.h>\n" + "".join("#include <ATen/ops/%s.h>\n" % n for n in ops) +
-                   "namespace torch { using namespace at; }\n#else\n#include_next <torch/types.h>\n#endif\n",
+        "torch/types.h": head % "torch/types.h" + "#if defined(__CUDACC__)\n" + decl +
+                         "#else\n#include_next <torch/types.h>\n#endif\n",
+        "torch/ca-names.h": _INCLUDE.sub("", read(api, "torch", "types.h")),
     }
-    key = hashlib.sha256("".join(files[k] for k in sorted(files)).encode()).hexdigest()[:16]
+    for n in ops:
+        files["ATen/ops/%s.h" % n] = _OPS_HEAVY.sub("", read(aten, "ATen", "ops", n + ".h"))
+    key = hashlib.sha256("".join(k + "\0" + files[k] for k in sorted(files)).encode()).hexdigest()[:16]
     where = os.path.join(base, "ca-light-" + key)
     for leaf, text in files.items():
-        path = os.path.join(where, "torch", leaf)
+        path = os.path.join(where, leaf)
         if not os.path.isfile(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             tmp = "%s.%d" % (path, os.getpid())
