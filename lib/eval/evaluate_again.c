@@ -169,6 +169,15 @@ void reference_state(struct job *j, jv req, double seconds)
 	free(op);
 }
 
+/* Whether a failure (borrowed) is of this stage: "timeout", "crash". */
+static int stage_is(jv fault, const char *name)
+{
+	char *stage = ca_json_strdup(fault, "stage");
+	int yes = stage && !strcmp(stage, name);
+	free(stage);
+	return yes;
+}
+
 /*
  * A reference that died or did not answer (fault, consumed) while this
  * record's candidate runs, or while a failure is asked again: 1 with *why
@@ -178,10 +187,8 @@ void reference_state(struct job *j, jv req, double seconds)
  */
 int reference_gone(struct job *j, jv fault, jv *why)
 {
-	char *stage = ca_json_strdup(fault, "stage");
-	int again = stage && (!strcmp(stage, "timeout") || !strcmp(stage, "crash")) && jv_is_valid(j->ref_state) &&
+	int again = (stage_is(fault, "timeout") || stage_is(fault, "crash")) && jv_is_valid(j->ref_state) &&
 		(j->ask_mem || j->cand.run.running);
-	free(stage);
 	*why = jv_invalid();
 	if (!again) {
 		reference_failed(j, fault);
@@ -297,15 +304,6 @@ static int try_again(struct job *j, again_try *once, void *arg, jv *reply, jv *w
 	return rc;
 }
 
-/* Whether a failure (borrowed) is a reference that did not answer in time. */
-static int timed_out(jv why)
-{
-	char *stage = ca_json_strdup(why, "stage");
-	int yes = stage && !strcmp(stage, "timeout");
-	free(stage);
-	return yes;
-}
-
 /*
  * What failed with why (consumed), tried again by once as above. 0 with
  * *reply when it passed beside the candidate; -1 with the record failed,
@@ -355,7 +353,7 @@ int reference_again_with(struct job *j, again_try *once, void *arg, jv why, jv *
 			"killed", tries, FREED_WAIT_S);
 		goto out;
 	}
-	if (timed_out(why) && took > limit / 2) {
+	if (stage_is(why, "timeout") && took > limit / 2) {
 		reference_kept(j, jv_copy(why), "it did not answer beside the candidate, and with the candidate killed "
 			"answered in %.1f s, more than half its %g s: too near its limit to blame the candidate", took, limit);
 		goto out;
