@@ -1843,9 +1843,9 @@ def _ops_header(cuda, cxx):
     that as torch/types.h (which load_inline puts before its CUDA
     sources); a C++ unit gets it, with torch's Python bindings
     (torch/csrc/Exceptions.h: pybind11, the Tensor caster,
-    wrap_pybind_function), as torch/extension.h. nvcc and g++ parse a
-    load_inline ReLU's units in about a third of the time with ca's light
-    header. None without sources, or where one names requires_grad
+    wrap_pybind_function), as torch/extension.h. nvcc and g++ compile a
+    load_inline ReLU's units in about a third of the time they take with
+    ca's light header (2-core CPU). None without sources, or where one names requires_grad
     (torch's factories honour it, ATen's refuse it). The directory is
     named by its content, under the extensions' directory, so that the
     next process finds the same files and ninja rebuilds nothing."""
