@@ -155,7 +155,9 @@ fi
 #    binding.cpp's unit cached), one whose kernel alone changed, every unit cold with the header
 #    made, and a hit.
 #    kernelbench (model_new.py with load_inline): the anchor is torch's own load_inline of it at
-#    import, cold; ca's whole verify+profile of it cold (baselines cached) and again.
+#    import, cold; ca's whole verify+profile of it cold (baselines cached; ninja's time of each
+#    unit and the run's phases) and again. Then a new CUDA-Agent candidate's whole verify+profile,
+#    the header made.
 if want flavours && fits 300 "builds per flavour"; then
 	FA=$WORK/fl-agent C=$WORK/cache-fl
 	cp -R "$ADV/flavours/cuda_agent" "$FA"
@@ -185,12 +187,26 @@ if want flavours && fits 300 "builds per flavour"; then
 	record relu-kernelbench relu_mid "$KB" >"$WORK/fl-kb.ndjson"
 	rm -rf "$WORK/cache-relu/torch-ext"  # cold, whether or not the layouts section built it
 	t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify $O <"$WORK/fl-kb.ndjson" >"$WORK/fl-kb1.ndjson"; k1=$(since "$t0")
+	# The cold build's units as ninja logged them ({target: seconds}; a retry with a heavier header logs again).
+	find "$WORK/cache-relu/torch-ext" -name .ninja_log -exec awk 'NR > 1 {printf "{\"%s\": %.3f}\n", $4, ($2 - $1) / 1000}' {} + >"$WORK/fl-kb-units.ndjson"
 	t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify $O <"$WORK/fl-kb.ndjson" >"$WORK/fl-kb2.ndjson"; k2=$(since "$t0")
 	emit "$(jq -nc --arg wk "$wk" --arg k1 "$k1" --arg k2 "$k2" --slurpfile x "$WORK/fl-kb1.ndjson" --slurpfile y "$WORK/fl-kb2.ndjson" \
+		--slurpfile u "$WORK/fl-kb-units.ndjson" \
 		'{bench: "kernelbench layout (load_inline at import, ReLU), anchor: torch load_inline cold",
 		anchor_import_wall_s: ($wk | tonumber), ca_verify_profile_cold_s: ($k1 | tonumber), ca_verify_profile_again_s: ($k2 | tonumber),
+		cold_build_units_s: $u, cold_phases: {verify: $x[0].verify.phases, profile: $x[0].profile.phases},
 		ratio_cold: (($wk | tonumber) / ($k1 | tonumber)), ok: [($x + $y)[] | (.verify.ok and .profile.ok)],
 		extension_cached: [($x + $y)[] | .verify.extension_cached], target: "load_inline build <= 5 s"}')"
+	# Issue 20's whole-run case: CUDA-Agent's layout, a new candidate (its binding changed) verified
+	# and profiled by one run, torch's header made (the build cache above), the task's baselines as
+	# the kernelbench runs left them (cached).
+	echo "// a newer candidate" >>"$FA/kernels/relu_binding.cpp"
+	record relu-cuda-agent relu_mid "$FA" >"$WORK/fl-ca.ndjson"
+	t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify --build-cache "$C" $O <"$WORK/fl-ca.ndjson" >"$WORK/fl-ca1.ndjson"; g1=$(since "$t0")
+	emit "$(jq -c --arg g1 "$g1" '{bench: "cuda-agent layout, a new candidate, whole verify+profile (torch header made, baselines cached)",
+		wall_s: ($g1 | tonumber), ok: (.verify.ok and .profile.ok), build: (.verify.build | {seconds, pch, light, cxx, linker, units}),
+		phases: {verify: .verify.phases, profile: .profile.phases}, baseline_retimed: .profile.baseline_retimed,
+		error: (.verify.error // .profile.error), target: "<= 5 s"}' "$WORK/fl-ca1.ndjson")"
 fi
 
 # 5b. nvcc against ca-nvcc on the kernelbench flavour's load_inline unit (torch/extension.h): its
