@@ -5,8 +5,9 @@
 # compiler, with the flags torch's ninja build gives them, for each tier
 # the runner tries in turn (lib/py/ca_runner.py, _light_headers): the
 # lightest (_ops_header), ca's light header (lib/py/light), torch's own.
-# One process at a time, so that the phases do not share the CPUs. No GPU
-# needed; nvcc and a torch with its headers are.
+# One process at a time, so that the phases do not share the CPUs; then the
+# CUDA unit through ca-nvcc (bin/, where built), as the runner builds it. No
+# GPU needed; nvcc and a torch with its headers are.
 #
 #   sh bench/probe-headers.sh [ARCH]     (ARCH: sm_90 unless given)
 set -u
@@ -60,4 +61,13 @@ for tier in "lightest:$OPS" "light:$ROOT/lib/py/light" "torch:"; do
 	t0=$(now)
 	CPATH=$dir c++ $DEFS -fPIC $STD -c main.cpp -o main.o >log 2>&1 || { echo "$name: c++ failed"; tail -n 3 log; }
 	echo "$name: CUDA unit ${n} s (${phases%,}); C++ unit $(since "$t0") s"
+	# The CUDA unit as the runner builds it: through ca-nvcc (cudafe++ beside cicc), where it is built.
+	if [ -x "$ROOT/bin/ca-nvcc" ]; then
+		t0=$(now)
+		CPATH=$dir CA_NVCC_REAL=$NVCC CA_NVCC_VERBOSE=1 "$ROOT/bin/ca-nvcc" $DEFS -D__CUDA_NO_HALF_OPERATORS__ \
+			-D__CUDA_NO_HALF_CONVERSIONS__ -D__CUDA_NO_BFLOAT16_CONVERSIONS__ -D__CUDA_NO_HALF2_OPERATORS__ \
+			--expt-relaxed-constexpr -gencode=arch=compute_${ARCH#sm_},code=$ARCH --compiler-options -fPIC $STD \
+			-c unit.cu -o unit.o >log 2>&1 || { echo "$name: ca-nvcc failed"; tail -n 3 log; }
+		echo "$name: CUDA unit through ca-nvcc $(since "$t0") s ($(grep -o '[a-z+]*: [0-9.]* s' log | tr '\n' ',' | sed 's/,$//'))"
+	fi
 done
