@@ -203,10 +203,11 @@ if want flavours && fits 300 "builds per flavour"; then
 	echo "// a newer candidate" >>"$FA/kernels/relu_binding.cpp"
 	record relu-cuda-agent relu_mid "$FA" >"$WORK/fl-ca.ndjson"
 	t0=$(now); CA_CACHE=$WORK/cache-relu ca-profile --verify --build-cache "$C" $O <"$WORK/fl-ca.ndjson" >"$WORK/fl-ca1.ndjson"; g1=$(since "$t0")
-	emit "$(jq -c --arg g1 "$g1" '{bench: "cuda-agent layout, a new candidate, whole verify+profile (torch header made, baselines cached)",
-		wall_s: ($g1 | tonumber), ok: (.verify.ok and .profile.ok), build: (.verify.build | {seconds, pch, light, cxx, linker, units}),
-		phases: {verify: .verify.phases, profile: .profile.phases}, baseline_retimed: .profile.baseline_retimed,
-		error: (.verify.error // .profile.error), target: "<= 5 s"}' "$WORK/fl-ca1.ndjson")"
+	emit "$(jq -nc --arg g1 "$g1" --slurpfile r "$WORK/fl-ca1.ndjson" '($r[0] // {}) as $x |
+		{bench: "cuda-agent layout, a new candidate, whole verify+profile (torch header made, baselines cached)",
+		wall_s: ($g1 | tonumber), ok: ($x.verify.ok and $x.profile.ok), build: ($x.verify.build | {seconds, pch, light, cxx, linker, units}),
+		phases: {verify: $x.verify.phases, profile: $x.profile.phases}, baseline_retimed: $x.profile.baseline_retimed,
+		error: ($x.verify.error // $x.profile.error), target: "<= 5 s"}')"
 fi
 
 # 5b. nvcc against ca-nvcc on the kernelbench flavour's load_inline unit (torch/extension.h): its

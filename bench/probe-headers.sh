@@ -44,6 +44,10 @@ INC=$("$PY" -c 'from torch.utils import cpp_extension as c; print(" ".join("-isy
 PYINC=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 STD=$("$PY" -c 'import torch; print("-std=c++20" if tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 10) else "-std=c++17")')
 DEFS="-DTORCH_EXTENSION_NAME=relu_inline -DTORCH_API_INCLUDE_EXTENSION_H $INC -isystem $PYINC"
+# torch's nvcc flags for a CUDA unit (ninja's cuda_cflags), for nvcc and ca-nvcc alike.
+CUFLAGS="$DEFS -D__CUDA_NO_HALF_OPERATORS__ -D__CUDA_NO_HALF_CONVERSIONS__ -D__CUDA_NO_BFLOAT16_CONVERSIONS__
+	-D__CUDA_NO_HALF2_OPERATORS__ --expt-relaxed-constexpr -gencode=arch=compute_${ARCH#sm_},code=$ARCH
+	--compiler-options -fPIC $STD"
 echo "torch $("$PY" -c 'import torch; print(torch.__version__)'), $($NVCC --version | tail -n 1), $(c++ --version | head -n 1), $(nproc) CPUs"
 now() { date +%s.%N; }
 since() { awk "BEGIN{printf \"%.2f\", $(now) - $1}"; }
@@ -52,10 +56,7 @@ for tier in "lightest:$OPS" "light:$ROOT/lib/py/light" "torch:"; do
 	cd "$W" || exit 1
 	rm -f t.csv
 	t0=$(now)
-	CPATH=$dir "$NVCC" $DEFS -D__CUDA_NO_HALF_OPERATORS__ -D__CUDA_NO_HALF_CONVERSIONS__ \
-		-D__CUDA_NO_BFLOAT16_CONVERSIONS__ -D__CUDA_NO_HALF2_OPERATORS__ --expt-relaxed-constexpr \
-		-gencode=arch=compute_${ARCH#sm_},code=$ARCH --compiler-options -fPIC $STD -c unit.cu -o unit.o --time t.csv >log 2>&1 ||
-		{ echo "$name: nvcc failed"; tail -n 3 log; }
+	CPATH=$dir "$NVCC" $CUFLAGS -c unit.cu -o unit.o --time t.csv >log 2>&1 || { echo "$name: nvcc failed"; tail -n 3 log; }
 	n=$(since "$t0")
 	phases=$(awk -F' , ' 'NR > 1 && $(NF-1) > 100 {printf " %s %.2f,", $2, $(NF-1) / 1000}' t.csv)
 	t0=$(now)
@@ -64,10 +65,8 @@ for tier in "lightest:$OPS" "light:$ROOT/lib/py/light" "torch:"; do
 	# The CUDA unit as the runner builds it: through ca-nvcc (cudafe++ beside cicc), where it is built.
 	if [ -x "$ROOT/bin/ca-nvcc" ]; then
 		t0=$(now)
-		CPATH=$dir CA_NVCC_REAL=$NVCC CA_NVCC_VERBOSE=1 "$ROOT/bin/ca-nvcc" $DEFS -D__CUDA_NO_HALF_OPERATORS__ \
-			-D__CUDA_NO_HALF_CONVERSIONS__ -D__CUDA_NO_BFLOAT16_CONVERSIONS__ -D__CUDA_NO_HALF2_OPERATORS__ \
-			--expt-relaxed-constexpr -gencode=arch=compute_${ARCH#sm_},code=$ARCH --compiler-options -fPIC $STD \
-			-c unit.cu -o unit.o >log 2>&1 || { echo "$name: ca-nvcc failed"; tail -n 3 log; }
+		CPATH=$dir CA_NVCC_REAL=$NVCC CA_NVCC_VERBOSE=1 "$ROOT/bin/ca-nvcc" $CUFLAGS -c unit.cu -o unit.o >log 2>&1 ||
+			{ echo "$name: ca-nvcc failed"; tail -n 3 log; }
 		echo "$name: CUDA unit through ca-nvcc $(since "$t0") s ($(grep -o '[a-z+]*: [0-9.]* s' log | tr '\n' ',' | sed 's/,$//'))"
 	fi
 done

@@ -1845,10 +1845,11 @@ def _ops_header(cuda, cxx):
     (torch/csrc/Exceptions.h: pybind11, the Tensor caster,
     wrap_pybind_function), as torch/extension.h. nvcc and g++ compile a
     load_inline ReLU's units in about a third of the time they take with
-    ca's light header (2-core CPU). None without sources, or where one names requires_grad
-    (torch's factories honour it, ATen's refuse it). The directory is
-    named by its content, under the extensions' directory, so that the
-    next process finds the same files and ninja rebuilds nothing."""
+    ca's light header (2-core CPU). None without sources, or where one
+    names requires_grad (torch's factories honour it, ATen's refuse it).
+    The directory is named by its content, under the extensions'
+    directory, so that the next process finds the same files and ninja
+    rebuilds nothing."""
     texts = cuda + cxx
     base = os.environ.get("TORCH_EXTENSIONS_DIR")
     if not texts or not base or any("requires_grad" in t for t in texts):
