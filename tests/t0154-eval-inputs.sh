@@ -53,6 +53,46 @@ expect_success 'ca-profile --verify does not time a candidate that fails verific
 	ca-profile --verify -H $OPTS --no-compile bad.ndjson >human; test $? -eq 1 &&
 	grep -q "^seeded: FAIL (policy): torch fallback refused" human && test "$(wc -l <human)" -eq 1
 '
+expect_success 'a profile that passed splits its last phases: spot_checks, then baselines_again' '
+	ca-profile $OPTS --no-compile --iters 5 --warmup 1 "$TRASH_BASE/in.ndjson" >out; test $? -le 1 &&
+	jq -e -s "all(.[].profile; (.ok | not) or (.phases | has(\"spot_checks\") and has(\"baselines_again\")))" out
+'
+# The reference's environment, seen by a task that writes it down and fails.
+cat >"$TRASH_BASE/env.py" <<EOF
+import os
+import torch
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        open("$TRASH_BASE/warm", "w").write(str(os.environ.get("CA_EVAL_WARM_COMPILE")))
+        raise RuntimeError("written")
+def get_inputs():
+    return [torch.ones(4)]
+def get_init_inputs():
+    return []
+EOF
+warm_seen() { # command... : what the reference saw
+	rm -f "$TRASH_BASE/warm"
+	record env "$TRASH_BASE/env.py" | "$@" $OPTS >/dev/null 2>&1
+	cat "$TRASH_BASE/warm"
+}
+expect_success 'only a reference that will time torch.compile is told to import it early (CA_EVAL_WARM_COMPILE)' '
+	test "$(CA_EVAL_WARM_COMPILE=x warm_seen ca-profile)" = 1 &&
+	test "$(warm_seen ca-profile --no-compile)" = None &&
+	test "$(CA_EVAL_WARM_COMPILE=0 warm_seen ca-profile)" = None &&
+	test "$(CA_EVAL_WARM_COMPILE=1 warm_seen ca-verify)" = None
+'
+expect_success 'the early imports: a thread, torch.compile'"'"'s compiler imported once it is joined' '
+	CA_EVAL_WARM_COMPILE=1 PYTHONPATH=$ROOT/lib/py "$(ca_python)" -c "
+import sys, ca_runner
+ca_runner._warm_imports(\"reference\")
+assert ca_runner._warm_thread is not None
+ca_runner._warm_done()
+assert ca_runner._warm_thread is None and \"torch._inductor.compile_fx\" in sys.modules
+ca_runner._warm_imports(\"candidate\")
+assert ca_runner._warm_thread is None
+"
+'
 
 # An evaluation server: warm slots on a socket; commands that find it in
 # $CA_EVAL_SERVER send their records there.

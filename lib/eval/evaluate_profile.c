@@ -888,12 +888,14 @@ void do_profile(struct job *j)
 	jv bad_names = jv_array();
 	note_timing(j, &cl, &median, &kernel_us, &nbad, &bad_names);
 	jv kept = ca_json_get(cl.reply, "kept");
-	if (spot_checks(j, &cl, kept) == 0 && timing_verdict(j, &cl, median, kernel_us, nbad, bad_names) == 0 &&
-		confirm_baselines(j, median) == 0)
+	int judged = spot_checks(j, &cl, kept) == 0 && timing_verdict(j, &cl, median, kernel_us, nbad, bad_names) == 0;
+	job_phase(j, "spot_checks");
+	if (judged && confirm_baselines(j, median) == 0)
 		j->result = jv_object_set(j->result, jv_string("ok"), jv_true());
 	if (ca_json_bool(j->result, "ok") != 1)
 		distrust_reported_time(j);
-	job_phase(j, "spot_checks");
+	if (judged)
+		job_phase(j, "baselines_again");
 	loop_clock_free(&cl.ours);
 	jv_free(cl.named);
 	jv_free(cl.reply);

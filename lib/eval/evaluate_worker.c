@@ -83,7 +83,8 @@ static char **make_env(const struct slot *s, int candidate)
 	for (char **e = environ; *e; e++)
 		if (strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) && strncmp(*e, "CA_CUPTI_LIB=", 13) &&
 				strncmp(*e, "CA_KERNELS_LIB=", 15) && strncmp(*e, "PYTHONPYCACHEPREFIX=", 20) &&
-				strncmp(*e, "CA_PYCACHE=", 11) && strncmp(*e, "CA_NVCC=", 8))
+				strncmp(*e, "CA_PYCACHE=", 11) && strncmp(*e, "CA_NVCC=", 8) &&
+				strncmp(*e, "CA_EVAL_WARM_COMPILE=", 21))
 			env = strv_push(env, &n, *e);
 	if (s->gpu >= 0) {
 		snprintf(buf, sizeof buf, "CUDA_VISIBLE_DEVICES=%d", s->gpu);
@@ -102,6 +103,14 @@ static char **make_env(const struct slot *s, int candidate)
 		snprintf(val, sizeof val, "CA_NVCC=%s", buf);
 		env = strv_push(env, &n, val);
 	}
+	/*
+	 * A reference that will time torch.compile imports its compiler
+	 * while it waits for the candidate (ca_runner.py, _warm_imports),
+	 * unless CA_EVAL_WARM_COMPILE=0.
+	 */
+	const char *warm = getenv("CA_EVAL_WARM_COMPILE");
+	if (!candidate && s->cfg->mode == CA_EVAL_PROFILE && !s->cfg->no_compile && !(warm && !strcmp(warm, "0")))
+		env = strv_push(env, &n, "CA_EVAL_WARM_COMPILE=1");
 	env = strv_push(env, &n, "PYTHONDONTWRITEBYTECODE=1");
 	if (pycache[0]) {
 		/* A candidate reads the bytecode the reference wrote there; it writes none. */

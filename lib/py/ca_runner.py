@@ -846,6 +846,8 @@ class Worker:
                 "sha256": hashlib.sha256(source).hexdigest(), "sizes": sizes}
 
     def op_inputs(self, req):
+        if not (req.get("ref_out") or req.get("ref_digest")):
+            _warm_done()  # a draw for the profile's loop: a timed loop comes next
         if req.get("inputs"):
             inputs = self.to_device(read_tensors(req["inputs"]))
         else:
@@ -869,6 +871,7 @@ class Worker:
     def op_digests(self, req):
         """The digests of the inputs drawn under each seed, one set at a
         time; the model is not run."""
+        _warm_done()  # the profile's sets: a timed loop comes next
         return {"digests": [digest(self.make_inputs(int(s))) for s in req["seeds"]], "gen": self.gen}
 
     def op_candidate(self, req):
@@ -1336,6 +1339,7 @@ class Worker:
         return {k["name"]: (k["calls"], k["total_us"]) for k in self.tracer.stop() or []}
 
     def op_idle(self, req):
+        _warm_done()  # before a timed loop; a thread holding the GIL would slow the probe
         wait = float(req.get("wait_s") or 0)
         if self.device != "cuda":
             return {"idle": True, "waited_s": 0.0, "probe_us": 0.0}
@@ -2083,26 +2087,40 @@ _robust_thread = None
 
 
 def _warm_imports(role):
-    """A reference that writes the bytecode cache imports torch._dynamo
-    once in a thread (torch.compile's baselines need it; seconds from
-    source) when that module's bytecode is missing there. Candidates need
-    no such import (see _skip_dynamo_disable)."""
+    """The reference imports in a thread, once it said it is ready, what
+    its first torch.compile loads: on the H100 a fresh reference spent
+    3.5-4.4 s retiming a cached torch.compile baseline (its dynamo and
+    inductor imports alone take ~1.8 s on a 2-core CPU) while it had sat
+    idle through the candidate's build. With CA_EVAL_WARM_COMPILE=1 (the
+    C side sets it when it profiles with torch.compile) that is dynamo, inductor
+    and its GPU code generation; otherwise torch._dynamo alone, and only
+    when this process writes the bytecode cache and that module's bytecode
+    is missing there (seconds from source). Joined (_warm_done) before any
+    request that precedes a timed loop. Candidates need no such import
+    (see _skip_dynamo_disable)."""
     global _warm_thread
-    if role == "candidate" or not getattr(sys, "pycache_prefix", None) or sys.dont_write_bytecode:
+    if role == "candidate":
         return
-    try:
-        import importlib.util
-        spec = importlib.util.find_spec("torch._dynamo")
-        if spec is None or not spec.origin or os.path.exists(importlib.util.cache_from_source(spec.origin)):
+    if os.environ.get("CA_EVAL_WARM_COMPILE") == "1":
+        names = ("torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.codegen.triton",
+                 "torch._inductor.runtime.triton_heuristics")
+    elif not getattr(sys, "pycache_prefix", None) or sys.dont_write_bytecode:
+        return
+    else:
+        try:
+            spec = importlib.util.find_spec("torch._dynamo")
+            if spec is None or not spec.origin or os.path.exists(importlib.util.cache_from_source(spec.origin)):
+                return
+        except Exception:
             return
-    except Exception:
-        return
+        names = ("torch._dynamo",)
 
     def run():
-        try:
-            import torch._dynamo  # noqa: F401
-        except Exception:
-            pass
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except Exception:
+                pass
     import threading
     _warm_thread = threading.Thread(target=run, name="ca-warm", daemon=True)
     _warm_thread.start()
@@ -2133,9 +2151,12 @@ def _warm_robust(device):
 
 
 def _warm_done():
-    """Before a timed loop: a thread importing modules holds the GIL for
-    most of its time, and a loop beside it waits for the GIL between its
-    launches (on the H200 a matmul profile's calls spread to cv 0.67)."""
+    """Before a timed loop, and before the requests that come right before
+    a candidate's (the profile's draws and digests, the GPU probes): a
+    thread importing modules holds the GIL for most of its time, and a
+    loop beside it waits for the GIL between its launches (on the H200 a
+    matmul profile's calls spread to cv 0.67); in another process it
+    still takes a CPU."""
     global _warm_thread, _robust_thread
     for t in (_warm_thread, _robust_thread):
         if t is not None:
