@@ -73,6 +73,7 @@ struct worker {
 	pid_t *stopped;          /* held: the processes stopped, to continue */
 	int nstopped;
 	double replied_at;       /* when its last reply came in, before it was stopped */
+	double posted_until;     /* a request posted (worker_post): its reply due by then; 0: none */
 };
 
 struct ca_pool;
@@ -90,6 +91,7 @@ struct slot {
 	int nspares;             /* how many to keep started */
 	long serial;
 	int lock_fd;             /* the GPU's lock file (see gpu_lock), -1 on the CPU */
+	char lock_path[PATHLEN]; /* its path, for the reference's warm request */
 	int cpu;                 /* where both workers run their timed loops (slot_pick_cpu), -1 anywhere */
 };
 
@@ -214,6 +216,9 @@ void workers_prepare(void);
 int worker_start(struct slot *s, struct worker *w, int candidate, jv *fault);
 int worker_ready(struct worker *w, double timeout_s, jv *fault);
 int worker_send(struct worker *w, jv req, jv *fault);
+int worker_post(struct worker *w, jv req, double timeout_s, jv *fault);
+int worker_up(struct worker *w);
+int warm_compile_wanted(const struct ca_eval_config *cfg);
 int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, struct loop_clock *ours);
 int worker_call(struct worker *w, jv req, double timeout_s, jv *reply, jv *fault, struct loop_clock *ours);
 int worker_first(struct worker *a, struct worker *b, double deadline);
@@ -324,6 +329,7 @@ int ship_write(struct job *j, unsigned long long seed, const char *path, jv *dig
 
 /* evaluate_baseline.c */
 int profile_baselines(struct job *j, struct loop_overhead *overhead);
+int compile_baseline_cached(const struct job *j);
 int fresh_overhead(struct job *j, struct loop_overhead *overhead);
 int confirm_baselines(struct job *j, double candidate_us);
 

@@ -298,6 +298,8 @@ static int slot_make(struct slot *s, const struct ca_eval_config *cfg, int index
 			size_t n = strlen(lock);
 			snprintf(lock + n, sizeof lock - n, "/gpu-%d", gpu);
 			s->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+			if (s->lock_fd >= 0)
+				snprintf(s->lock_path, sizeof s->lock_path, "%s", lock);
 		}
 	}
 	return mkdir_mode(s->trusted, 0700);

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,13 +104,8 @@ static char **make_env(const struct slot *s, int candidate)
 		snprintf(val, sizeof val, "CA_NVCC=%s", buf);
 		env = strv_push(env, &n, val);
 	}
-	/*
-	 * A reference that will time torch.compile imports its compiler
-	 * while it waits for the candidate (ca_runner.py, _warm_imports),
-	 * unless CA_EVAL_WARM_COMPILE=0.
-	 */
-	const char *warm = getenv("CA_EVAL_WARM_COMPILE");
-	if (!candidate && s->cfg->mode == CA_EVAL_PROFILE && !s->cfg->no_compile && !(warm && !strcmp(warm, "0")))
+	/* A reference that will time torch.compile imports its compiler early (ca_runner.py, _warm_imports). */
+	if (!candidate && warm_compile_wanted(s->cfg))
 		env = strv_push(env, &n, "CA_EVAL_WARM_COMPILE=1");
 	env = strv_push(env, &n, "PYTHONDONTWRITEBYTECODE=1");
 	if (pycache[0]) {
@@ -120,6 +116,17 @@ static char **make_env(const struct slot *s, int candidate)
 	}
 	env = strv_push(env, &n, "PYTHONUNBUFFERED=1");
 	return env;
+}
+
+/*
+ * Whether the reference prepares torch.compile while the candidate builds
+ * (its imports, then the record's model: reference_warm): in a profile
+ * that times it, unless CA_EVAL_WARM_COMPILE=0.
+ */
+int warm_compile_wanted(const struct ca_eval_config *cfg)
+{
+	const char *env = getenv("CA_EVAL_WARM_COMPILE");
+	return cfg->mode == CA_EVAL_PROFILE && !cfg->no_compile && !(env && !strcmp(env, "0"));
 }
 
 /* A fault of a worker, as a record says it: {"stage", "error"}. */
@@ -227,6 +234,7 @@ void worker_stop(struct worker *w, double grace)
 	if (w->hold && !w->held)
 		candidates_running_add(w->gpu, -1);
 	w->hold = w->held = 0;
+	w->posted_until = 0;
 	forget_stopped(w);
 }
 
@@ -285,9 +293,15 @@ static int worker_gone(struct worker *w, jv *fault)
 	return -1;
 }
 
-/* Send req (consumed) to a worker; -1 with *fault when it is gone. */
+static int worker_settle(struct worker *w, jv *fault);
+
+/* Send req (consumed) to a worker, a posted request's reply read first; -1 with *fault when it is gone. */
 int worker_send(struct worker *w, jv req, jv *fault)
 {
+	if (worker_settle(w, fault) != 0) {
+		jv_free(req);
+		return -1;
+	}
 	if (!w->run.running) {
 		jv_free(req);
 		*fault = fault_of("crash", "worker is not running");
@@ -295,6 +309,50 @@ int worker_send(struct worker *w, jv req, jv *fault)
 	}
 	worker_hold(w, 0);
 	return ca_runner_send(&w->run, req) == CA_RUNNER_OK ? 0 : worker_gone(w, fault);
+}
+
+/*
+ * Post req (consumed): its reply is not waited for now, but read and
+ * dropped before the worker's next request, at most timeout_s from now,
+ * so the work runs beside ours (the reference's torch.compile while the
+ * candidate builds). Meanwhile the worker counts as starting: a timed
+ * loop on its GPU waits for it (quiet_loop_begin), and it is not posted
+ * while one runs there. -1 with *fault when it is gone.
+ */
+int worker_post(struct worker *w, jv req, double timeout_s, jv *fault)
+{
+	quiet_before_start(w->gpu);
+	w->limit_s = timeout_s;
+	if (worker_send(w, req, fault) != 0)
+		return -1;
+	w->posted_until = ca_proc_now() + timeout_s;
+	quiet_started(w->run.co.proc.out, w->run.co.proc.pid, w->gpu);
+	return 0;
+}
+
+/* The posted request's reply, read and dropped (a failure of it is the next request's to find). */
+static int worker_settle(struct worker *w, jv *fault)
+{
+	if (!w->posted_until)
+		return 0;
+	double until = w->posted_until;
+	w->posted_until = 0;
+	jv reply;
+	int rc = worker_recv(w, until, &reply, fault, NULL);
+	quiet_done(w->run.co.proc.out, w->run.co.proc.pid);
+	jv_free(reply);
+	return rc;
+}
+
+/* Whether a started worker is up now (its ready line read, or there to read), without waiting. */
+int worker_up(struct worker *w)
+{
+	if (!w->run.running)
+		return 0;
+	if (jv_is_valid(w->run.hello))
+		return 1;
+	struct pollfd p = {w->run.co.proc.out, POLLIN, 0};
+	return poll(&p, 1, 0) == 1;
 }
 
 /* Stop a worker at a fault in its protocol: *fault gets {"stage","error"}; returns -1. */

@@ -157,6 +157,14 @@ Requests (paths are files; tensor files are described in lib/eval/tensor.h):
       reference: draw the inputs under each seed, one set at a time, as
       "time" and "inputs" do, without running the model. Reply adds
       "digests" (one per seed) and "gen".
+  {"op": "warm", "seed": S, "compile_mode": M?, "lock": P?}
+      reference, right after "task" when a profile will time
+      torch.compile: compile the model as "time" does for mode "compile"
+      and call it once on the inputs drawn under S, with file P (the
+      GPU's lock, see lib/eval/evaluate_slot.c) locked shared around
+      the call. The parent reads the reply only before its next request
+      (worker_post in lib/eval/evaluate_worker.c), so the compile runs
+      while the candidate builds and loads. Reply adds "seconds".
   {"op": "idle", "wait_s": W}
       reference, before and after each of its timed loops: whether the
       GPU is idle, by the median host round trip of five one-element
@@ -1020,16 +1028,37 @@ class Worker:
             reply.update({"out_usable": ok, "out_unusable_why": why, "out_rms": rms})
         return reply
 
+    def _compiled_model(self, cm):
+        """The task's model through torch.compile (mode cm), made once per task."""
+        if self.compiled is None:
+            self.compiled = self.torch.compile(self.model, mode=None if cm in (None, "default") else cm)
+        return self.compiled
+
+    def op_warm(self, req):
+        _warm_done()
+        start = _perf()
+        model = self._compiled_model(req.get("compile_mode"))
+        inputs = self.make_inputs(int(req.get("seed", 0)))
+        lock = None
+        if req.get("lock"):
+            import fcntl
+            lock = os.open(req["lock"], os.O_RDWR | os.O_CLOEXEC)
+            fcntl.flock(lock, fcntl.LOCK_SH)
+        try:
+            self._forward(model, inputs)
+            self.sync()
+        finally:
+            if lock is not None:
+                os.close(lock)
+        return {"seconds": _perf() - start}
+
     def op_time(self, req):
         _warm_done()
         t = self.torch
         mode = req.get("mode", "eager")
         model = self.model
         if mode == "compile":
-            if self.compiled is None:
-                cm = req.get("compile_mode")
-                self.compiled = t.compile(self.model, mode=None if cm in (None, "default") else cm)
-            model = self.compiled
+            model = self._compiled_model(req.get("compile_mode"))
         warmup, iters = int(req.get("warmup", 3)), int(req.get("iters", 20))
         live = int(req.get("live") or 0)
         if live and live != iters:
@@ -2211,7 +2240,7 @@ def main():
             _warm_robust("cuda")
     ops = {"task": worker.op_task, "inputs": worker.op_inputs, "candidate": worker.op_candidate,
            "run": worker.op_run, "time": worker.op_time, "digests": worker.op_digests,
-           "resize": worker.op_resize, "burst": worker.op_burst, "idle": worker.op_idle}
+           "resize": worker.op_resize, "burst": worker.op_burst, "idle": worker.op_idle, "warm": worker.op_warm}
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -2230,7 +2259,7 @@ def main():
         if fn is None:
             _send({"ok": False, "stage": "protocol", "error": "unknown op %r" % op})
             continue
-        if args.role == "candidate" and op in ("task", "inputs", "digests", "idle"):
+        if args.role == "candidate" and op in ("task", "inputs", "digests", "idle", "warm"):
             _send({"ok": False, "stage": "protocol", "error": "op %r is for the reference role" % op})
             continue
         pinned = _pin(req.get("cpu"))
