@@ -157,4 +157,22 @@ expect_success 'two slots building at once: every record built and passed, in in
 	test "$(jq -r .id out | tr "\n" " ")" = "p1 q1 p2 q2 p3 q3 p4 q4 " &&
 	jq -e -s "all(.[]; .verify.ok and .verify.build.ok) and ([.[].verify.build.hash] | unique | length) == 4" out >/dev/null
 '
+
+# A profile that times torch.compile (inductor's C++ code on the CPU) builds
+# in a thread while the reference loads the task and compiles its model
+# (its "warm" request, read before the next request): a compile error is
+# still the candidate's, the next record reads the posted reply first, and
+# the build's own phase and numbers are recorded.
+cand warm1 && echo '// warm 1' >>"$C/warm1/kernels/relu.cu"
+cand warm2 && echo '// warm 2' >>"$C/warm2/kernels/relu.cu"
+expect_success 'ca-profile with torch.compile: the build beside the reference, failures and passes in order' '
+	{ record wbroken "$C/broken"; record w1 "$C/warm1"; record w2 "$C/warm2"; } >warm.ndjson &&
+	CA_CACHE=$TRASH_BASE/warm-cache ca-profile --verify --device cpu --no-sandbox --seed 7 --iters 5 --warmup 1 \
+		warm.ndjson >out; test $? -eq 1 &&
+	jq -c "{id, v: .verify | {ok, stage, b: .build_s}, p: .profile | {ok, stage, compile_us}}" out | sed "s/^/# /" &&
+	test "$(jq -r .id out | tr "\n" " ")" = "wbroken w1 w2 " &&
+	jq -e -s ".[0].verify | .stage == \"compile\" and (.error | test(\"kernels/relu.cu:[0-9]+:.*error\"))" out >/dev/null &&
+	jq -e -s "all(.[1:][]; .verify.ok and .verify.build.ok and .verify.build_s > 0 and (.verify.phases | has(\"build\") and has(\"task\")) and
+		(.profile.ok or .profile.stage == \"timing\") and .profile.compile_us > 0)" out >/dev/null
+'
 test_done

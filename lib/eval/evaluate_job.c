@@ -156,48 +156,53 @@ int candidate_call(struct job *j, jv req, double timeout, jv *reply, struct loop
 	return reply_ok(j, *reply, reply);
 }
 
-/*
- * Build the candidate's kernels when it has kernel sources, with lib/build
- * in this process: it reads the candidate's files (bounded: sizes, counts,
- * one pass each) and runs every compiler under ca-sandbox, so no candidate
- * code runs here; ca-build(1) is the same code as a command.
- */
-static int job_build(struct job *j)
-{
-	const struct ca_eval_config *cfg = j->slot->cfg;
-	const char *dir = j->cand.dir;
-	j->kernels_lib[0] = '\0';
-	if (!has_kernel_sources(dir))
-		return 0;
-	struct ca_build_options opt = {.arch = cfg->arch, .cache = cfg->build_cache};
+/* A build of the candidate's kernels (see job_prepare), run where it may overlap the reference's work. */
+struct job_build_run {
+	const char *dir;
+	struct ca_build_options opt;
 	struct ca_build_result res;
-	ca_build_workspace(dir, &opt, &res);
+	double seconds;
+};
+
+/* lib/build on the candidate's directory, into b->res; nothing of the job's touched (a thread's). */
+static void *job_build_run(void *arg)
+{
+	struct job_build_run *b = arg;
+	double t0 = ca_proc_now();
+	ca_build_workspace(b->dir, &b->opt, &b->res);
+	b->seconds = ca_proc_now() - t0;
+	return NULL;
+}
+
+/* The build's result into the record, its library into the candidate's directory. 0, or -1 with the record failed. */
+static int job_build_done(struct job *j, struct ca_build_result *res)
+{
 	j->result = jv_object_set(j->result, jv_string("build"),
-		jv_object_delete(ca_build_result_json(&res), jv_string("log")));
-	if (!res.ok) {
+		jv_object_delete(ca_build_result_json(res), jv_string("log")));
+	if (!res->ok) {
 		/*
 		 * A build that failed for no reason in the sources (the compiler
 		 * killed by a signal we did not send, a full disk: transient, no
 		 * limit named) is the evaluator's; a compile error or a limit the
 		 * sources ran into is the candidate's.
 		 */
-		int ours = res.transient && !res.limit[0];
-		job_fail(j, ours ? "system" : "compile", res.log && *res.log ? res.log : "the kernels did not compile");
-		ca_build_result_free(&res);
+		int ours = res->transient && !res->limit[0];
+		job_fail(j, ours ? "system" : "compile", res->log && *res->log ? res->log : "the kernels did not compile");
+		ca_build_result_free(res);
 		return -1;
 	}
 	int rc = 0;
-	if (res.library) {
+	if (res->library) {
 		/* Copy the library into the candidate's own directory: the build cache may be unreadable there. */
-		int ca = !strcmp(res.flavour, "ca");
-		const char *base = strrchr(res.library, '/') ? strrchr(res.library, '/') + 1 : res.library;
+		int ca = !strcmp(res->flavour, "ca");
+		const char *base = strrchr(res->library, '/') ? strrchr(res->library, '/') + 1 : res->library;
 		char dst[PATHLEN];
 		if (ca)
 			snprintf(dst, sizeof dst, "%s/libkernels.so", j->io);
 		else
-			snprintf(dst, sizeof dst, "%s/%s", dir, base);
+			snprintf(dst, sizeof dst, "%s/%s", j->cand.dir, base);
 		size_t len;
-		char *data = eval_read_file(res.library, 1u << 30, &len);
+		char *data = eval_read_file(res->library, 1u << 30, &len);
 		if (!data || eval_write_file(dst, data, len) != 0) {
 			job_fail(j, "system", "cannot copy the built library into the candidate's directory");
 			rc = -1;
@@ -208,7 +213,7 @@ static int job_build(struct job *j)
 		}
 		free(data);
 	}
-	ca_build_result_free(&res);
+	ca_build_result_free(res);
 	return rc;
 }
 
@@ -531,38 +536,51 @@ int job_prepare(struct job *j, jv record)
 	job_phase(j, "workspace");
 
 	/*
-	 * The reference's task and warm request go before a build when the
-	 * reference is up, so its compile runs beside the build; when it is
-	 * still starting, after it, whose start then runs beside the build.
+	 * The candidate's kernels (when it has kernel sources) are built with
+	 * lib/build in this process: it reads the candidate's files (bounded:
+	 * sizes, counts, one pass each) and runs every compiler under
+	 * ca-sandbox, so no candidate code runs here; ca-build(1) is the same
+	 * code as a command. When the reference will compile the task's model
+	 * (reference_warm), the build runs in a thread while the reference
+	 * starts, loads the task and compiles, else before the task.
 	 */
 	char weights[PATHLEN], init[PATHLEN];
 	snprintf(weights, sizeof weights, "%s/weights.ten", j->io);
 	snprintf(init, sizeof init, "%s/init.ten", j->io);
-	int early = has_kernel_sources(j->cand.dir) && worker_up(&s->reference);
-	if (early && job_load_reference(j, code, weights, init) != 0) {
+	j->kernels_lib[0] = '\0';
+	struct job_build_run b = {.dir = j->cand.dir, .opt = {.arch = cfg->arch, .cache = cfg->build_cache}};
+	int builds = has_kernel_sources(j->cand.dir);
+	pthread_t th;
+	int beside = builds && warm_compile_wanted(cfg) && pthread_create(&th, NULL, job_build_run, &b) == 0;
+	if (beside) {
+		rc = job_load_reference(j, code, weights, init);
+		if (rc == 0)
+			reference_warm(j);
+		pthread_join(th, NULL);
+		job_phase(j, "build");
+		if (rc != 0) {
+			ca_build_result_free(&b.res);
+			jv_free(code);
+			return -1;
+		}
+	} else if (builds) {
+		job_build_run(&b);
+		job_phase(j, "build");
+	}
+	if (builds && job_build_done(j, &b.res) != 0) {
 		jv_free(code);
 		return -1;
 	}
-	if (early)
-		reference_warm(j);
-	double t0 = ca_proc_now();
-	if (job_build(j) != 0) {
-		jv_free(code);
-		return -1;
-	}
-	double build_s = ca_proc_now() - t0;
-	job_phase(j, "build");
-
-	rc = early ? 0 : job_load_reference(j, code, weights, init);
+	rc = beside ? 0 : job_load_reference(j, code, weights, init);
 	jv_free(code);
 	if (rc != 0)
 		return -1;
-	if (!early)
+	if (!beside)
 		reference_warm(j);
 	double t1 = ca_proc_now();
 	if (job_load_candidate(j, weights, init) != 0)
 		return -1;
-	j->result = set_num(j->result, "build_s", build_s);
+	j->result = set_num(j->result, "build_s", b.seconds);
 	j->result = set_num(j->result, "load_s", ca_proc_now() - t1);
 	return 0;
 }
