@@ -183,9 +183,16 @@ int candidates_running(int gpu)
 	return n;
 }
 
-/* Around every timed loop, the reference's and the candidate's: quiet, and the GPU to itself. */
+/*
+ * Around every timed loop, the reference's and the candidate's: quiet, and
+ * the GPU to itself. A request posted to the reference is read first: it
+ * holds the GPU's lock shared while it runs (reference_warm).
+ */
 void timed_loop_begin(struct slot *s)
 {
+	jv fault;
+	if (worker_settle(&s->reference, &fault) != 0)
+		jv_free(fault);  /* gone: its next request finds it */
 	quiet_loop_begin(s->gpu);
 	gpu_lock(s, LOCK_EX);
 }

@@ -293,8 +293,6 @@ static int worker_gone(struct worker *w, jv *fault)
 	return -1;
 }
 
-static int worker_settle(struct worker *w, jv *fault);
-
 /* Send req (consumed) to a worker, a posted request's reply read first; -1 with *fault when it is gone. */
 int worker_send(struct worker *w, jv req, jv *fault)
 {
@@ -331,7 +329,7 @@ int worker_post(struct worker *w, jv req, double timeout_s, jv *fault)
 }
 
 /* The posted request's reply, read and dropped (a failure of it is the next request's to find). */
-static int worker_settle(struct worker *w, jv *fault)
+int worker_settle(struct worker *w, jv *fault)
 {
 	if (!w->posted_until)
 		return 0;
