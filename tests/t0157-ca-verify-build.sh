@@ -159,20 +159,31 @@ expect_success 'two slots building at once: every record built and passed, in in
 '
 
 # A profile that times torch.compile (inductor's C++ code on the CPU) builds
-# in a thread while the reference loads the task and compiles its model
-# (its "warm" request, read before the next request): a compile error is
-# still the candidate's, the next record reads the posted reply first, and
-# the build's own phase and numbers are recorded.
+# in a thread while the reference loads the task and, the build still
+# running (a compiler that takes 4 s), compiles the model (its "warm"
+# request, read before the next request): the first compile then is not
+# in the baselines' loop, as it is with CA_EVAL_WARM_COMPILE=0; a compile
+# error is still the candidate's, and the next record reads the posted
+# reply first.
+printf '#!/bin/sh\nsleep 4\nexec "%s" "$@"\n' "$NVCC" >"$TRASH_BASE/slow-nvcc" && chmod 755 "$TRASH_BASE/slow-nvcc"
+cand warm0 && echo '// warm 0' >>"$C/warm0/kernels/relu.cu"
 cand warm1 && echo '// warm 1' >>"$C/warm1/kernels/relu.cu"
 cand warm2 && echo '// warm 2' >>"$C/warm2/kernels/relu.cu"
-expect_success 'ca-profile with torch.compile: the build beside the reference, failures and passes in order' '
-	{ record wbroken "$C/broken"; record w1 "$C/warm1"; record w2 "$C/warm2"; } >warm.ndjson &&
-	CA_CACHE=$TRASH_BASE/warm-cache ca-profile --verify --device cpu --no-sandbox --seed 7 --iters 5 --warmup 1 \
-		warm.ndjson >out; test $? -eq 1 &&
-	jq -c "{id, v: .verify | {ok, stage, b: .build_s}, p: .profile | {ok, stage, compile_us}}" out | sed "s/^/# /" &&
+cand wbroken && printf 'int broken = ;\n' >>"$C/wbroken/kernels/relu.cu"
+profile() { # records: torch.compile on, baselines timed every record, each build slow
+	CA_CACHE=$TRASH_BASE/warm-cache NVCC=$TRASH_BASE/slow-nvcc \
+		ca-profile --verify --device cpu --no-sandbox --no-cache --seed 7 --iters 5 --warmup 1 "$@"
+}
+expect_success 'ca-profile with torch.compile: the model compiled beside the build, failures and passes in order' '
+	record w0 "$C/warm0" | CA_EVAL_WARM_COMPILE=0 profile >cold.ndjson; test $? -le 1 &&
+	{ record wbroken "$C/wbroken"; record w1 "$C/warm1"; record w2 "$C/warm2"; } >warm.ndjson &&
+	profile warm.ndjson >out; test $? -eq 1 &&
+	jq -c "{id, v: .verify | {ok, stage, b: .build_s}, p: .profile | {ok, stage, compile_us, baselines: .phases.baselines}}" cold.ndjson out | sed "s/^/# /" &&
 	test "$(jq -r .id out | tr "\n" " ")" = "wbroken w1 w2 " &&
 	jq -e -s ".[0].verify | .stage == \"compile\" and (.error | test(\"kernels/relu.cu:[0-9]+:.*error\"))" out >/dev/null &&
-	jq -e -s "all(.[1:][]; .verify.ok and .verify.build.ok and .verify.build_s > 0 and (.verify.phases | has(\"build\") and has(\"task\")) and
-		(.profile.ok or .profile.stage == \"timing\") and .profile.compile_us > 0)" out >/dev/null
+	jq -e -s "all(.[1:][]; .verify.ok and .verify.build.ok and .verify.build_s > 3 and (.verify.phases | has(\"build\") and has(\"task\")) and
+		(.profile.ok or .profile.stage == \"timing\") and .profile.compile_us > 0)" out >/dev/null &&
+	jq -e ".verify.ok and .profile.compile_us > 0" cold.ndjson >/dev/null &&
+	jq -e -s --slurpfile c cold.ndjson ".[1].profile.phases.baselines < \$c[0].profile.phases.baselines / 4" out >/dev/null
 '
 test_done

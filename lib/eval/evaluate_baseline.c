@@ -144,19 +144,6 @@ static void baseline_key(const struct job *j, const char *mode, char key[65])
 	free(torch);
 }
 
-/* Whether the record's torch.compile baseline is in the cache (the reference up). */
-int compile_baseline_cached(const struct job *j)
-{
-	char key[65];
-	if (j->slot->cfg->no_cache)
-		return 0;
-	baseline_key(j, "compile", key);
-	jv v = baseline_load(key);
-	int cached = jv_is_valid(v);
-	jv_free(v);
-	return cached;
-}
-
 /* One loop of the reference's by mode: its request, our clock around it. */
 struct baseline_loop {
 	const char *mode;

@@ -330,7 +330,6 @@ int ship_write(struct job *j, unsigned long long seed, const char *path, jv *dig
 
 /* evaluate_baseline.c */
 int profile_baselines(struct job *j, struct loop_overhead *overhead);
-int compile_baseline_cached(const struct job *j);
 int fresh_overhead(struct job *j, struct loop_overhead *overhead);
 int confirm_baselines(struct job *j, double candidate_us);
 

@@ -8,6 +8,7 @@
 #include <ftw.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +163,7 @@ struct job_build_run {
 	struct ca_build_options opt;
 	struct ca_build_result res;
 	double seconds;
+	atomic_int done;
 };
 
 /* lib/build on the candidate's directory, into b->res; nothing of the job's touched (a thread's). */
@@ -171,6 +173,7 @@ static void *job_build_run(void *arg)
 	double t0 = ca_proc_now();
 	ca_build_workspace(b->dir, &b->opt, &b->res);
 	b->seconds = ca_proc_now() - t0;
+	atomic_store(&b->done, 1);
 	return NULL;
 }
 
@@ -427,21 +430,21 @@ static int job_load_reference(struct job *j, jv code, const char *weights, const
 
 /*
  * A profile that times torch.compile has the reference compile the
- * task's model now and call it once, while the candidate builds and
- * loads (worker_post): a fresh reference's first compile loop, a cached
+ * task's model now and call it once, while the candidate builds
+ * (worker_post): a fresh reference's first compile loop, a cached
  * baseline timed again beside a fast candidate, took 1.8 s of a 7.2 s
- * record on the H100 with the compiler already imported. Only where it
- * comes free: beside a build, or when the compile baseline is to be
- * timed anyway (not cached); a candidate that loads at once would wait
- * for it, and with the baseline cached only one that beats it needs it.
- * Nothing is waited for here; a failure is for the compile loop to report.
+ * record on the H100 with the compiler already imported. Called only
+ * while a build runs (its kernels, or a torch extension its load makes),
+ * where it comes free: a candidate that loads at once would wait for it
+ * at its first check, one that fails verification never needs it, and
+ * with the baseline cached only one that beats it does. Nothing is
+ * waited for here; a failure is for the compile loop to report.
  */
 static void reference_warm(struct job *j)
 {
 	struct slot *s = j->slot;
 	const struct ca_eval_config *cfg = s->cfg;
-	if (!warm_compile_wanted(cfg) ||
-			(!has_kernel_sources(j->cand.dir) && !builds_extension(j) && compile_baseline_cached(j)))
+	if (!warm_compile_wanted(cfg))
 		return;
 	jv req = set_num(set_str(jv_object(), "op", "warm"), "seed", (double)(j->seed + 1));
 	if (cfg->compile_mode)
@@ -468,6 +471,8 @@ static int job_load_candidate(struct job *j, const char *weights, const char *in
 	}
 	job_phase(j, "candidate_start");
 	ext_prepare(j);
+	if (j->ext_key[0] && ca_json_bool(j->result, "extension_cached") != 1)
+		reference_warm(j);  /* its load builds the extension */
 	snprintf(path, sizeof path, "%s/model_new.py", j->cand.dir);
 	jv req = jv_object();
 	req = set_str(req, "op", "candidate");
@@ -554,7 +559,7 @@ int job_prepare(struct job *j, jv record)
 	int beside = builds && warm_compile_wanted(cfg) && pthread_create(&th, NULL, job_build_run, &b) == 0;
 	if (beside) {
 		rc = job_load_reference(j, code, weights, init);
-		if (rc == 0)
+		if (rc == 0 && !atomic_load(&b.done))  /* a cache hit is done already */
 			reference_warm(j);
 		pthread_join(th, NULL);
 		job_phase(j, "build");
@@ -575,8 +580,6 @@ int job_prepare(struct job *j, jv record)
 	jv_free(code);
 	if (rc != 0)
 		return -1;
-	if (!beside)
-		reference_warm(j);
 	double t1 = ca_proc_now();
 	if (job_load_candidate(j, weights, init) != 0)
 		return -1;
