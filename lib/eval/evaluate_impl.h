@@ -218,7 +218,6 @@ int worker_ready(struct worker *w, double timeout_s, jv *fault);
 int worker_send(struct worker *w, jv req, jv *fault);
 int worker_post(struct worker *w, jv req, double timeout_s, jv *fault);
 int worker_settle(struct worker *w, jv *fault);
-int worker_up(struct worker *w);
 int warm_compile_wanted(const struct ca_eval_config *cfg);
 int worker_recv(struct worker *w, double deadline, jv *reply, jv *fault, struct loop_clock *ours);
 int worker_call(struct worker *w, jv req, double timeout_s, jv *reply, jv *fault, struct loop_clock *ours);

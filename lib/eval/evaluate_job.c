@@ -222,6 +222,18 @@ static int job_build_done(struct job *j, struct ca_build_result *res)
 
 /* ------------------------------------------------------------------ torch extension builds */
 
+/* Whether the candidate's model_new.py builds a torch extension as it loads (load_inline, cpp_extension.load). */
+static int builds_extension(const struct job *j)
+{
+	char path[PATHLEN];
+	snprintf(path, sizeof path, "%s/model_new.py", j->cand.dir);
+	size_t len;
+	char *src = eval_read_file(path, 16 << 20, &len);
+	int builds = src && (strstr(src, "load_inline") || strstr(src, "cpp_extension"));
+	free(src);
+	return builds;
+}
+
 struct hash_walk {
 	struct ca_sha256 *h;
 	size_t root_len;
@@ -257,18 +269,6 @@ static int hash_entry(const char *path, const struct stat *st, int flag, struct 
  * to the next process of the same candidate (ca-profile after ca-verify, the
  * same candidate proposed again): only identical workspaces share it.
  */
-/* Whether the candidate's model_new.py builds a torch extension as it loads (load_inline, cpp_extension.load). */
-static int builds_extension(const struct job *j)
-{
-	char path[PATHLEN];
-	snprintf(path, sizeof path, "%s/model_new.py", j->cand.dir);
-	size_t len;
-	char *src = eval_read_file(path, 16 << 20, &len);
-	int builds = src && (strstr(src, "load_inline") || strstr(src, "cpp_extension"));
-	free(src);
-	return builds;
-}
-
 static void ext_prepare(struct job *j)
 {
 	struct slot *s = j->slot;

@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -340,17 +339,6 @@ int worker_settle(struct worker *w, jv *fault)
 	quiet_done(w->run.co.proc.out, w->run.co.proc.pid);
 	jv_free(reply);
 	return rc;
-}
-
-/* Whether a started worker is up now (its ready line read, or there to read), without waiting. */
-int worker_up(struct worker *w)
-{
-	if (!w->run.running)
-		return 0;
-	if (jv_is_valid(w->run.hello))
-		return 1;
-	struct pollfd p = {w->run.co.proc.out, POLLIN, 0};
-	return poll(&p, 1, 0) == 1;
 }
 
 /* Stop a worker at a fault in its protocol: *fault gets {"stage","error"}; returns -1. */

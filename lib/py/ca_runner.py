@@ -158,13 +158,13 @@ Requests (paths are files; tensor files are described in lib/eval/tensor.h):
       "time" and "inputs" do, without running the model. Reply adds
       "digests" (one per seed) and "gen".
   {"op": "warm", "seed": S, "compile_mode": M?, "lock": P?}
-      reference, right after "task" when a profile will time
-      torch.compile: compile the model as "time" does for mode "compile"
-      and call it once on the inputs drawn under S, with file P (the
-      GPU's lock, see lib/eval/evaluate_slot.c) locked shared around
+      reference, after "task" while the candidate builds, when a profile
+      will time torch.compile: compile the model as "time" does for mode
+      "compile" and call it once on the inputs drawn under S, with file P
+      (the GPU's lock, see lib/eval/evaluate_slot.c) locked shared around
       the call. The parent reads the reply only before its next request
       (worker_post in lib/eval/evaluate_worker.c), so the compile runs
-      while the candidate builds and loads. Reply adds "seconds".
+      beside the build. Reply adds "seconds".
   {"op": "idle", "wait_s": W}
       reference, before and after each of its timed loops: whether the
       GPU is idle, by the median host round trip of five one-element
@@ -2121,8 +2121,8 @@ def _warm_imports(role):
     3.5-4.4 s retiming a cached torch.compile baseline (its dynamo and
     inductor imports alone take ~1.8 s on a 2-core CPU) while it had sat
     idle through the candidate's build. With CA_EVAL_WARM_COMPILE=1 (the
-    C side sets it when it profiles with torch.compile) that is dynamo, inductor
-    and its GPU code generation; otherwise torch._dynamo alone, and only
+    C side sets it when it profiles with torch.compile) that is dynamo,
+    inductor and its GPU code generation; otherwise torch._dynamo alone, and only
     when this process writes the bytecode cache and that module's bytecode
     is missing there (seconds from source). Joined (_warm_done) before any
     request that precedes a timed loop. Candidates need no such import
