@@ -62,6 +62,8 @@ if command -v setsid >/dev/null 2>&1; then
 		pid=$! && i=0 &&
 		while [ "$(cat run/trajectories.ndjson 2>/dev/null | wc -l)" -lt 1 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 		kill -TERM -$pid; wait $pid
+		# Every process of the group gone (an agent may finish its line on TERM) before counting.
+		i=0 && while kill -0 -$pid 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
 		n=$(wc -l <run/trajectories.ndjson) && echo "# $n of 6 trajectories out when killed" &&
 		[ "$n" -ge 1 ] && [ "$n" -lt 6 ] &&
 		ca-rollout --agent-opts "$AGENT" --policy "$POLICY" --score "jq -c -f $D/scores.jq" -o run t 2>err &&
