@@ -327,16 +327,18 @@ int worker_post(struct worker *w, jv req, double timeout_s, jv *fault)
 	return 0;
 }
 
-/* The posted request's reply, read and dropped (a failure of it is the next request's to find). */
+/* The posted request's reply, read and dropped; -1 with *fault when the worker died or did not answer by then. */
 int worker_settle(struct worker *w, jv *fault)
 {
 	if (!w->posted_until)
 		return 0;
 	double until = w->posted_until;
+	int out = w->run.co.proc.out;
+	pid_t pid = w->run.co.proc.pid;
 	w->posted_until = 0;
 	jv reply;
 	int rc = worker_recv(w, until, &reply, fault, NULL);
-	quiet_done(w->run.co.proc.out, w->run.co.proc.pid);
+	quiet_done(out, pid);  /* as registered: a worker stopped on a fault may have dropped its pipe */
 	jv_free(reply);
 	return rc;
 }
